@@ -1,0 +1,28 @@
+"""The exceptions safebeat raises; each message names its culprit and what to do."""
+
+from __future__ import annotations
+
+
+class SafebeatError(Exception):
+    """Base class of every error safebeat raises on purpose."""
+
+
+class ConfigError(SafebeatError):
+    """A `safebeat_*` setting or `SAFEBEAT_*` variable is unknown or has a bad value."""
+
+
+class EntryError(SafebeatError):
+    """One schedule entry is malformed; the other entries keep running."""
+
+    def __init__(self, entry: str, problem: str) -> None:
+        super().__init__(f"schedule entry {entry!r}: {problem}")
+        self.entry = entry
+        self.problem = problem
+
+
+class StoreError(SafebeatError):
+    """The store failed in a way that retrying will not fix (bad schema, bad URL)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached right now; beat retries with backoff and claims nothing."""

@@ -1,0 +1,59 @@
+"""Stable names: task ids of windows, the window's wire format, and this replica's identity."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+#: Fixed root of every task id safebeat derives; changing it would change every id.
+TASK_ID_NAMESPACE = uuid.UUID("5a7e6ea7-0c1a-5b3e-9d2f-8c0f1e2d3b4a")
+
+
+def format_window(window: datetime) -> str:
+    """Return the window as ISO 8601 in UTC with a `Z` suffix (the `safebeat_window` header)."""
+    text = window.astimezone(timezone.utc).isoformat(timespec="auto")
+    return text.replace("+00:00", "Z")
+
+
+def parse_window(text: str) -> datetime:
+    """Inverse of format_window: an aware UTC datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+def task_id_for(namespace: str, entry: str, window: datetime) -> str:
+    """Return the deterministic task id `uuid5(namespace, entry, window)` of one window.
+
+    Every replica derives the same id for the same window, so a re-published claim
+    carries the id of the first publish and a worker can recognise the duplicate.
+    """
+    name = "\x1f".join((namespace, entry, format_window(window)))
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, name))
+
+
+@dataclass(frozen=True)
+class Replica:
+    """Who is ticking: host, process and a token that tells restarts apart (pid 1 repeats)."""
+
+    host: str
+    pid: int
+    token: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.host}:{self.pid}:{self.token}"
+
+
+_current: Replica | None = None
+
+
+def current_replica() -> Replica:
+    """Return this process's replica identity, made once per process (and anew after fork)."""
+    global _current  # noqa: PLW0603 - one identity per process, rebuilt after fork
+    pid = os.getpid()
+    if _current is None or _current.pid != pid:
+        _current = Replica(host=socket.gethostname(), pid=pid, token=secrets.token_hex(3))
+    return _current

@@ -1,0 +1,455 @@
+"""Pure time math: which scheduled windows are due, given a rule, the shared state and "now".
+
+No I/O and no clock reads happen here: every function takes the instants it needs, so
+every replica that asks the same question gets the same answer. A *window* is the
+scheduled instant (an aware UTC datetime), never the moment some process happened to send.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta, timezone, tzinfo
+from typing import TypeAlias
+
+UTC = timezone.utc
+_MICROSECOND = timedelta(microseconds=1)
+_SECOND = timedelta(seconds=1)
+#: How far a crontab search walks (in days) before it decides the rule never matches.
+MAX_CRONTAB_SEARCH_DAYS = 366 * 30
+#: Longest repeated (autumn) hour we allow for when a zone's clocks go back.
+_MAX_FOLD = timedelta(hours=3)
+#: Counting skipped windows one by one stops here; the count is then reported as unknown.
+MAX_COUNTED_SKIPS = 10_000
+
+
+@dataclass(frozen=True)
+class IntervalRule:
+    """Windows at `anchor + k * every` for every integer k.
+
+    `anchor` is fixed by the entry (a start time, or the epoch for Celery's
+    `relative=True`); when it is None the store's persisted anchor is used.
+    """
+
+    every: timedelta
+    anchor: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.every <= timedelta(0):
+            raise ValueError(f"an interval must be positive, got {self.every}")
+
+
+@dataclass(frozen=True)
+class CrontabRule:
+    """Wall-clock slots in `tz`, with Celery's semantics (all fields must match; Sunday = 0)."""
+
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    days_of_week: frozenset[int]
+    days_of_month: frozenset[int]
+    months_of_year: frozenset[int]
+    tz: tzinfo
+
+    def matches_day(self, day: date) -> bool:
+        return (
+            day.month in self.months_of_year
+            and day.day in self.days_of_month
+            and (day.weekday() + 1) % 7 in self.days_of_week
+        )
+
+
+@dataclass(frozen=True)
+class SolarRule:
+    """A solar event (Celery's `solar` names) at a place; windows are its instants (to 1 s)."""
+
+    event: str
+    lat: float
+    lon: float
+
+
+@dataclass(frozen=True)
+class ClockedRule:
+    """A single window at a fixed instant (a one-off)."""
+
+    at: datetime
+
+
+Rule: TypeAlias = IntervalRule | CrontabRule | SolarRule | ClockedRule
+
+
+class Misfire(str, enum.Enum):
+    """What to do with windows that passed while no replica could dispatch them."""
+
+    LATEST = "latest"
+    SKIP = "skip"
+    ALL = "all"
+
+
+#: How late a window may be and still count as on time under `misfire="skip"` without `grace`.
+SKIP_DEFAULT_GRACE = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The missed-window policy of one entry."""
+
+    misfire: Misfire = Misfire.LATEST
+    grace: timedelta | None = None
+    catchup_limit: int = 100
+
+    @property
+    def effective_grace(self) -> timedelta | None:
+        if self.grace is None and self.misfire is Misfire.SKIP:
+            return SKIP_DEFAULT_GRACE
+        return self.grace
+
+
+class SkipReason(str, enum.Enum):
+    """Why a window was recorded as skipped instead of dispatched."""
+
+    MISSED = "missed"  # passed over: a later window of the same entry superseded it
+    LATE = "late"  # later than the grace period allows
+    CATCHUP_LIMIT = "catchup_limit"  # older than the newest `catchup_limit` missed windows
+
+
+@dataclass(frozen=True)
+class SkippedSpan:
+    """Consecutive windows skipped for one reason; `count` is None when too many to count."""
+
+    first: datetime
+    last: datetime
+    count: int | None
+    reason: SkipReason
+
+
+@dataclass(frozen=True)
+class Due:
+    """The answer for one entry at one instant."""
+
+    dispatch: tuple[datetime, ...]
+    skipped: tuple[SkippedSpan, ...]
+    next_window: datetime | None
+
+    @property
+    def last_window(self) -> datetime | None:
+        """The newest window this answer decides about, dispatched or skipped."""
+        candidates = [*self.dispatch, *(span.last for span in self.skipped)]
+        return max(candidates) if candidates else None
+
+
+NOTHING_DUE_EVER = Due((), (), None)
+
+
+# --- the window sequence of each rule -------------------------------------------------------
+
+
+def latest_window(rule: Rule, now: datetime, anchor: datetime | None = None) -> datetime | None:
+    """Return the newest window at or before `now`, or None if there is none."""
+    if isinstance(rule, IntervalRule):
+        return _interval_window(rule, now, anchor, forward=False)
+    if isinstance(rule, CrontabRule):
+        return _crontab_latest(rule, now)
+    if isinstance(rule, SolarRule):
+        return _solar_latest(rule, now)
+    return rule.at if rule.at <= now else None
+
+
+def next_window(rule: Rule, after: datetime, anchor: datetime | None = None) -> datetime | None:
+    """Return the oldest window strictly after `after`, or None if there is none."""
+    if isinstance(rule, IntervalRule):
+        return _interval_window(rule, after, anchor, forward=True)
+    if isinstance(rule, CrontabRule):
+        return _crontab_next(rule, after)
+    if isinstance(rule, SolarRule):
+        return _solar_next(rule, after)
+    return rule.at if rule.at > after else None
+
+
+def windows_between(
+    rule: Rule, after: datetime, until: datetime, anchor: datetime | None = None
+) -> Iterator[datetime]:
+    """Yield the windows in `(after, until]`, oldest first."""
+    window = next_window(rule, after, anchor)
+    while window is not None and window <= until:
+        yield window
+        window = next_window(rule, window, anchor)
+
+
+def _interval_window(
+    rule: IntervalRule, instant: datetime, anchor: datetime | None, *, forward: bool
+) -> datetime:
+    base = rule.anchor or anchor
+    if base is None:
+        raise ValueError("an interval rule needs an anchor (the store persists one per entry)")
+    every = rule.every // _MICROSECOND
+    elapsed = (instant - base) // _MICROSECOND
+    steps = elapsed // every + 1 if forward else elapsed // every
+    return base + timedelta(microseconds=steps * every)
+
+
+# --- crontab: wall-clock slots mapped onto UTC instants -------------------------------------
+
+
+def wall_to_instant(wall: datetime, tz: tzinfo) -> datetime:
+    """Map a naive wall-clock time in `tz` to the UTC instant its slot fires at.
+
+    A time that exists once maps to itself. A time in the repeated hour after clocks go
+    back maps to its first occurrence, so the slot fires once. A time in the hour skipped
+    when clocks go forward maps to the first instant after the gap.
+    """
+    first = wall.replace(tzinfo=tz, fold=0).astimezone(UTC)
+    second = wall.replace(tzinfo=tz, fold=1).astimezone(UTC)
+    if first <= second:
+        return first
+    return _gap_end(tz, low=second, high=first)
+
+
+def _gap_end(tz: tzinfo, *, low: datetime, high: datetime) -> datetime:
+    """Return the first instant in (low, high] whose offset is the post-transition one."""
+    after_offset = high.astimezone(tz).utcoffset()
+    lo, hi = 0, int((high - low) // _SECOND)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (low + mid * _SECOND).astimezone(tz).utcoffset() == after_offset:
+            hi = mid
+        else:
+            lo = mid + 1
+    return low + lo * _SECOND
+
+
+def _crontab_latest(rule: CrontabRule, now: datetime) -> datetime | None:
+    local = now.astimezone(rule.tz)
+    limit = local.replace(tzinfo=None, second=0, microsecond=0)
+    if local.fold:
+        # In the repeated hour, slots a little later on the wall clock already fired
+        # (their first occurrence is in the past), so look that far ahead too.
+        limit += _MAX_FOLD
+    day = limit.date()
+    for _ in range(MAX_CRONTAB_SEARCH_DAYS):
+        if rule.matches_day(day):
+            for wall in _slots_descending(rule, day, limit):
+                instant = wall_to_instant(wall, rule.tz)
+                if instant <= now:
+                    return instant
+        day -= timedelta(days=1)
+    return None
+
+
+def _crontab_next(rule: CrontabRule, after: datetime) -> datetime | None:
+    start = after.astimezone(rule.tz).replace(tzinfo=None, second=0, microsecond=0)
+    day = start.date()
+    for _ in range(MAX_CRONTAB_SEARCH_DAYS):
+        if rule.matches_day(day):
+            for wall in _slots_ascending(rule, day, start):
+                instant = wall_to_instant(wall, rule.tz)
+                if instant > after:
+                    return instant
+        day += timedelta(days=1)
+    return None
+
+
+def _slots_descending(rule: CrontabRule, day: date, limit: datetime) -> Iterator[datetime]:
+    hours, minutes = rule.hours, rule.minutes
+    if day == limit.date():
+        hours = hours[: bisect.bisect_right(hours, limit.hour)]
+    for hour in reversed(hours):
+        hour_minutes = minutes
+        if day == limit.date() and hour == limit.hour:
+            hour_minutes = minutes[: bisect.bisect_right(minutes, limit.minute)]
+        for minute in reversed(hour_minutes):
+            yield datetime.combine(day, time(hour, minute))
+
+
+def _slots_ascending(rule: CrontabRule, day: date, start: datetime) -> Iterator[datetime]:
+    hours, minutes = rule.hours, rule.minutes
+    if day == start.date():
+        hours = hours[bisect.bisect_left(hours, start.hour) :]
+    for hour in hours:
+        hour_minutes = minutes
+        if day == start.date() and hour == start.hour:
+            hour_minutes = minutes[bisect.bisect_left(minutes, start.minute) :]
+        for minute in hour_minutes:
+            yield datetime.combine(day, time(hour, minute))
+
+
+# --- solar events ---------------------------------------------------------------------------
+
+_SOLAR_EVENTS = {
+    # event: (ephem method suffix, horizon, use the sun's centre)
+    "dawn_astronomical": ("rising", "-18", True),
+    "dawn_nautical": ("rising", "-12", True),
+    "dawn_civil": ("rising", "-6", True),
+    "sunrise": ("rising", "-0:34", False),
+    "solar_noon": ("transit", "0", False),
+    "sunset": ("setting", "-0:34", False),
+    "dusk_civil": ("setting", "-6", True),
+    "dusk_nautical": ("setting", "-12", True),
+    "dusk_astronomical": ("setting", "-18", True),
+}
+SOLAR_EVENTS = frozenset(_SOLAR_EVENTS)
+#: Days searched for an event that does not happen every day (polar day and night).
+_SOLAR_SEARCH_DAYS = 366
+
+
+def _solar_event(rule: SolarRule, start: datetime, *, forward: bool) -> datetime | None:
+    import ephem  # noqa: PLC0415 - optional dependency, only solar entries need it
+
+    kind, horizon, use_center = _SOLAR_EVENTS[rule.event]
+    observer = ephem.Observer()
+    observer.lat, observer.lon = str(rule.lat), str(rule.lon)
+    observer.elev, observer.pressure, observer.horizon = 0, 0, horizon
+    find = getattr(observer, f"{'next' if forward else 'previous'}_{kind}")
+    step = getattr(observer, f"{'next' if forward else 'previous'}_antitransit")
+    sun = ephem.Sun()
+    kwargs = {"use_center": True} if use_center else {}
+    cursor = ephem.Date(start.astimezone(UTC).replace(tzinfo=None))
+    for _ in range(_SOLAR_SEARCH_DAYS):
+        try:
+            event = find(sun, start=cursor, **kwargs)
+        except ephem.CircumpolarError:
+            cursor = step(sun, start=cursor)
+            continue
+        instant: datetime = event.datetime().replace(tzinfo=UTC)
+        return _round_to_second(instant)
+    return None
+
+
+def _round_to_second(instant: datetime) -> datetime:
+    rounded = instant.replace(microsecond=0)
+    return rounded + _SECOND if instant.microsecond >= 500_000 else rounded
+
+
+def _solar_latest(rule: SolarRule, now: datetime) -> datetime | None:
+    cursor = now + _SECOND
+    for _ in range(3):
+        event = _solar_event(rule, cursor, forward=False)
+        if event is None or event <= now:
+            return event
+        cursor = event - _SECOND
+    return None
+
+
+def _solar_next(rule: SolarRule, after: datetime) -> datetime | None:
+    cursor = after - _SECOND
+    for _ in range(3):
+        event = _solar_event(rule, cursor, forward=True)
+        if event is None or event > after:
+            return event
+        cursor = event + _SECOND
+    return None
+
+
+# --- policies -------------------------------------------------------------------------------
+
+
+def due(
+    rule: Rule,
+    *,
+    after: datetime,
+    now: datetime,
+    policy: Policy,
+    anchor: datetime | None = None,
+) -> Due:
+    """Decide, for one entry, which windows in `(after, now]` to dispatch and which to skip.
+
+    `after` is the newest window already decided (dispatched or skipped) or the moment
+    the entry's definition was registered, so nothing fires as a surprise at startup.
+    Every window in `(after, now]` appears exactly once in the answer: dispatched or
+    inside a skipped span. Policies, for windows that passed unseen:
+
+    - `latest`: dispatch only the newest, skip the rest as `missed`;
+    - `skip`: like `latest`, but the newest too is skipped when it is later than `grace`
+      (60 s when `grace` is not set), so beat resumes at the next future window;
+    - `all`: dispatch every one, the newest `catchup_limit` at most (older: `catchup_limit`).
+
+    With `grace` set, a window later than `grace` is never dispatched (skipped as `late`).
+    """
+    upcoming = next_window(rule, max(after, now), anchor)
+    newest = latest_window(rule, now, anchor)
+    if newest is None or newest <= after:
+        return Due((), (), upcoming)
+    grace = policy.effective_grace
+    on_time_since = None if grace is None else now - grace
+
+    def on_time(window: datetime) -> bool:
+        return on_time_since is None or window >= on_time_since
+
+    dispatch: list[datetime] = []
+    if policy.misfire is Misfire.ALL:
+        window: datetime | None = newest
+        while (
+            window is not None
+            and window > after
+            and len(dispatch) < policy.catchup_limit
+            and on_time(window)
+        ):
+            dispatch.append(window)
+            window = latest_window(rule, window - _MICROSECOND, anchor)
+        dispatch.reverse()
+        passed_over = SkipReason.CATCHUP_LIMIT
+    else:
+        dispatch = [newest] if on_time(newest) else []
+        passed_over = SkipReason.MISSED
+    end = dispatch[0] - _MICROSECOND if dispatch else newest
+    skipped = _skipped_spans(
+        rule,
+        after=after,
+        end=end,
+        on_time_since=on_time_since,
+        passed_over=passed_over,
+        anchor=anchor,
+    )
+    return Due(tuple(dispatch), tuple(skipped), upcoming)
+
+
+def _skipped_spans(
+    rule: Rule,
+    *,
+    after: datetime,
+    end: datetime,
+    on_time_since: datetime | None,
+    passed_over: SkipReason,
+    anchor: datetime | None,
+) -> list[SkippedSpan]:
+    """Describe the windows in `(after, end]` as spans: the late ones, then the passed-over ones.
+
+    Lateness only grows with age, so the late windows are always the oldest.
+    """
+    last = latest_window(rule, end, anchor)
+    if last is None or last <= after:
+        return []
+    first = next_window(rule, after, anchor)
+    assert first is not None  # noqa: S101 - `last` lies after `after`, so a window follows it
+    spans: list[SkippedSpan] = []
+    if on_time_since is not None:
+        newest_late = latest_window(rule, min(last, on_time_since - _MICROSECOND), anchor)
+        if newest_late is not None and newest_late > after:
+            spans.append(_span(rule, anchor, first, newest_late, SkipReason.LATE))
+            following = next_window(rule, newest_late, anchor)
+            if following is None or following > last:
+                return spans
+            first = following
+    spans.append(_span(rule, anchor, first, last, passed_over))
+    return spans
+
+
+def _span(
+    rule: Rule, anchor: datetime | None, first: datetime, last: datetime, reason: SkipReason
+) -> SkippedSpan:
+    return SkippedSpan(first, last, count_windows(rule, first, last, anchor), reason)
+
+
+def count_windows(
+    rule: Rule, first: datetime, last: datetime, anchor: datetime | None = None
+) -> int | None:
+    """Count the windows in `[first, last]` (both windows); None when over MAX_COUNTED_SKIPS."""
+    if isinstance(rule, IntervalRule):
+        return (last - first) // rule.every + 1
+    count = 0
+    for _ in windows_between(rule, first - _MICROSECOND, last, anchor):
+        count += 1
+        if count > MAX_COUNTED_SKIPS:
+            return None
+    return count
