@@ -1,0 +1,35 @@
+"""Store backends, chosen by the scheme of `safebeat_url`."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from safebeat.stores.base import Store
+from safebeat.urls import backend_of
+
+_memory_stores: dict[str, Store] = {}
+_memory_mutex = threading.Lock()
+
+
+def open_store(url: str, *, lock_timeout: timedelta = timedelta(seconds=5)) -> Store:
+    """Return the store for `url`. Nothing connects until the store is first used."""
+    backend = backend_of(url)
+    if backend == "postgres":
+        from safebeat.stores.postgres import PostgresStore  # noqa: PLC0415 - optional extra
+
+        return PostgresStore(url, lock_timeout=lock_timeout)
+    if backend == "sqlite":
+        from safebeat.stores.sqlite import SqliteStore  # noqa: PLC0415
+
+        return SqliteStore(url)
+    from safebeat.stores.memory import MemoryStore  # noqa: PLC0415
+
+    # One memory store per URL and process, so schedulers in one process share it.
+    with _memory_mutex:
+        if url not in _memory_stores:
+            _memory_stores[url] = MemoryStore()
+        return _memory_stores[url]
+
+
+__all__ = ["Store", "open_store"]

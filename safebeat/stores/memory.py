@@ -1,0 +1,299 @@
+"""The reference store: the Store contract in plain Python, for one process (tests, examples).
+
+`memory://` is shared by every scheduler in the process that opens the same URL, so
+several schedulers in one test behave like replicas. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+
+from safebeat.identity import Replica
+from safebeat.stores.base import (
+    Claim,
+    Definition,
+    DispatchRecord,
+    EntryState,
+    Planner,
+    Registration,
+    ReplicaRecord,
+    Status,
+    TickPlan,
+    TickResult,
+)
+
+
+def _system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class _Namespace:
+    entries: dict[str, EntryState]
+    dispatches: dict[tuple[str, datetime], DispatchRecord]
+    replicas: dict[str, ReplicaRecord]
+    tick_lock: threading.Lock
+
+
+class MemoryStore:
+    """Implements `safebeat.stores.base.Store` in memory; `clock` makes time controllable."""
+
+    display_url = "memory://"
+
+    def __init__(self, clock: Callable[[], datetime] = _system_clock) -> None:
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._namespaces: dict[str, _Namespace] = {}
+        self._next_id = 1
+
+    def _ns(self, namespace: str) -> _Namespace:
+        if namespace not in self._namespaces:
+            self._namespaces[namespace] = _Namespace({}, {}, {}, threading.Lock())
+        return self._namespaces[namespace]
+
+    def migrate(self) -> int:
+        return 1
+
+    def clock(self) -> datetime:
+        return self._clock()
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            changed: dict[str, str] = {}
+            for definition in definitions:
+                state = ns.entries.get(definition.name)
+                if state is None:
+                    ns.entries[definition.name] = EntryState(
+                        name=definition.name,
+                        anchor=now.replace(microsecond=0),
+                        defined_at=now,
+                        last_window=None,
+                        digest=definition.digest,
+                        schedule=definition.schedule,
+                    )
+                elif state.digest != definition.digest:
+                    changed[definition.name] = state.digest
+                    moved = state.schedule != definition.schedule
+                    ns.entries[definition.name] = replace(
+                        state,
+                        digest=definition.digest,
+                        schedule=definition.schedule,
+                        defined_at=now if moved else state.defined_at,
+                    )
+            names = {d.name for d in definitions}
+            states = {n: s for n, s in ns.entries.items() if n in names}
+            return Registration(states, changed)
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._mutex:
+            return dict(self._ns(namespace).entries)
+
+    def tick(
+        self,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        claim_timeout: timedelta | None,
+        reclaim_limit: int = 1000,
+    ) -> TickResult | None:
+        with self._mutex:
+            ns = self._ns(namespace)
+        if not ns.tick_lock.acquire(blocking=False):
+            return None
+        try:
+            now = self.clock()
+            with self._mutex:
+                wanted = set(names)
+                states = {n: s for n, s in ns.entries.items() if n in wanted}
+            plan = planner(now, states)
+            with self._mutex:
+                claimed = self._insert(ns, plan, replica, now)
+                for name, window in plan.advances.items():
+                    state = ns.entries.get(name)
+                    if state is not None and (
+                        state.last_window is None or window > state.last_window
+                    ):
+                        ns.entries[name] = replace(state, last_window=window)
+                reclaimed = (
+                    []
+                    if claim_timeout is None
+                    else self._reclaim(ns, wanted, now - claim_timeout, replica, now)
+                )
+                states = {n: s for n, s in ns.entries.items() if n in wanted}
+            return TickResult(now, states, claimed, reclaimed[:reclaim_limit])
+        finally:
+            ns.tick_lock.release()
+
+    def _insert(
+        self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime
+    ) -> list[Claim]:
+        inserted: list[Claim] = []
+        for claim in plan.claims:
+            record = self._new_row(
+                ns,
+                replica,
+                now,
+                entry=claim.entry,
+                window=claim.window,
+                status=Status.CLAIMED,
+                task_id=claim.task_id,
+                task_name=claim.task_name,
+            )
+            if record is not None:
+                inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+        for skip in plan.skips:
+            self._new_row(
+                ns,
+                replica,
+                now,
+                entry=skip.entry,
+                window=skip.window,
+                status=Status.SKIPPED,
+                reason=skip.reason,
+                skipped_from=skip.first,
+                skipped_count=skip.count,
+            )
+        return inserted
+
+    def _new_row(
+        self,
+        ns: _Namespace,
+        replica: Replica,
+        now: datetime,
+        *,
+        entry: str,
+        window: datetime,
+        status: Status,
+        task_id: str | None = None,
+        task_name: str | None = None,
+        reason: str | None = None,
+        skipped_from: datetime | None = None,
+        skipped_count: int | None = None,
+    ) -> DispatchRecord | None:
+        """Insert a row unless (entry, window) exists: the unique key of every store."""
+        if (entry, window) in ns.dispatches:
+            return None
+        record = DispatchRecord(
+            id=self._next_id,
+            entry=entry,
+            window=window,
+            status=status,
+            task_id=task_id,
+            task_name=task_name,
+            reason=reason,
+            skipped_from=skipped_from,
+            skipped_count=skipped_count,
+            replica=replica.id,
+            host=replica.host,
+            pid=replica.pid,
+            claimed_at=now,
+            sent_at=None,
+            attempts=1,
+            error=None,
+        )
+        self._next_id += 1
+        ns.dispatches[(entry, window)] = record
+        return record
+
+    def _reclaim(
+        self,
+        ns: _Namespace,
+        names: set[str],
+        stale_before: datetime,
+        replica: Replica,
+        now: datetime,
+    ) -> list[Claim]:
+        reclaimed: list[Claim] = []
+        stale = sorted(
+            (
+                r
+                for r in ns.dispatches.values()
+                if r.status is Status.CLAIMED and r.entry in names and r.claimed_at < stale_before
+            ),
+            key=lambda r: r.claimed_at,
+        )
+        for record in stale:
+            taken = replace(
+                record,
+                claimed_at=now,
+                attempts=record.attempts + 1,
+                replica=replica.id,
+                host=replica.host,
+                pid=replica.pid,
+            )
+            ns.dispatches[(record.entry, record.window)] = taken
+            assert taken.task_id is not None  # noqa: S101 - claims always carry a task id
+            reclaimed.append(
+                Claim(taken.id, taken.entry, taken.window, taken.task_id, taken.attempts)
+            )
+        return reclaimed
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            wanted = set(sent) | set(failed)
+            for key, record in list(ns.dispatches.items()):
+                if record.id not in wanted or record.status is not Status.CLAIMED:
+                    continue
+                if record.id in failed:
+                    ns.dispatches[key] = replace(
+                        record, status=Status.FAILED, error=failed[record.id]
+                    )
+                else:
+                    ns.dispatches[key] = replace(record, status=Status.SENT, sent_at=now)
+
+    def heartbeat(
+        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
+    ) -> None:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            previous = ns.replicas.get(replica.id)
+            ns.replicas[replica.id] = ReplicaRecord(
+                replica=replica.id,
+                host=replica.host,
+                pid=replica.pid,
+                version=version,
+                started_at=previous.started_at if previous else now,
+                heartbeat_at=now,
+                definitions=dict(definitions),
+            )
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._mutex:
+            records = list(self._ns(namespace).replicas.values())
+        return sorted(records, key=lambda r: r.heartbeat_at, reverse=True)
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._mutex:
+            records = [
+                r
+                for r in self._ns(namespace).dispatches.values()
+                if entry is None or r.entry == entry
+            ]
+        records.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return records[:limit]
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        with self._mutex:
+            ns = self._ns(namespace)
+            old = [k for k, r in ns.dispatches.items() if r.claimed_at < before]
+            for key in old:
+                del ns.dispatches[key]
+            for replica_id in [k for k, r in ns.replicas.items() if r.heartbeat_at < before]:
+                del ns.replicas[replica_id]
+            return len(old)
+
+    def close(self) -> None:
+        """Nothing to release: the data lives as long as the process."""

@@ -1,0 +1,355 @@
+"""The PostgreSQL store (psycopg 3): a transaction-scoped advisory lock, claims under a unique key.
+
+One tick is two network round trips, however many entries are due: the first takes
+the lock, reads `clock_timestamp()` and loads the states; the second inserts every claim
+in one `INSERT ... SELECT FROM unnest() ON CONFLICT DO NOTHING RETURNING`, advances the
+states, takes over stale claims and commits (psycopg pipeline mode). The lock is
+`pg_try_advisory_xact_lock`, released with the transaction, so it also works behind
+PgBouncer in transaction mode; `idle_in_transaction_session_timeout` on the tick
+transaction bounds how long a frozen replica can hold it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta
+from typing import Any
+
+try:
+    import psycopg
+    import psycopg.errors
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "safebeat's PostgreSQL store needs psycopg 3: pip install 'safebeat[postgres]'"
+    ) from exc
+
+from safebeat.errors import StoreError, StoreUnavailable
+from safebeat.identity import Replica
+from safebeat.stores.base import (
+    Claim,
+    Definition,
+    DispatchRecord,
+    EntryState,
+    Planner,
+    Registration,
+    ReplicaRecord,
+    Status,
+    TickResult,
+)
+from safebeat.stores.sql_common import (
+    advisory_key,
+    as_columns,
+    dispatch_rows,
+    states_after,
+)
+from safebeat.stores.sqlfiles import load_migrations, load_queries
+from safebeat.urls import redact, scrub
+
+Q = load_queries(__name__)
+MIGRATIONS = load_migrations(__name__)
+_MIGRATION_LOCK = advisory_key("migrate")
+
+
+def _ms(value: timedelta) -> str:
+    return f"{int(value.total_seconds() * 1000)}ms"
+
+
+class PostgresStore:
+    """Implements `safebeat.stores.base.Store` on PostgreSQL. One connection, one thread."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        lock_timeout: timedelta = timedelta(seconds=5),
+        statement_timeout: timedelta = timedelta(seconds=60),
+        connect_timeout: int = 5,
+    ) -> None:
+        self._url = url
+        self.display_url = redact(url)
+        self._timeouts = {
+            "idle": _ms(lock_timeout),
+            "lock": _ms(lock_timeout),
+            "statement": _ms(statement_timeout),
+        }
+        self._connect_timeout = connect_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+
+    # --- connection and error boundary ----------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = psycopg.connect(
+                self._url,
+                autocommit=False,
+                connect_timeout=self._connect_timeout,
+                application_name="safebeat",
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+                tcp_user_timeout=int(self._connect_timeout * 3000),
+            )
+        return self._conn
+
+    @contextmanager
+    def _boundary(self, action: str) -> Iterator[psycopg.Connection[Any]]:
+        """Yield the connection; map driver errors onto safebeat's, without passwords."""
+        try:
+            conn = self._connection()
+        except psycopg.Error as exc:
+            self._drop()
+            raise StoreUnavailable(self._message(action, exc)) from exc
+        try:
+            yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self._drop()
+            raise StoreUnavailable(self._message(action, exc)) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            self._rollback()
+            raise StoreError(
+                f"{self._message(action, exc)}; the schema is missing: run `safebeat migrate`"
+            ) from exc
+        except psycopg.Error as exc:
+            self._rollback()
+            raise StoreError(self._message(action, exc)) from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _message(self, action: str, exc: BaseException) -> str:
+        detail = scrub(str(exc).strip() or type(exc).__name__, self._url)
+        return f"PostgreSQL store {self.display_url}: {action} failed: {detail}"
+
+    def _rollback(self) -> None:
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with suppress(psycopg.Error):
+                conn.close()
+
+    def close(self) -> None:
+        self._drop()
+
+    # --- schema ---------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        with self._boundary("migrate") as conn:
+            conn.execute(Q["lock_migrations"], {"key": _MIGRATION_LOCK})
+            conn.execute(Q["create_version_table"])
+            version = self._schema_version(conn)
+            for migration in MIGRATIONS:
+                if migration.version > version:
+                    conn.execute(migration.sql)
+                    conn.execute(
+                        Q["record_migration"],
+                        {"version": migration.version, "name": migration.name},
+                    )
+                    version = migration.version
+            conn.commit()
+            return version
+
+    def schema_version(self) -> int:
+        """Return the applied schema version (0: never migrated)."""
+        with self._boundary("read the schema version") as conn:
+            exists = conn.execute("SELECT to_regclass('safebeat_schema_version')").fetchone()
+            version = self._schema_version(conn) if exists and exists[0] else 0
+            conn.rollback()
+            return version
+
+    @staticmethod
+    def _schema_version(conn: psycopg.Connection[Any]) -> int:
+        row = conn.execute(Q["schema_version"]).fetchone()
+        return int(row[0]) if row else 0
+
+    # --- the protocol ---------------------------------------------------------------------
+
+    def clock(self) -> datetime:
+        with self._boundary("read the clock") as conn:
+            row = conn.execute(Q["clock"]).fetchone()
+            conn.rollback()
+            assert row is not None  # noqa: S101 - SELECT always returns one row
+            now: datetime = row[0]
+            return now
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        names = [d.name for d in definitions]
+        with self._boundary("register entries") as conn:
+            clock_row = conn.execute(Q["clock"]).fetchone()
+            assert clock_row is not None  # noqa: S101
+            before = dict(
+                conn.execute(
+                    Q["registered_digests"], {"namespace": namespace, "names": names}
+                ).fetchall()
+            )
+            conn.execute(
+                Q["register"],
+                {
+                    "namespace": namespace,
+                    "now": clock_row[0],
+                    "replica": replica.id,
+                    "names": names,
+                    "schedules": [d.schedule for d in definitions],
+                    "digests": [d.digest for d in definitions],
+                },
+            )
+            states = self._load(conn, namespace, names)
+            conn.commit()
+        changed = {
+            d.name: before[d.name]
+            for d in definitions
+            if d.name in before and before[d.name] != d.digest
+        }
+        return Registration(states, changed)
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._boundary("load entry states") as conn:
+            rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
+            conn.rollback()
+        return {row[0]: EntryState(*row) for row in rows}
+
+    @staticmethod
+    def _load(
+        conn: psycopg.Connection[Any], namespace: str, names: Sequence[str]
+    ) -> dict[str, EntryState]:
+        rows = conn.execute(Q["load_states"], {"namespace": namespace, "names": names})
+        return {row[0]: EntryState(*row) for row in rows.fetchall()}
+
+    def tick(
+        self,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        claim_timeout: timedelta | None,
+        reclaim_limit: int = 1000,
+    ) -> TickResult | None:
+        names = list(names)
+        with self._boundary("tick") as conn:
+            with conn.pipeline():
+                conn.execute(Q["bound_transaction"], self._timeouts)
+                lock = conn.execute(Q["try_tick_lock"], {"key": advisory_key("tick", namespace)})
+                loaded = conn.execute(Q["load_states"], {"namespace": namespace, "names": names})
+                lock_row = lock.fetchone()
+                state_rows = loaded.fetchall()
+            assert lock_row is not None  # noqa: S101
+            locked, now = lock_row
+            if not locked:
+                conn.rollback()
+                return None
+            states = {row[0]: EntryState(*row) for row in state_rows}
+            plan = planner(now, states)
+            rows = dispatch_rows(plan)
+            who = {"replica": replica.id, "host": replica.host, "pid": replica.pid}
+            with conn.pipeline():
+                inserted = None
+                if rows:
+                    inserted = conn.execute(
+                        Q["insert_dispatches"],
+                        {"namespace": namespace, "now": now, **who, **as_columns(rows)},
+                    )
+                if plan.advances:
+                    conn.execute(
+                        Q["advance_states"],
+                        {
+                            "namespace": namespace,
+                            "names": list(plan.advances),
+                            "windows": list(plan.advances.values()),
+                        },
+                    )
+                stale = None
+                if claim_timeout is not None:
+                    stale = conn.execute(
+                        Q["reclaim_stale"],
+                        {
+                            "namespace": namespace,
+                            "now": now,
+                            "stale_before": now - claim_timeout,
+                            "names": names,
+                            "limit": reclaim_limit,
+                            **who,
+                        },
+                    )
+                conn.commit()
+            claimed = [
+                Claim(row[0], row[1], row[2], row[3], 1)
+                for row in (inserted.fetchall() if inserted is not None else [])
+                if row[4] == Status.CLAIMED.value
+            ]
+            reclaimed = [Claim(*row) for row in stale.fetchall()] if stale is not None else []
+        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        if not sent and not failed:
+            return
+        with self._boundary("record publishing") as conn:
+            with conn.pipeline():
+                if sent:
+                    conn.execute(Q["mark_sent"], {"ids": list(sent)})
+                if failed:
+                    conn.execute(
+                        Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
+                    )
+            conn.commit()
+
+    def heartbeat(
+        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
+    ) -> None:
+        with self._boundary("heartbeat") as conn:
+            conn.execute(
+                Q["heartbeat"],
+                {
+                    "namespace": namespace,
+                    "replica": replica.id,
+                    "host": replica.host,
+                    "pid": replica.pid,
+                    "version": version,
+                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                },
+            )
+            conn.commit()
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._boundary("list replicas") as conn:
+            rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
+            conn.rollback()
+        return [ReplicaRecord(*row) for row in rows]
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._boundary("read history") as conn:
+            rows = conn.execute(
+                Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
+            ).fetchall()
+            conn.rollback()
+        return [_record(row) for row in rows]
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        with self._boundary("prune") as conn:
+            deleted = conn.execute(
+                Q["prune_dispatches"], {"namespace": namespace, "before": before}
+            ).rowcount
+            conn.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+            conn.commit()
+        return deleted
+
+
+def _record(row: Sequence[Any]) -> DispatchRecord:
+    values = list(row)
+    values[3] = Status(values[3])
+    return DispatchRecord(*values)

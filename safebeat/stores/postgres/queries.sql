@@ -1,0 +1,135 @@
+-- Named queries of the PostgreSQL store. Parameters are psycopg's %(name)s.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS safebeat_schema_version (
+    version     integer     PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: lock_migrations
+SELECT pg_advisory_xact_lock(%(key)s);
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
+
+-- name: record_migration
+INSERT INTO safebeat_schema_version (version, name) VALUES (%(version)s, %(name)s);
+
+-- name: clock
+SELECT clock_timestamp();
+
+-- name: bound_transaction
+-- Bounds how long a frozen replica can hold the tick lock: the server ends a session
+-- idle inside a transaction, which releases the transaction-scoped advisory lock.
+SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
+       set_config('lock_timeout', %(lock)s, true),
+       set_config('statement_timeout', %(statement)s, true);
+
+-- name: try_tick_lock
+SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
+
+-- name: load_states
+SELECT name, anchor, defined_at, last_window, digest, schedule
+FROM safebeat_entry
+WHERE namespace = %(namespace)s AND name = ANY(%(names)s);
+
+-- name: all_states
+SELECT name, anchor, defined_at, last_window, digest, schedule
+FROM safebeat_entry
+WHERE namespace = %(namespace)s;
+
+-- name: registered_digests
+SELECT name, digest FROM safebeat_entry
+WHERE namespace = %(namespace)s AND name = ANY(%(names)s);
+
+-- name: register
+INSERT INTO safebeat_entry AS e
+    (namespace, name, schedule, digest, anchor, defined_at, registered_by)
+SELECT %(namespace)s, d.name, d.schedule, d.digest,
+       date_trunc('second', %(now)s::timestamptz), %(now)s, %(replica)s
+FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
+     AS d(name, schedule, digest)
+ON CONFLICT (namespace, name) DO UPDATE
+    SET schedule = excluded.schedule,
+        digest = excluded.digest,
+        defined_at = CASE WHEN e.schedule <> excluded.schedule
+                          THEN excluded.defined_at ELSE e.defined_at END,
+        registered_by = excluded.registered_by
+    WHERE e.digest <> excluded.digest;
+
+-- name: insert_dispatches
+INSERT INTO safebeat_dispatch
+    (namespace, entry, window_at, status, task_id, task_name, reason,
+     skipped_from, skipped_count, replica, host, pid, claimed_at)
+SELECT %(namespace)s, d.entry, d.window_at, d.status, d.task_id, d.task_name, d.reason,
+       d.skipped_from, d.skipped_count, %(replica)s, %(host)s, %(pid)s, %(now)s
+FROM unnest(%(entries)s::text[], %(windows)s::timestamptz[], %(statuses)s::text[],
+            %(task_ids)s::text[], %(task_names)s::text[], %(reasons)s::text[],
+            %(skipped_from)s::timestamptz[], %(skipped_counts)s::integer[])
+     AS d(entry, window_at, status, task_id, task_name, reason, skipped_from, skipped_count)
+ON CONFLICT ON CONSTRAINT safebeat_dispatch_window DO NOTHING
+RETURNING id, entry, window_at, task_id, status;
+
+-- name: advance_states
+UPDATE safebeat_entry AS e
+SET last_window = greatest(e.last_window, u.last_window)
+FROM unnest(%(names)s::text[], %(windows)s::timestamptz[]) AS u(name, last_window)
+WHERE e.namespace = %(namespace)s AND e.name = u.name;
+
+-- name: reclaim_stale
+UPDATE safebeat_dispatch AS d
+SET claimed_at = %(now)s, attempts = d.attempts + 1,
+    replica = %(replica)s, host = %(host)s, pid = %(pid)s
+WHERE d.id IN (
+    SELECT id FROM safebeat_dispatch
+    WHERE namespace = %(namespace)s AND status = 'claimed'
+      AND claimed_at < %(stale_before)s AND entry = ANY(%(names)s)
+    ORDER BY claimed_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING d.id, d.entry, d.window_at, d.task_id, d.attempts;
+
+-- name: mark_sent
+UPDATE safebeat_dispatch
+SET status = 'sent', sent_at = clock_timestamp()
+WHERE id = ANY(%(ids)s) AND status = 'claimed';
+
+-- name: mark_failed
+UPDATE safebeat_dispatch AS d
+SET status = 'failed', error = f.error
+FROM unnest(%(ids)s::bigint[], %(errors)s::text[]) AS f(id, error)
+WHERE d.id = f.id AND d.status = 'claimed';
+
+-- name: heartbeat
+INSERT INTO safebeat_replica AS r
+    (namespace, replica, host, pid, version, started_at, heartbeat_at, definitions)
+VALUES (%(namespace)s, %(replica)s, %(host)s, %(pid)s, %(version)s,
+        clock_timestamp(), clock_timestamp(), %(definitions)s)
+ON CONFLICT (namespace, replica) DO UPDATE
+    SET heartbeat_at = excluded.heartbeat_at,
+        version = excluded.version,
+        definitions = excluded.definitions;
+
+-- name: replicas
+SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
+FROM safebeat_replica
+WHERE namespace = %(namespace)s
+ORDER BY heartbeat_at DESC;
+
+-- name: history
+SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
+       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error
+FROM safebeat_dispatch
+WHERE namespace = %(namespace)s AND (%(entry)s::text IS NULL OR entry = %(entry)s)
+ORDER BY window_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: prune_dispatches
+DELETE FROM safebeat_dispatch
+WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
+
+-- name: prune_replicas
+DELETE FROM safebeat_replica
+WHERE namespace = %(namespace)s AND heartbeat_at < %(before)s;

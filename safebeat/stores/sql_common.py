@@ -1,0 +1,61 @@
+"""Pieces shared by the SQL backends: lock keys, state rows, and the result of a tick."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import TypeAlias
+
+from safebeat.stores.base import EntryState, TickPlan
+
+
+def advisory_key(*parts: str) -> int:
+    """Return a stable signed 64-bit key for PostgreSQL advisory locks."""
+    digest = hashlib.sha256("\x1f".join(("safebeat", *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:
+    """Apply the plan's advances to `states` the way the stores do: the later window wins."""
+    result = dict(states)
+    for name, window in plan.advances.items():
+        state = result.get(name)
+        if state is not None and (state.last_window is None or window > state.last_window):
+            result[name] = replace(state, last_window=window)
+    return result
+
+
+#: Columns of a new dispatch row, in the order `dispatch_rows` yields them.
+DISPATCH_COLUMNS = (
+    "entries",
+    "windows",
+    "statuses",
+    "task_ids",
+    "task_names",
+    "reasons",
+    "skipped_from",
+    "skipped_counts",
+)
+
+DispatchRow: TypeAlias = tuple[
+    str, datetime, str, str | None, str | None, str | None, datetime | None, int | None
+]
+
+
+def dispatch_rows(plan: TickPlan) -> list[DispatchRow]:
+    """The dispatch rows a plan inserts, claims first (see DISPATCH_COLUMNS)."""
+    rows: list[DispatchRow] = [
+        (c.entry, c.window, "claimed", c.task_id, c.task_name, None, None, None)
+        for c in plan.claims
+    ]
+    rows.extend(
+        (s.entry, s.window, "skipped", None, None, s.reason, s.first, s.count) for s in plan.skips
+    )
+    return rows
+
+
+def as_columns(rows: list[DispatchRow]) -> dict[str, list[object]]:
+    """Transpose rows into {column: values}, for one `unnest()` insert."""
+    return {name: [row[i] for row in rows] for i, name in enumerate(DISPATCH_COLUMNS)}

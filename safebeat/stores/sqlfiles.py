@@ -1,0 +1,48 @@
+"""SQL kept in `.sql` files beside each backend: named queries and numbered migrations."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
+    """Return the `-- name: x` blocks of a package's SQL file as {name: sql}."""
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        if name in queries:
+            raise ValueError(f"{package}/{filename}: query {name!r} is defined twice")
+        queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered schema change."""
+
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(package: str) -> list[Migration]:
+    """Return a package's `migrations/NNNN_name.sql` files in version order."""
+    folder = resources.files(package).joinpath("migrations")
+    migrations = []
+    for item in folder.iterdir():
+        match = _MIGRATION.match(item.name)
+        if match:
+            migrations.append(
+                Migration(int(match.group(1)), item.name, item.read_text(encoding="utf-8"))
+            )
+    migrations.sort(key=lambda m: m.version)
+    expected = list(range(1, len(migrations) + 1))
+    if [m.version for m in migrations] != expected:
+        raise ValueError(f"{package}: migrations must be numbered 0001, 0002, ... without gaps")
+    return migrations

@@ -1,0 +1,393 @@
+"""The SQLite store: several beats on ONE host (e.g. `celery worker -B` in several workers).
+
+The tick lock is SQLite's write lock (`BEGIN IMMEDIATE`); claims sit under the same
+unique key as in every store. SQLite cannot end the transaction of a frozen process,
+so it is for one host only, and its write transactions are kept tiny. "Now" is this
+host's clock, which every replica on the host shares. `sqlite:///relative/path` and
+`sqlite:////absolute/path` name the file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from safebeat.errors import ConfigError, StoreError, StoreUnavailable
+from safebeat.identity import Replica
+from safebeat.stores.base import (
+    Claim,
+    Definition,
+    DispatchRecord,
+    EntryState,
+    Planner,
+    Registration,
+    ReplicaRecord,
+    Status,
+    TickPlan,
+    TickResult,
+)
+from safebeat.stores.sql_common import dispatch_rows, states_after
+from safebeat.stores.sqlfiles import load_migrations, load_queries
+
+Q = load_queries(__name__)
+MIGRATIONS = load_migrations(__name__)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _us(instant: datetime) -> int:
+    return (instant - _EPOCH) // timedelta(microseconds=1)
+
+
+def _instant(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def _maybe_instant(micros: int | None) -> datetime | None:
+    return None if micros is None else _instant(micros)
+
+
+def path_of(url: str) -> str:
+    """Return the file path in `sqlite:///path` (relative) or `sqlite:////path` (absolute)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or len(url) == len(prefix):
+        raise ConfigError(
+            f"safebeat_url {url!r}: write sqlite:///relative/path or sqlite:////absolute/path"
+        )
+    return url[len(prefix) :]
+
+
+def _state(row: Sequence[Any]) -> EntryState:
+    name, anchor, defined_at, last_window, digest, schedule = row
+    return EntryState(
+        name, _instant(anchor), _instant(defined_at), _maybe_instant(last_window), digest, schedule
+    )
+
+
+class _Busy(StoreUnavailable):
+    """Another process held the write lock for longer than the busy timeout."""
+
+
+def _system_clock() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SqliteStore:
+    """Implements `safebeat.stores.base.Store` on one SQLite file in WAL mode."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout: timedelta = timedelta(seconds=5),
+        clock: Callable[[], datetime] = _system_clock,
+    ) -> None:
+        self.path = path_of(url)
+        self.display_url = url
+        self._busy_timeout = busy_timeout.total_seconds()
+        self._clock = clock
+        self._conn: sqlite3.Connection | None = None
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            parent = Path(self.path).parent
+            if not parent.is_dir():
+                raise StoreError(
+                    f"SQLite store {self.display_url}: folder {str(parent)!r} does not exist"
+                )
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn = conn
+        return self._conn
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[sqlite3.Connection]:
+        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error."""
+        with self._boundary(action) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _boundary(self, action: str) -> Iterator[sqlite3.Connection]:
+        """Yield the connection; map sqlite3 errors onto safebeat's."""
+        try:
+            yield self._connection()
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                raise _Busy(f"SQLite store {self.display_url}: {action} failed: {text}") from exc
+            if "no such table" in text:
+                raise StoreError(
+                    f"SQLite store {self.display_url}: {action} failed: {text}; "
+                    "the schema is missing: run `safebeat migrate`"
+                ) from exc
+            self.close()
+            raise StoreUnavailable(
+                f"SQLite store {self.display_url}: {action} failed: {text}"
+            ) from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite store {self.display_url}: {action} failed: {exc}") from exc
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def migrate(self) -> int:
+        with self._write("migrate") as conn:
+            conn.execute(Q["create_version_table"])
+            version = int(conn.execute(Q["schema_version"]).fetchone()[0])
+            for migration in MIGRATIONS:
+                if migration.version > version:
+                    for statement in _statements(migration.sql):
+                        conn.execute(statement)
+                    conn.execute(
+                        Q["record_migration"],
+                        {
+                            "version": migration.version,
+                            "name": migration.name,
+                            "now": _us(self.clock()),
+                        },
+                    )
+                    version = migration.version
+            return version
+
+    def schema_version(self) -> int:
+        """Return the applied schema version (0: never migrated)."""
+        with self._boundary("read the schema version") as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE name = 'safebeat_schema_version'"
+            ).fetchone()
+            return int(conn.execute(Q["schema_version"]).fetchone()[0]) if exists else 0
+
+    def clock(self) -> datetime:
+        return self._clock()
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        names = [d.name for d in definitions]
+        with self._write("register entries") as conn:
+            now = self.clock()
+            before = {n: s.digest for n, s in self._load(conn, namespace, names).items()}
+            conn.executemany(
+                Q["register"],
+                [
+                    {
+                        "namespace": namespace,
+                        "name": d.name,
+                        "schedule": d.schedule,
+                        "digest": d.digest,
+                        "anchor": _us(now.replace(microsecond=0)),
+                        "now": _us(now),
+                        "replica": replica.id,
+                    }
+                    for d in definitions
+                ],
+            )
+            states = self._load(conn, namespace, names)
+        changed = {
+            d.name: before[d.name]
+            for d in definitions
+            if d.name in before and before[d.name] != d.digest
+        }
+        return Registration(states, changed)
+
+    @staticmethod
+    def _load(
+        conn: sqlite3.Connection, namespace: str, names: Collection[str]
+    ) -> dict[str, EntryState]:
+        rows = conn.execute(
+            Q["load_states"], {"namespace": namespace, "names": json.dumps(list(names))}
+        )
+        return {row[0]: _state(row) for row in rows}
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._boundary("load entry states") as conn:
+            rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
+        return {row[0]: _state(row) for row in rows}
+
+    def tick(
+        self,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        claim_timeout: timedelta | None,
+        reclaim_limit: int = 1000,
+    ) -> TickResult | None:
+        try:
+            with self._write("tick") as conn:
+                now = self.clock()
+                states = self._load(conn, namespace, names)
+                plan = planner(now, states)
+                who = {"replica": replica.id, "host": replica.host, "pid": replica.pid}
+                claimed = self._insert(conn, namespace, plan, now, who)
+                conn.executemany(
+                    Q["advance_state"],
+                    [
+                        {"namespace": namespace, "name": name, "window": _us(window)}
+                        for name, window in plan.advances.items()
+                    ],
+                )
+                reclaimed = []
+                if claim_timeout is not None:
+                    reclaimed = self._reclaim(
+                        conn,
+                        namespace,
+                        names,
+                        stale_before=now - claim_timeout,
+                        limit=reclaim_limit,
+                        now=now,
+                        who=who,
+                    )
+        except _Busy:
+            return None
+        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+
+    @staticmethod
+    def _insert(
+        conn: sqlite3.Connection,
+        namespace: str,
+        plan: TickPlan,
+        now: datetime,
+        who: Mapping[str, object],
+    ) -> list[Claim]:
+        claimed = []
+        for entry, window, status, task_id, task_name, reason, first, count in dispatch_rows(plan):
+            row = conn.execute(
+                Q["insert_dispatch"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": _us(window),
+                    "status": status,
+                    "task_id": task_id,
+                    "task_name": task_name,
+                    "reason": reason,
+                    "skipped_from": None if first is None else _us(first),
+                    "skipped_count": count,
+                    "now": _us(now),
+                    **who,
+                },
+            ).fetchone()
+            if row is not None and task_id is not None:
+                claimed.append(Claim(row[0], entry, window, task_id, 1))
+        return claimed
+
+    @staticmethod
+    def _reclaim(
+        conn: sqlite3.Connection,
+        namespace: str,
+        names: Collection[str],
+        *,
+        stale_before: datetime,
+        limit: int,
+        now: datetime,
+        who: Mapping[str, object],
+    ) -> list[Claim]:
+        stale = conn.execute(
+            Q["stale_claims"],
+            {
+                "namespace": namespace,
+                "stale_before": _us(stale_before),
+                "names": json.dumps(list(names)),
+                "limit": limit,
+            },
+        ).fetchall()
+        conn.executemany(Q["reclaim"], [{"id": row[0], "now": _us(now), **who} for row in stale])
+        return [Claim(r[0], r[1], _instant(r[2]), r[3], r[4]) for r in stale]
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        if not sent and not failed:
+            return
+        with self._write("record publishing") as conn:
+            now = _us(self.clock())
+            conn.executemany(Q["mark_sent"], [{"id": i, "now": now} for i in sent])
+            conn.executemany(Q["mark_failed"], [{"id": i, "error": e} for i, e in failed.items()])
+
+    def heartbeat(
+        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
+    ) -> None:
+        with self._write("heartbeat") as conn:
+            conn.execute(
+                Q["heartbeat"],
+                {
+                    "namespace": namespace,
+                    "replica": replica.id,
+                    "host": replica.host,
+                    "pid": replica.pid,
+                    "version": version,
+                    "now": _us(self.clock()),
+                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                },
+            )
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._boundary("list replicas") as conn:
+            rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
+        return [
+            ReplicaRecord(r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6]))
+            for r in rows
+        ]
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._boundary("read history") as conn:
+            rows = conn.execute(
+                Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
+            ).fetchall()
+        return [
+            DispatchRecord(
+                r[0],
+                r[1],
+                _instant(r[2]),
+                Status(r[3]),
+                r[4],
+                r[5],
+                r[6],
+                _maybe_instant(r[7]),
+                r[8],
+                r[9],
+                r[10],
+                r[11],
+                _instant(r[12]),
+                _maybe_instant(r[13]),
+                r[14],
+                r[15],
+            )
+            for r in rows
+        ]
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        with self._write("prune") as conn:
+            params = {"namespace": namespace, "before": _us(before)}
+            deleted = conn.execute(Q["prune_dispatches"], params).rowcount
+            conn.execute(Q["prune_replicas"], params)
+        return deleted
+
+
+def _statements(script: str) -> list[str]:
+    """Split a migration into statements (our migrations hold no `;` inside literals)."""
+    lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]

@@ -1,0 +1,100 @@
+-- Named queries of the SQLite store. Parameters are sqlite3's :name.
+
+-- name: create_version_table
+CREATE TABLE IF NOT EXISTS safebeat_schema_version (
+    version     INTEGER PRIMARY KEY,
+    name        TEXT    NOT NULL,
+    applied_at  INTEGER NOT NULL
+);
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
+
+-- name: record_migration
+INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version, :name, :now);
+
+-- name: load_states
+SELECT name, anchor, defined_at, last_window, digest, schedule
+FROM safebeat_entry
+WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
+
+-- name: all_states
+SELECT name, anchor, defined_at, last_window, digest, schedule
+FROM safebeat_entry
+WHERE namespace = :namespace;
+
+-- name: register
+INSERT INTO safebeat_entry
+    (namespace, name, schedule, digest, anchor, defined_at, registered_by)
+VALUES (:namespace, :name, :schedule, :digest, :anchor, :now, :replica)
+ON CONFLICT (namespace, name) DO UPDATE
+    SET schedule = excluded.schedule,
+        digest = excluded.digest,
+        defined_at = CASE WHEN safebeat_entry.schedule <> excluded.schedule
+                          THEN excluded.defined_at ELSE safebeat_entry.defined_at END,
+        registered_by = excluded.registered_by
+    WHERE safebeat_entry.digest <> excluded.digest;
+
+-- name: insert_dispatch
+INSERT INTO safebeat_dispatch
+    (namespace, entry, window_at, status, task_id, task_name, reason,
+     skipped_from, skipped_count, replica, host, pid, claimed_at)
+VALUES (:namespace, :entry, :window, :status, :task_id, :task_name, :reason,
+        :skipped_from, :skipped_count, :replica, :host, :pid, :now)
+ON CONFLICT (namespace, entry, window_at) DO NOTHING
+RETURNING id;
+
+-- name: advance_state
+UPDATE safebeat_entry
+SET last_window = max(coalesce(last_window, :window), :window)
+WHERE namespace = :namespace AND name = :name;
+
+-- name: stale_claims
+SELECT id, entry, window_at, task_id, attempts + 1
+FROM safebeat_dispatch
+WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
+  AND entry IN (SELECT value FROM json_each(:names))
+ORDER BY claimed_at
+LIMIT :limit;
+
+-- name: reclaim
+UPDATE safebeat_dispatch
+SET claimed_at = :now, attempts = attempts + 1, replica = :replica, host = :host, pid = :pid
+WHERE id = :id;
+
+-- name: mark_sent
+UPDATE safebeat_dispatch SET status = 'sent', sent_at = :now
+WHERE id = :id AND status = 'claimed';
+
+-- name: mark_failed
+UPDATE safebeat_dispatch SET status = 'failed', error = :error
+WHERE id = :id AND status = 'claimed';
+
+-- name: heartbeat
+INSERT INTO safebeat_replica
+    (namespace, replica, host, pid, version, started_at, heartbeat_at, definitions)
+VALUES (:namespace, :replica, :host, :pid, :version, :now, :now, :definitions)
+ON CONFLICT (namespace, replica) DO UPDATE
+    SET heartbeat_at = excluded.heartbeat_at,
+        version = excluded.version,
+        definitions = excluded.definitions;
+
+-- name: replicas
+SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
+FROM safebeat_replica
+WHERE namespace = :namespace
+ORDER BY heartbeat_at DESC;
+
+-- name: history
+SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
+       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error
+FROM safebeat_dispatch
+WHERE namespace = :namespace AND (:entry IS NULL OR entry = :entry)
+ORDER BY window_at DESC, id DESC
+LIMIT :limit;
+
+-- name: prune_dispatches
+DELETE FROM safebeat_dispatch WHERE namespace = :namespace AND claimed_at < :before;
+
+-- name: prune_replicas
+DELETE FROM safebeat_replica WHERE namespace = :namespace AND heartbeat_at < :before;
