@@ -1,0 +1,211 @@
+"""Settings -> one frozen, validated `Config`, read once at startup.
+
+Each setting is a lowercase `safebeat_*` key of the Celery app's configuration (with
+Django's `CELERY` namespace: `CELERY_SAFEBEAT_URL`), and each can be overridden by an
+environment variable in upper case (`SAFEBEAT_URL`). An unknown key or a bad value is a
+`ConfigError` naming it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from safebeat.errors import ConfigError
+from safebeat.urls import backend_of
+from safebeat.windows import Misfire, Policy
+
+logger = logging.getLogger("safebeat.config")
+
+DEFAULT_URL = "sqlite:///safebeat.sqlite3"
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT)(_|$)")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(value: object, name: str) -> timedelta:
+    """Read seconds (number), a timedelta, or text such as "30", "30s", "5m", "2h", "30d"."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and (match := _DURATION.match(value)):
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    else:
+        raise ConfigError(
+            f"{name}={value!r}: expected seconds (a number), a timedelta, "
+            'or text like "30s", "5m", "2h", "30d"'
+        )
+    if seconds < 0:
+        raise ConfigError(f"{name}={value!r}: must not be negative")
+    return timedelta(seconds=seconds)
+
+
+def _positive_duration(value: object, name: str) -> timedelta:
+    duration = parse_duration(value, name)
+    if duration <= timedelta(0):
+        raise ConfigError(f"{name}={value!r}: must be greater than zero")
+    return duration
+
+
+def _optional_duration(value: object, name: str) -> timedelta | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "none", "off"}):
+        return None
+    return parse_duration(value, name)
+
+
+def _positive_int(value: object, name: str) -> int:
+    try:
+        number = int(str(value)) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or number < 1:
+        raise ConfigError(f"{name}={value!r}: expected a whole number of at least 1")
+    return number
+
+
+def _port(value: object, name: str) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "off"}):
+        return None
+    port = _positive_int(value, name)
+    if port > 65535:
+        raise ConfigError(f"{name}={value!r}: a TCP port is at most 65535")
+    return port
+
+
+def _boolean(value: object, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigError(f"{name}={value!r}: expected true or false")
+
+
+def parse_misfire(value: object, name: str) -> Misfire:
+    try:
+        return Misfire(str(value).strip().lower())
+    except ValueError:
+        choices = ", ".join(repr(m.value) for m in Misfire)
+        raise ConfigError(f"{name}={value!r}: expected one of {choices}") from None
+
+
+def _url(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name}: expected a store URL such as {DEFAULT_URL!r}")
+    url = value.strip()
+    backend_of(url)  # raises ConfigError naming an unknown scheme
+    return url
+
+
+def _namespace(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name}={value!r}: expected a non-empty name")
+    return value.strip()
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every safebeat setting, validated. Durations are timedeltas."""
+
+    url: str = DEFAULT_URL
+    namespace: str = "default"
+    misfire: Misfire = Misfire.LATEST
+    grace: timedelta | None = None
+    catchup_limit: int = 100
+    claim_timeout: timedelta = timedelta(seconds=30)
+    retention: timedelta = timedelta(days=30)
+    metrics_port: int | None = None
+    auto_migrate: bool = True
+    lock_timeout: timedelta = timedelta(seconds=5)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def policy(self) -> Policy:
+        """The default missed-window policy of entries that set none of their own."""
+        return Policy(self.misfire, self.grace, self.catchup_limit)
+
+
+_PARSERS: dict[str, Callable[[object, str], Any]] = {
+    "url": _url,
+    "namespace": _namespace,
+    "misfire": parse_misfire,
+    "grace": _optional_duration,
+    "catchup_limit": _positive_int,
+    "claim_timeout": _positive_duration,
+    "retention": _positive_duration,
+    "metrics_port": _port,
+    "auto_migrate": _boolean,
+    "lock_timeout": _positive_duration,
+}
+SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)
+
+
+def _conf_keys(conf: Mapping[str, Any], app_namespace: str | None) -> dict[str, str]:
+    """Map each safebeat setting found in `conf` (any case, any namespace) to its key."""
+    prefix = f"{app_namespace.lower()}_" if app_namespace else None
+    found: dict[str, str] = {}
+    for key in conf:
+        lowered = str(key).lower()
+        if prefix and lowered.startswith(prefix + "safebeat_"):
+            lowered = lowered[len(prefix) :]
+        if lowered.startswith("safebeat_"):
+            found[lowered] = str(key)
+    return found
+
+
+def _unknown(name: str, where: str) -> ConfigError:
+    close = difflib.get_close_matches(name.lower(), SETTINGS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = ", ".join(SETTINGS)
+    return ConfigError(f"unknown setting {name!r} in {where}{hint} (known: {known})")
+
+
+def load_config(
+    conf: Mapping[str, Any],
+    *,
+    app_main: str | None = None,
+    app_namespace: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Read the safebeat settings of a Celery configuration and the environment.
+
+    Precedence: environment variable > Celery setting > default.
+    """
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for setting, key in _conf_keys(conf, app_namespace).items():
+        short = setting.removeprefix("safebeat_")
+        if short not in _PARSERS:
+            raise _unknown(key, "the Celery configuration")
+        values[short] = _PARSERS[short](conf[key], key)
+        sources[short] = key
+    for var, raw in environ.items():
+        if not var.startswith("SAFEBEAT_") or var.startswith("SAFEBEAT_TEST_"):
+            continue
+        short = var.removeprefix("SAFEBEAT_").lower()
+        if short not in _PARSERS:
+            # Not an error: Kubernetes itself sets SAFEBEAT_SERVICE_HOST, SAFEBEAT_PORT...
+            # for a Service named "safebeat", and those must not stop beat.
+            if not _KUBERNETES_SERVICE_VAR.match(var):
+                logger.warning("ignoring %s", _unknown(var, "the environment"))
+            continue
+        values[short] = _PARSERS[short](raw, var)
+        sources[short] = f"${var}"
+    if "namespace" not in values:
+        values["namespace"] = app_main if app_main and app_main != "__main__" else "default"
+    return Config(**values, sources=sources)
+
+
+def config_from_app(app: Any, environ: Mapping[str, str] | None = None) -> Config:
+    """Read the safebeat settings of a Celery app (see load_config)."""
+    return load_config(app.conf, app_main=app.main, app_namespace=app.namespace, environ=environ)

@@ -1,0 +1,265 @@
+"""Schedule entries: a `beat_schedule` item, validated and compiled into a window rule.
+
+Celery's own schedule objects are the input (`schedule`, `crontab`, `solar`, or a number
+of seconds / a timedelta); safebeat reads their parsed fields and never parses cron
+text itself. A malformed entry raises `EntryError` naming it, and only that entry is
+left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from celery import schedules
+
+from safebeat.config import Config, parse_duration, parse_misfire
+from safebeat.errors import ConfigError, EntryError
+from safebeat.identity import format_window
+from safebeat.stores.base import Definition
+from safebeat.windows import (
+    SOLAR_EVENTS,
+    ClockedRule,
+    CrontabRule,
+    IntervalRule,
+    Misfire,
+    Policy,
+    Rule,
+    SolarRule,
+)
+
+ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
+POLICY_KEYS = frozenset({"misfire", "grace", "catchup_limit", "overlap", "timezone"})
+#: Options safebeat sets itself on every message, so an entry may not set them.
+RESERVED_OPTIONS = frozenset({"task_id"})
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compiled schedule entry: what to send, when, and under which policy."""
+
+    name: str
+    task: str
+    rule: Rule
+    policy: Policy
+    schedule_text: str
+    digest: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def definition(self) -> Definition:
+        return Definition(self.name, self.schedule_text, self.digest)
+
+
+def compile_schedule(
+    beat_schedule: Mapping[str, Any], *, app_timezone: tzinfo, config: Config
+) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+    """Compile every entry; return (good entries, errors of the bad ones) by name."""
+    entries: dict[str, Entry] = {}
+    errors: dict[str, EntryError] = {}
+    for name, raw in beat_schedule.items():
+        try:
+            entries[name] = compile_entry(name, raw, app_timezone=app_timezone, config=config)
+        except EntryError as exc:
+            errors[name] = exc
+    return entries, errors
+
+
+def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Config) -> Entry:
+    """Validate one `beat_schedule` item and compile its rule; raise EntryError on bad input."""
+    if not isinstance(name, str) or not name:
+        raise EntryError(str(name), "an entry name must be a non-empty string")
+    if not isinstance(raw, Mapping):
+        raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {raw!r}")
+    unknown = set(raw) - ENTRY_KEYS
+    if unknown:
+        raise EntryError(
+            name, f"unknown key(s) {sorted(unknown)}; an entry has {sorted(ENTRY_KEYS)}"
+        )
+    task = raw.get("task")
+    if not isinstance(task, str) or not task:
+        raise EntryError(name, f"'task' must be a task name, got {task!r}")
+    args = raw.get("args") or ()
+    if not isinstance(args, list | tuple):
+        raise EntryError(name, f"'args' must be a list or tuple, got {type(args).__name__}")
+    kwargs = raw.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise EntryError(name, f"'kwargs' must be a dict, got {type(kwargs).__name__}")
+    options = dict(raw.get("options") or {})
+    safebeat_options = options.pop("safebeat", None) or {}
+    reserved = RESERVED_OPTIONS & set(options)
+    if reserved:
+        raise EntryError(name, f"options {sorted(reserved)} are set by safebeat per window")
+    if "schedule" not in raw:
+        raise EntryError(name, "'schedule' is missing")
+    policy, zone = _policy(name, safebeat_options, config, app_timezone)
+    rule = _rule(name, raw["schedule"], relative=bool(raw.get("relative")), zone=zone)
+    schedule_text = describe(rule)
+    digest = _digest(
+        {
+            "task": task,
+            "schedule": schedule_text,
+            "args": args,
+            "kwargs": kwargs,
+            "options": options,
+            "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
+        }
+    )
+    return Entry(name, task, rule, policy, schedule_text, digest, tuple(args), kwargs, options)
+
+
+def _policy(
+    name: str, options: object, config: Config, app_timezone: tzinfo
+) -> tuple[Policy, tzinfo]:
+    if not isinstance(options, Mapping):
+        raise EntryError(name, f"options['safebeat'] must be a dict, got {options!r}")
+    unknown = set(options) - POLICY_KEYS
+    if unknown:
+        raise EntryError(
+            name,
+            f"unknown options['safebeat'] key(s) {sorted(unknown)}; known: {sorted(POLICY_KEYS)}",
+        )
+    try:
+        misfire = parse_misfire(options["misfire"], "misfire") if "misfire" in options else None
+        grace = (
+            parse_duration(options["grace"], "grace") if options.get("grace") is not None else None
+        )
+        limit = options.get("catchup_limit", config.catchup_limit)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigError(f"catchup_limit={limit!r}: expected a whole number of at least 1")
+    except ConfigError as exc:
+        raise EntryError(name, f"options['safebeat']: {exc}") from None
+    overlap = options.get("overlap", "allow")
+    if overlap == "forbid":
+        raise EntryError(
+            name,
+            "options['safebeat']['overlap'] = 'forbid' needs the worker hook, which this "
+            "version of safebeat does not have yet; remove it or use 'allow'",
+        )
+    if overlap != "allow":
+        raise EntryError(name, f"options['safebeat']['overlap'] = {overlap!r}: expected 'allow'")
+    zone = _zone(name, options["timezone"]) if "timezone" in options else app_timezone
+    policy = Policy(
+        misfire=misfire if misfire is not None else config.misfire,
+        grace=grace if "grace" in options else config.grace,
+        catchup_limit=limit,
+    )
+    return policy, zone
+
+
+def _zone(name: str, value: object) -> tzinfo:
+    if isinstance(value, tzinfo):
+        return value
+    if not isinstance(value, str):
+        raise EntryError(name, f"timezone {value!r}: expected an IANA name like 'Europe/Moscow'")
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise EntryError(
+            name, f"unknown time zone {value!r}; use an IANA name like 'Europe/Moscow'"
+        ) from None
+
+
+def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
+    if isinstance(value, bool):
+        raise EntryError(name, f"schedule {value!r} is not a schedule")
+    if isinstance(value, int | float):
+        value = timedelta(seconds=value)
+    if isinstance(value, timedelta):
+        return _interval(name, value, relative)
+    if isinstance(value, schedules.crontab):
+        return CrontabRule(
+            minutes=tuple(sorted(value.minute)),
+            hours=tuple(sorted(value.hour)),
+            days_of_week=frozenset(value.day_of_week),
+            days_of_month=frozenset(value.day_of_month),
+            months_of_year=frozenset(value.month_of_year),
+            tz=zone,
+        )
+    if isinstance(value, schedules.solar):
+        if value.event not in SOLAR_EVENTS:  # pragma: no cover - celery validates this too
+            raise EntryError(name, f"unknown solar event {value.event!r}")
+        return SolarRule(value.event, float(value.lat), float(value.lon))
+    if isinstance(value, schedules.schedule):
+        return _interval(name, value.run_every, relative or value.relative)
+    clocked_time = getattr(value, "clocked_time", None)
+    if isinstance(clocked_time, datetime):
+        if clocked_time.tzinfo is None:
+            clocked_time = clocked_time.replace(tzinfo=zone)
+        return ClockedRule(clocked_time.astimezone(timezone.utc))
+    raise EntryError(
+        name,
+        f"safebeat cannot compute windows for a {type(value).__name__} schedule; use a "
+        "number of seconds, a timedelta, celery.schedules.schedule, crontab or solar",
+    )
+
+
+def _interval(name: str, every: timedelta, relative: bool) -> IntervalRule:
+    if every <= timedelta(0):
+        raise EntryError(name, f"an interval must be positive, got {every}")
+    return IntervalRule(every, anchor=_EPOCH if relative else None)
+
+
+def describe(rule: Rule) -> str:
+    """Return a canonical text of a rule: equal text, equal windows."""
+    if isinstance(rule, IntervalRule):
+        every = f"every {rule.every.total_seconds():g}s"
+        return every if rule.anchor is None else f"{every} from {format_window(rule.anchor)}"
+    if isinstance(rule, CrontabRule):
+        fields = " ".join(
+            (
+                _cron_field(rule.minutes, 0, 59),
+                _cron_field(rule.hours, 0, 23),
+                _cron_field(rule.days_of_month, 1, 31),
+                _cron_field(rule.months_of_year, 1, 12),
+                _cron_field(rule.days_of_week, 0, 6),
+            )
+        )
+        return f"crontab {fields} in {_zone_name(rule.tz)}"
+    if isinstance(rule, SolarRule):
+        return f"solar {rule.event} at {rule.lat:g},{rule.lon:g}"
+    return f"once at {format_window(rule.at)}"
+
+
+def _zone_name(zone: tzinfo) -> str:
+    key = getattr(zone, "key", None)
+    if isinstance(key, str):
+        return key
+    return "UTC" if zone.utcoffset(None) == timedelta(0) else str(zone)
+
+
+def _cron_field(values: tuple[int, ...] | frozenset[int], low: int, high: int) -> str:
+    ordered = sorted(values)
+    if ordered == list(range(low, high + 1)):
+        return "*"
+    runs: list[str] = []
+    start = previous = ordered[0]
+    for value in [*ordered[1:], None]:
+        if value is not None and value == previous + 1:
+            previous = value
+            continue
+        runs.append(str(start) if start == previous else f"{start}-{previous}")
+        if value is not None:
+            start = previous = value
+    return ",".join(runs)
+
+
+def _digest(payload: Mapping[str, object]) -> str:
+    """A digest of everything an entry sends and when, stable across processes."""
+    text = json.dumps(payload, sort_keys=True, default=_stable_text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _stable_text(value: object) -> str:
+    """Text for values JSON cannot hold; never a repr with a memory address in it."""
+    if isinstance(value, datetime | timedelta | Misfire):
+        return str(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"

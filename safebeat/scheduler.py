@@ -1,0 +1,460 @@
+"""`safebeat.Scheduler`: a Celery beat scheduler you can run in every replica.
+
+It owns `tick()`. Each tick, for the entries whose next window has come: take the
+store's tick lock (or come back shortly if another replica holds it), compute the due
+windows from the shared state and the store's clock, claim them under a unique key,
+commit, publish the claimed ones with a deterministic task id, and record them as sent.
+Nothing store-specific lives here; nothing raised in a tick escapes into Celery's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import beat
+
+from safebeat import windows
+from safebeat._version import __version__
+from safebeat.config import Config, config_from_app
+from safebeat.entries import Entry, compile_schedule
+from safebeat.errors import EntryError, StoreError, StoreUnavailable
+from safebeat.identity import current_replica, format_window, task_id_for
+from safebeat.publishing import send
+from safebeat.stores import Store, open_store
+from safebeat.stores.base import Claim, EntryState, NewClaim, NewSkip, TickPlan, TickResult
+from safebeat.urls import redact
+
+logger = logging.getLogger("safebeat.scheduler")
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter, for retrying an unreachable store."""
+
+    first: float = 1.0
+    cap: float = 30.0
+    failures: int = 0
+
+    def next_delay(self) -> float:
+        delay: float = min(self.cap, self.first * 2.0**self.failures)
+        self.failures += 1
+        return delay * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not cryptography
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+@dataclass
+class Stats:
+    """Counters of what this replica did; exported as metrics where enabled."""
+
+    ticks: int = 0
+    lock_busy: int = 0
+    claimed: int = 0
+    republished: int = 0
+    sent: int = 0
+    skipped_windows: int = 0
+    publish_errors: int = 0
+    store_errors: int = 0
+    entry_errors: int = 0
+    last_tick_seconds: float = 0.0
+    errors_by_entry: dict[str, str] = field(default_factory=dict)
+
+
+class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
+    """Celery beat scheduler that dispatches each window once, however many replicas run.
+
+    Use it with `celery -A proj beat -S safebeat.Scheduler` (or `-S safebeat`), in as
+    many processes as you like. Configuration: the `safebeat_*` settings (see
+    `safebeat.config`). Extra keyword arguments, for tests and embedding: `store` (a
+    Store to use instead of opening `safebeat_url`) and `monotonic` (the clock used to
+    measure sleeps; pair it with the store's clock).
+    """
+
+    #: Longest sleep between ticks: bounds how late a pause, a re-publish or a heartbeat is.
+    max_interval = 5.0
+    #: Seconds to wait before retrying when another replica holds the tick lock.
+    busy_retry = 0.2
+    #: Seconds between heartbeats of this replica.
+    heartbeat_interval = 10.0
+    #: Seconds between prunes of history older than `safebeat_retention`.
+    prune_interval = 3600.0
+    #: Most stale claims one tick takes over for re-publishing.
+    reclaim_limit = 1000
+
+    def __init__(
+        self,
+        app: Any,
+        *args: Any,
+        store: Store | None = None,
+        monotonic: Callable[[], float] | None = None,
+        lazy: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        # Everything here is pure: with lazy=True (the banner) nothing may touch the store.
+        self.safebeat_config: Config = config_from_app(app)
+        self.replica = current_replica()
+        self.stats = Stats()
+        self.entries: dict[str, Entry] = {}
+        self.broken_entries: dict[str, EntryError] = {}
+        self._store = store
+        self._monotonic = monotonic or time.monotonic
+        self._ready = False
+        self._due_at: dict[str, float] = {}
+        self._upcoming: dict[str, datetime | None] = {}
+        self._backoff = Backoff()
+        self._retry_at = 0.0
+        self._next_heartbeat = 0.0
+        self._next_reclaim = 0.0
+        self._next_prune = 0.0
+        self._last_store_now: datetime | None = None
+        super().__init__(app, *args, lazy=lazy, **kwargs)
+
+    # --- Celery's Scheduler interface -----------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = open_store(
+                self.safebeat_config.url, lock_timeout=self.safebeat_config.lock_timeout
+            )
+        return self._store
+
+    def setup_schedule(self) -> None:
+        """Compile the entries and try to reach the store; a store that is down is retried."""
+        self.install_default_entries(self.app.conf.beat_schedule)
+        beat_schedule = {**self.app.conf.beat_schedule, **self._default_entries}
+        self.entries, self.broken_entries = compile_schedule(
+            beat_schedule, app_timezone=self.app.timezone, config=self.safebeat_config
+        )
+        for error in self.broken_entries.values():
+            self.stats.entry_errors += 1
+            logger.error("safebeat: %s; this entry is skipped, the others run", error)
+        self.data = dict(self.entries)
+        config = self.safebeat_config
+        logger.info(
+            "safebeat: %d entries, store %s, namespace %r, replica %s",
+            len(self.entries),
+            redact(config.url),
+            config.namespace,
+            self.replica.id,
+        )
+        if config.metrics_port is not None:
+            logger.warning(
+                "safebeat: safebeat_metrics_port=%s is set, but this version of safebeat "
+                "does not serve metrics yet",
+                config.metrics_port,
+            )
+        self._try(self._bootstrap)
+
+    def install_default_entries(self, data: Mapping[str, Any]) -> None:
+        # Stock beat adds celery.backend_cleanup here; collect it instead of mutating
+        # `self.schedule`, so it is compiled like any other entry.
+        self._default_entries: dict[str, Any] = {}
+        if (
+            self.app.conf.result_expires
+            and not self.app.backend.supports_autoexpire
+            and "celery.backend_cleanup" not in data
+        ):
+            self._default_entries["celery.backend_cleanup"] = {
+                "task": "celery.backend_cleanup",
+                "schedule": beat.crontab("0", "4", "*"),
+                "options": {"expires": 12 * 3600},
+            }
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Dispatch every due window; return seconds to sleep. Never raises."""
+        started = self._monotonic()
+        if started < self._retry_at:
+            return min(self._retry_at - started, self.max_interval)
+        try:
+            return self._try(self._tick)
+        finally:
+            self.stats.ticks += 1
+            self.stats.last_tick_seconds = self._monotonic() - started
+
+    def should_sync(self) -> bool:
+        return False  # all state lives in the store, written as it changes
+
+    def sync(self) -> None:
+        """Nothing to flush: claims and states are committed when they happen."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._store is not None:
+                self._store.close()
+
+    @property
+    def info(self) -> str:
+        config = self.safebeat_config
+        return (
+            f"    . safebeat -> {redact(config.url)} "
+            f"(namespace {config.namespace!r}, replica {self.replica.id})"
+        )
+
+    def _ensure_connected(self) -> Any:
+        # Stock beat retries a dead broker up to broker_connection_max_retries times
+        # inside tick(); we fail fast instead: claims stay unsent and are re-published.
+        def report(exc: Exception, interval: float) -> None:
+            logger.warning("safebeat: broker connection error: %s", exc)
+
+        return self.connection.ensure_connection(report, max_retries=1)
+
+    # --- the tick -------------------------------------------------------------------------
+
+    def _try(self, step: Callable[[], float]) -> float:
+        """Run a step; turn store trouble into a backoff and anything else into a log line."""
+        try:
+            delay = step()
+        except StoreUnavailable as exc:
+            return self._failed(exc, "store unreachable", logging.WARNING)
+        except StoreError as exc:
+            return self._failed(exc, "store error", logging.ERROR)
+        except Exception as exc:
+            logger.exception("safebeat: unexpected error in tick: %s", exc)
+            return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
+        if self._backoff.failures:
+            logger.info(
+                "safebeat: store %s reachable again after %d failed attempt(s)",
+                self.store.display_url,
+                self._backoff.failures,
+            )
+            self._backoff.reset()
+        return delay
+
+    def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
+        if counted:
+            self.stats.store_errors += 1
+        delay = self._backoff.next_delay()
+        self._retry_at = self._monotonic() + delay
+        logger.log(
+            level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
+        )
+        return min(delay, self.max_interval)
+
+    def _bootstrap(self) -> float:
+        store, config = self.store, self.safebeat_config
+        if config.auto_migrate:
+            store.migrate()
+        registration = store.register(
+            config.namespace, [e.definition for e in self.entries.values()], self.replica
+        )
+        for name, previous in registration.changed.items():
+            logger.warning(
+                "safebeat: entry %r: this replica's definition (digest %s) differs from the "
+                "one registered before (%s); during a rolling deploy this is expected, and "
+                "each window is still claimed once",
+                name,
+                self.entries[name].digest,
+                previous,
+            )
+        now = self._monotonic()
+        self._due_at = dict.fromkeys(self.entries, now)
+        self._ready = True
+        self._heartbeat()
+        return 0.0
+
+    def _tick(self) -> float:
+        now = self._monotonic()
+        if not self._ready:
+            self._bootstrap()
+        due = [name for name, at in self._due_at.items() if at <= now]
+        reclaim = now >= self._next_reclaim
+        if due or reclaim:
+            result = self._locked_tick(due, reclaim=reclaim)
+            if result is None:
+                self.stats.lock_busy += 1
+                return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
+        if now >= self._next_heartbeat:
+            self._heartbeat()
+        if now >= self._next_prune and self._last_store_now is not None:
+            self._prune(self._last_store_now)
+        return self._sleep_time()
+
+    def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
+        self._upcoming = {}
+        config = self.safebeat_config
+        started = self._monotonic()
+        result = self.store.tick(
+            config.namespace,
+            due,
+            self._plan,
+            replica=self.replica,
+            claim_timeout=config.claim_timeout if reclaim else None,
+            reclaim_limit=self.reclaim_limit,
+        )
+        if result is None:
+            return None
+        self._last_store_now = result.now
+        for name in due:
+            self._schedule_next(name, result, started)
+        missing = [name for name in due if name not in result.states]
+        if missing:
+            logger.warning(
+                "safebeat: entries %s are not registered in the store; registering again",
+                sorted(missing),
+            )
+            self._ready = False
+        if reclaim:
+            self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
+        if result.reclaimed:
+            self.stats.republished += len(result.reclaimed)
+            logger.warning(
+                "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
+                "(same task ids)",
+                len(result.reclaimed),
+            )
+        self.stats.claimed += len(result.claimed)
+        self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
+        return result
+
+    def _plan(self, now: datetime, states: Mapping[str, EntryState]) -> TickPlan:
+        """Decide every due entry's windows (called under the tick lock; no I/O)."""
+        namespace = self.safebeat_config.namespace
+        claims: list[NewClaim] = []
+        skips: list[NewSkip] = []
+        advances: dict[str, datetime] = {}
+        for name, state in states.items():
+            entry = self.entries.get(name)
+            if entry is None:
+                continue
+            try:
+                decision = windows.due(
+                    entry.rule,
+                    after=state.decided_until,
+                    now=now,
+                    policy=entry.policy,
+                    anchor=state.anchor,
+                )
+            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
+                self._entry_failed(name, exc)
+                self._upcoming[name] = now + timedelta(seconds=self.max_interval)
+                continue
+            for window in decision.dispatch:
+                claims.append(
+                    NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
+                )
+            for span in decision.skipped:
+                skips.append(NewSkip(name, span.last, span.first, span.count, span.reason.value))
+                logger.warning(
+                    "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
+                    name,
+                    "many" if span.count is None else span.count,
+                    format_window(span.first),
+                    format_window(span.last),
+                    span.reason.value,
+                )
+            if decision.last_window is not None:
+                advances[name] = decision.last_window
+            self._upcoming[name] = decision.next_window
+        self.stats.skipped_windows += sum(s.count or 0 for s in skips)
+        return TickPlan(claims, skips, advances)
+
+    def _entry_failed(self, name: str, exc: Exception) -> None:
+        self.stats.entry_errors += 1
+        self.stats.errors_by_entry[name] = str(exc)
+        logger.error(
+            "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
+            "the other entries run",
+            name,
+            exc,
+            exc_info=True,
+        )
+
+    def _schedule_next(self, name: str, result: TickResult, started: float) -> None:
+        upcoming = self._upcoming.get(name, result.now)
+        if upcoming is None:
+            self._due_at.pop(name, None)
+            logger.info("safebeat: entry %r has no more windows", name)
+            return
+        self._due_at[name] = started + max(0.0, (upcoming - result.now).total_seconds())
+
+    def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
+        if not claims:
+            return
+        sent: list[int] = []
+        failed: dict[int, str] = {}
+        connection_errors = self._connection_errors()
+        publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
+        for index, claim in enumerate(claims):
+            if self._monotonic() > publish_until:
+                # We were paused or slow: another replica may be re-publishing these by now.
+                logger.warning(
+                    "safebeat: %d claim(s) are too old to publish safely from here; "
+                    "they will be re-published by the next replica that ticks",
+                    len(claims) - index,
+                )
+                break
+            entry = self.entries.get(claim.entry)
+            if entry is None:
+                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self.replica.id}"
+                continue
+            logger.info(
+                "Scheduler: Sending due task %s (%s) for window %s",
+                entry.name,
+                entry.task,
+                format_window(claim.window),
+            )
+            try:
+                send(self.app, self.producer, entry, claim)
+            except connection_errors as exc:
+                self.stats.publish_errors += 1
+                logger.warning(
+                    "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
+                    "re-published when it is back",
+                    exc,
+                    len(claims) - index,
+                )
+                break
+            except Exception as exc:
+                self.stats.publish_errors += 1
+                failed[claim.id] = f"{type(exc).__name__}: {exc}"
+                logger.error(
+                    "safebeat: entry %r: publishing window %s failed: %s",
+                    entry.name,
+                    format_window(claim.window),
+                    exc,
+                    exc_info=True,
+                )
+            else:
+                sent.append(claim.id)
+        self.stats.sent += len(sent)
+        self.store.record_publish(self.safebeat_config.namespace, sent, failed)
+
+    def _connection_errors(self) -> tuple[type[BaseException], ...]:
+        errors: tuple[type[BaseException], ...] = (ConnectionError, OSError)
+        try:
+            errors += tuple(self.connection.connection_errors)
+        except Exception:  # noqa: BLE001 - the transport could not even be loaded
+            logger.debug("safebeat: could not read the transport's connection errors")
+        return errors
+
+    def _heartbeat(self) -> None:
+        config = self.safebeat_config
+        self.store.heartbeat(
+            config.namespace,
+            self.replica,
+            __version__,
+            {name: entry.digest for name, entry in self.entries.items()},
+        )
+        self._next_heartbeat = self._monotonic() + self.heartbeat_interval
+
+    def _prune(self, now: datetime) -> None:
+        config = self.safebeat_config
+        deleted = self.store.prune(config.namespace, now - config.retention)
+        if deleted:
+            logger.info("safebeat: pruned %d dispatch row(s) older than the retention", deleted)
+        self._next_prune = self._monotonic() + self.prune_interval
+
+    def _sleep_time(self) -> float:
+        now = self._monotonic()
+        deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
+        return max(0.0, min(min(deadlines) - now, self.max_interval))
