@@ -27,7 +27,15 @@ from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
 from safebeat.publishing import send
 from safebeat.stores import Store, open_store
-from safebeat.stores.base import Claim, EntryState, NewClaim, NewSkip, TickPlan, TickResult
+from safebeat.stores.base import (
+    Claim,
+    EntryState,
+    NewClaim,
+    NewSkip,
+    Reclaim,
+    TickPlan,
+    TickResult,
+)
 from safebeat.urls import redact
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -288,8 +296,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             due,
             self._plan,
             replica=self.replica,
-            claim_timeout=config.claim_timeout if reclaim else None,
-            reclaim_limit=self.reclaim_limit,
+            reclaim=(
+                Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
+                if reclaim
+                else None
+            ),
         )
         if result is None:
             return None

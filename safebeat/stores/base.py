@@ -92,6 +92,15 @@ class TickPlan:
 
 
 @dataclass(frozen=True)
+class Reclaim:
+    """Ask a tick to take over claims of `entries` left unsent for longer than `timeout`."""
+
+    entries: Collection[str]
+    timeout: timedelta
+    limit: int = 1000
+
+
+@dataclass(frozen=True)
 class Claim:
     """A claimed window this replica now owes a publish for."""
 
@@ -205,8 +214,7 @@ class Store(Protocol):
         planner: Planner,
         *,
         replica: Replica,
-        claim_timeout: timedelta | None,
-        reclaim_limit: int = 1000,
+        reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         """Run one tick under the namespace's tick lock; return None if the lock is busy.
 
@@ -216,10 +224,10 @@ class Store(Protocol):
           (namespace, entry, window); a row that already exists is left alone and the
           claim is simply not returned (someone else has it): never an error;
         - set `last_window` to the later of the stored value and each advance;
-        - unless `claim_timeout` is None, take over, for `replica`, up to `reclaim_limit`
-          rows of the entries in `names` that stayed `claimed` for longer than
-          `claim_timeout` (their `attempts` grows by one and `claimed_at` becomes now, so
-          no other replica takes them too), oldest first;
+        - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of
+          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`,
+          oldest first (their `attempts` grows by one and `claimed_at` becomes now, so no
+          other replica takes them too);
         and commit. Only committed claims are returned. The lock saves work; correctness
         comes from the unique key alone, so a lost lock cannot produce a second claim.
         """

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 from safebeat.identity import Replica
 from safebeat.stores.base import (
@@ -18,6 +18,7 @@ from safebeat.stores.base import (
     DispatchRecord,
     EntryState,
     Planner,
+    Reclaim,
     Registration,
     ReplicaRecord,
     Status,
@@ -101,8 +102,7 @@ class MemoryStore:
         planner: Planner,
         *,
         replica: Replica,
-        claim_timeout: timedelta | None,
-        reclaim_limit: int = 1000,
+        reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         with self._mutex:
             ns = self._ns(namespace)
@@ -122,13 +122,9 @@ class MemoryStore:
                         state.last_window is None or window > state.last_window
                     ):
                         ns.entries[name] = replace(state, last_window=window)
-                reclaimed = (
-                    []
-                    if claim_timeout is None
-                    else self._reclaim(ns, wanted, now - claim_timeout, replica, now)
-                )
+                reclaimed = [] if reclaim is None else self._reclaim(ns, reclaim, replica, now)
                 states = {n: s for n, s in ns.entries.items() if n in wanted}
-            return TickResult(now, states, claimed, reclaimed[:reclaim_limit])
+            return TickResult(now, states, claimed, reclaimed)
         finally:
             ns.tick_lock.release()
 
@@ -204,14 +200,10 @@ class MemoryStore:
         return record
 
     def _reclaim(
-        self,
-        ns: _Namespace,
-        names: set[str],
-        stale_before: datetime,
-        replica: Replica,
-        now: datetime,
+        self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
     ) -> list[Claim]:
         reclaimed: list[Claim] = []
+        names, stale_before = set(reclaim.entries), now - reclaim.timeout
         stale = sorted(
             (
                 r
@@ -220,7 +212,7 @@ class MemoryStore:
             ),
             key=lambda r: r.claimed_at,
         )
-        for record in stale:
+        for record in stale[: reclaim.limit]:
             taken = replace(
                 record,
                 claimed_at=now,

@@ -33,6 +33,7 @@ from safebeat.stores.base import (
     DispatchRecord,
     EntryState,
     Planner,
+    Reclaim,
     Registration,
     ReplicaRecord,
     Status,
@@ -233,8 +234,7 @@ class PostgresStore:
         planner: Planner,
         *,
         replica: Replica,
-        claim_timeout: timedelta | None,
-        reclaim_limit: int = 1000,
+        reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         names = list(names)
         with self._boundary("tick") as conn:
@@ -270,15 +270,15 @@ class PostgresStore:
                         },
                     )
                 stale = None
-                if claim_timeout is not None:
+                if reclaim is not None:
                     stale = conn.execute(
                         Q["reclaim_stale"],
                         {
                             "namespace": namespace,
                             "now": now,
-                            "stale_before": now - claim_timeout,
-                            "names": names,
-                            "limit": reclaim_limit,
+                            "stale_before": now - reclaim.timeout,
+                            "names": list(reclaim.entries),
+                            "limit": reclaim.limit,
                             **who,
                         },
                     )

@@ -25,6 +25,7 @@ from safebeat.stores.base import (
     DispatchRecord,
     EntryState,
     Planner,
+    Reclaim,
     Registration,
     ReplicaRecord,
     Status,
@@ -230,8 +231,7 @@ class SqliteStore:
         planner: Planner,
         *,
         replica: Replica,
-        claim_timeout: timedelta | None,
-        reclaim_limit: int = 1000,
+        reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         try:
             with self._write("tick") as conn:
@@ -247,17 +247,9 @@ class SqliteStore:
                         for name, window in plan.advances.items()
                     ],
                 )
-                reclaimed = []
-                if claim_timeout is not None:
-                    reclaimed = self._reclaim(
-                        conn,
-                        namespace,
-                        names,
-                        stale_before=now - claim_timeout,
-                        limit=reclaim_limit,
-                        now=now,
-                        who=who,
-                    )
+                reclaimed = (
+                    [] if reclaim is None else self._reclaim(conn, namespace, reclaim, now, who)
+                )
         except _Busy:
             return None
         return TickResult(now, states_after(states, plan), claimed, reclaimed)
@@ -296,10 +288,7 @@ class SqliteStore:
     def _reclaim(
         conn: sqlite3.Connection,
         namespace: str,
-        names: Collection[str],
-        *,
-        stale_before: datetime,
-        limit: int,
+        reclaim: Reclaim,
         now: datetime,
         who: Mapping[str, object],
     ) -> list[Claim]:
@@ -307,9 +296,9 @@ class SqliteStore:
             Q["stale_claims"],
             {
                 "namespace": namespace,
-                "stale_before": _us(stale_before),
-                "names": json.dumps(list(names)),
-                "limit": limit,
+                "stale_before": _us(now - reclaim.timeout),
+                "names": json.dumps(list(reclaim.entries)),
+                "limit": reclaim.limit,
             },
         ).fetchall()
         conn.executemany(Q["reclaim"], [{"id": row[0], "now": _us(now), **who} for row in stale])

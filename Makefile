@@ -1,0 +1,48 @@
+# One command runs the demo, one command runs every check. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test lint typecheck docs unit integration acceptance bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## demo: three safebeat replicas beside three stock beats, on SQLite, no server needed
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+## test: lint, types, strict docs build and the whole test suite (what CI runs)
+test: lint typecheck docs
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+integration: $(STAMP)
+	$(BIN)/pytest tests/integration
+
+acceptance: $(STAMP)
+	$(BIN)/pytest tests/acceptance
+
+## bench: dispatch-time and round-trip figures, safebeat beside stock beat (not pass/fail)
+bench: $(STAMP)
+	$(BIN)/python tests/benchmarks/bench_dispatch.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

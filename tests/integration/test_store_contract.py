@@ -1,0 +1,446 @@
+"""The Store contract, run unchanged against every backend (memory, SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from safebeat.identity import Replica, task_id_for
+from safebeat.stores.base import (
+    Definition,
+    EntryState,
+    NewClaim,
+    NewSkip,
+    Reclaim,
+    Status,
+    Store,
+    TickPlan,
+)
+from safebeat.stores.memory import MemoryStore
+from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.sqlite import SqliteStore
+
+REPLICA = Replica("host-a", 101, "aaaaaa")
+OTHER = Replica("host-b", 202, "bbbbbb")
+SECOND = timedelta(seconds=1)
+
+StoreFactory = Callable[[], Store]
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[StoreFactory]:
+    """A factory of store instances that share one backing store (like replicas do)."""
+    opened: list[Store] = []
+    memory = MemoryStore()
+
+    def factory() -> Store:
+        store: Store
+        if request.param == "memory":
+            store = memory
+        elif request.param == "sqlite":
+            store = SqliteStore(
+                f"sqlite:///{tmp_path}/contract.sqlite3", busy_timeout=timedelta(seconds=0.2)
+            )
+        else:
+            store = PostgresStore(
+                request.getfixturevalue("pg_url"), lock_timeout=timedelta(seconds=2)
+            )
+        store.migrate()
+        opened.append(store)
+        return store
+
+    yield factory
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store: StoreFactory) -> Store:
+    return open_store()
+
+
+def definitions(*names: str, schedule: str = "every 1s", digest: str = "d1") -> list[Definition]:
+    return [Definition(name, schedule, digest) for name in names]
+
+
+def claim_plan(entry: str, namespace: str, *windows: datetime) -> TickPlan:
+    claims = [NewClaim(entry, w, task_id_for(namespace, entry, w), "tasks.run") for w in windows]
+    return TickPlan(claims=claims, advances={entry: max(windows)})
+
+
+def window_after(state: EntryState, seconds: int) -> datetime:
+    return state.anchor + seconds * SECOND
+
+
+def test_migrate_is_idempotent(store: Store) -> None:
+    """Migrating twice leaves the schema at the same version."""
+    first = store.migrate()
+    assert first >= 1
+    assert store.migrate() == first
+
+
+def test_clock_is_aware_utc_and_moves_forward(store: Store) -> None:
+    """The store clock returns aware instants that do not go backwards."""
+    first, second = store.clock(), store.clock()
+    assert first.utcoffset() == timedelta(0)
+    assert second >= first
+
+
+def test_register_creates_state_anchored_to_the_second(store: Store, namespace: str) -> None:
+    """A new entry gets anchor = registration instant truncated to the second, no last window."""
+    before = store.clock()
+    registration = store.register(namespace, definitions("a", "b"), REPLICA)
+    assert set(registration.states) == {"a", "b"}
+    assert registration.changed == {}
+    state = registration.states["a"]
+    assert state.last_window is None
+    assert state.anchor == state.defined_at.replace(microsecond=0)
+    assert state.defined_at >= before
+    assert state.decided_until == state.defined_at
+
+
+def test_register_same_definition_changes_nothing(store: Store, namespace: str) -> None:
+    """Registering an unchanged definition again (a restart) keeps the shared state."""
+    first = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    again = store.register(namespace, definitions("a"), OTHER)
+    assert again.changed == {}
+    assert again.states["a"] == first
+
+
+def test_changed_arguments_keep_windows_but_are_reported(store: Store, namespace: str) -> None:
+    """A new digest with the same schedule is reported and keeps defined_at and the anchor."""
+    first = store.register(namespace, definitions("a", digest="d1"), REPLICA).states["a"]
+    again = store.register(namespace, definitions("a", digest="d2"), OTHER)
+    assert again.changed == {"a": "d1"}
+    assert again.states["a"].digest == "d2"
+    assert again.states["a"].defined_at == first.defined_at
+    assert again.states["a"].anchor == first.anchor
+
+
+def test_changed_schedule_moves_defined_at(store: Store, namespace: str) -> None:
+    """A changed schedule text moves defined_at to now, so old windows cannot fire late."""
+    first = store.register(namespace, definitions("a", digest="d1"), REPLICA).states["a"]
+    changed = store.register(
+        namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER
+    ).states["a"]
+    assert changed.schedule == "every 2s"
+    assert changed.defined_at > first.defined_at
+    assert changed.anchor == first.anchor
+
+
+def test_each_window_is_claimed_once(store: Store, namespace: str) -> None:
+    """Claiming a window that is already claimed returns nothing and is not an error."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    plan = claim_plan("a", namespace, window_after(state, 1), window_after(state, 2))
+    first = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    again = store.tick(namespace, ["a"], lambda now, s: plan, replica=OTHER)
+    assert first is not None
+    assert again is not None
+    assert sorted(c.window for c in first.claimed) == [
+        window_after(state, 1),
+        window_after(state, 2),
+    ]
+    assert again.claimed == []
+    assert all(c.attempts == 1 for c in first.claimed)
+    assert first.claimed[0].task_id == task_id_for(namespace, "a", first.claimed[0].window)
+
+
+def test_concurrent_replicas_never_claim_a_window_twice(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Replicas racing over the same windows claim each exactly once between them."""
+    stores = [open_store() for _ in range(3)]
+    state = stores[0].register(namespace, definitions("a"), REPLICA).states["a"]
+    windows = [window_after(state, k) for k in range(1, 41)]
+    claimed: list[datetime] = []
+    mutex = threading.Lock()
+
+    def replica(store: Store, who: Replica) -> None:
+        for window in windows:
+            plan = claim_plan("a", namespace, window)
+            while True:
+                result = store.tick(namespace, ["a"], lambda now, s, p=plan: p, replica=who)
+                if result is not None:
+                    break
+            with mutex:
+                claimed.extend(c.window for c in result.claimed)
+
+    threads = [
+        threading.Thread(target=replica, args=(s, Replica(f"h{i}", i, "t")))
+        for i, s in enumerate(stores)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(claimed) == windows
+
+
+def test_a_skipped_window_cannot_be_claimed(store: Store, namespace: str) -> None:
+    """A skip row occupies its window's key: no replica can claim that window afterwards."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = window_after(state, 3)
+    skip = NewSkip("a", window, window_after(state, 1), 3, "missed")
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
+    result = store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, window),
+        replica=OTHER,
+    )
+    assert result is not None
+    assert result.claimed == []
+    [row] = store.history(namespace, "a")
+    assert (row.status, row.reason, row.skipped_count) == (Status.SKIPPED, "missed", 3)
+    assert row.skipped_from == window_after(state, 1)
+
+
+def test_last_window_only_moves_forward(store: Store, namespace: str) -> None:
+    """An advance to an older window never moves last_window back."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    newer, older = window_after(state, 5), window_after(state, 2)
+    for window in (newer, older):
+        result = store.tick(
+            namespace,
+            ["a"],
+            lambda now, s, w=window: TickPlan(advances={"a": w}),
+            replica=REPLICA,
+        )
+        assert result is not None
+        assert result.states["a"].last_window == newer
+    assert store.states(namespace)["a"].last_window == newer
+
+
+def test_tick_sees_states_and_the_store_clock(store: Store, namespace: str) -> None:
+    """The planner gets the store's now and exactly the states of the requested entries."""
+    store.register(namespace, definitions("a", "b", "c"), REPLICA)
+    seen: dict[str, object] = {}
+
+    def planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        seen["now"], seen["names"] = now, set(states)
+        return TickPlan()
+
+    before = store.clock()
+    result = store.tick(namespace, ["a", "c"], planner, replica=REPLICA)
+    assert result is not None
+    assert seen["names"] == {"a", "c"}
+    assert isinstance(seen["now"], datetime)
+    assert seen["now"] >= before
+    assert result.now == seen["now"]
+
+
+def test_busy_tick_lock_returns_none(open_store: StoreFactory, namespace: str) -> None:
+    """While one replica is inside its tick, another replica's tick reports the lock busy."""
+    holder, other = open_store(), open_store()
+    holder.register(namespace, definitions("a"), REPLICA)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        inside.set()
+        release.wait(10)
+        return TickPlan()
+
+    thread = threading.Thread(
+        target=holder.tick,
+        args=(namespace, ["a"], slow_planner),
+        kwargs={"replica": REPLICA},
+    )
+    thread.start()
+    try:
+        assert inside.wait(10)
+        busy = other.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=OTHER)
+        assert busy is None
+    finally:
+        release.set()
+        thread.join(10)
+    after = other.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=OTHER)
+    assert after is not None
+
+
+def test_other_namespaces_do_not_share_the_tick_lock(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Two apps in one store (different namespaces) never wait for each other's lock."""
+    holder, other = open_store(), open_store()
+    if isinstance(holder, SqliteStore):
+        pytest.skip("SQLite has one write lock per file: namespaces share it by design")
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        inside.set()
+        release.wait(10)
+        return TickPlan()
+
+    thread = threading.Thread(
+        target=holder.tick,
+        args=(namespace, [], slow_planner),
+        kwargs={"replica": REPLICA},
+    )
+    thread.start()
+    try:
+        assert inside.wait(10)
+        result = other.tick(namespace + "-other", [], lambda now, s: TickPlan(), replica=OTHER)
+        assert result is not None
+    finally:
+        release.set()
+        thread.join(10)
+
+
+def test_stale_claims_are_taken_over_once(store: Store, namespace: str) -> None:
+    """An unsent claim past the timeout is handed to one replica, with attempts counted."""
+    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    window = window_after(state, 1)
+    store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, window),
+        replica=REPLICA,
+    )
+
+    def tick(who: Replica, timeout: timedelta | None, names: list[str]) -> list[object]:
+        reclaim = None if timeout is None else Reclaim(names, timeout)
+        result = store.tick(
+            namespace, names, lambda now, s: TickPlan(), replica=who, reclaim=reclaim
+        )
+        assert result is not None
+        return list(result.reclaimed)
+
+    assert tick(OTHER, None, ["a"]) == []
+    assert tick(OTHER, timedelta(hours=1), ["a"]) == []
+    assert tick(OTHER, timedelta(0), ["b"]) == []  # only entries this replica knows
+    [taken] = tick(OTHER, timedelta(0), ["a"])
+    assert (taken.entry, taken.window, taken.attempts) == ("a", window, 2)  # type: ignore[attr-defined]
+    assert taken.task_id == task_id_for(namespace, "a", window)  # type: ignore[attr-defined]
+    assert tick(REPLICA, timedelta(seconds=30), ["a"]) == []  # fresh again after the takeover
+    [row] = store.history(namespace, "a")
+    assert (row.replica, row.host, row.pid) == (OTHER.id, OTHER.host, OTHER.pid)
+
+
+def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
+    """Sent claims get sent_at, failed ones their error; neither is taken over again."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    result = store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, window_after(state, 1), window_after(state, 2)),
+        replica=REPLICA,
+    )
+    assert result is not None
+    first, second = sorted(result.claimed, key=lambda c: c.window)
+    store.record_publish(namespace, [first.id], {second.id: "EncodeError: bad kwargs"})
+    rows = {r.window: r for r in store.history(namespace, "a")}
+    assert rows[first.window].status is Status.SENT
+    assert rows[first.window].sent_at is not None
+    assert rows[second.window].status is Status.FAILED
+    assert rows[second.window].error == "EncodeError: bad kwargs"
+    again = store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: TickPlan(),
+        replica=OTHER,
+        reclaim=Reclaim(["a"], timedelta(0)),
+    )
+    assert again is not None
+    assert again.reclaimed == []
+
+
+def test_heartbeats_list_live_replicas(store: Store, namespace: str) -> None:
+    """A heartbeat upserts the replica: started_at stays, heartbeat_at and definitions update."""
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    [first] = store.replicas(namespace)
+    store.heartbeat(namespace, REPLICA, "1.1", {"a": "d2", "b": "d3"})
+    store.heartbeat(namespace, OTHER, "1.1", {})
+    records = {r.replica: r for r in store.replicas(namespace)}
+    assert set(records) == {REPLICA.id, OTHER.id}
+    mine = records[REPLICA.id]
+    assert mine.started_at == first.started_at
+    assert mine.heartbeat_at >= first.heartbeat_at
+    assert (mine.host, mine.pid, mine.version) == (REPLICA.host, REPLICA.pid, "1.1")
+    assert dict(mine.definitions) == {"a": "d2", "b": "d3"}
+
+
+def test_history_is_newest_first_and_filters_by_entry(store: Store, namespace: str) -> None:
+    """History lists the newest window first, and only the asked entry when given one."""
+    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    for entry in ("a", "b"):
+        store.tick(
+            namespace,
+            [entry],
+            lambda now, s, e=entry: claim_plan(
+                e, namespace, *(window_after(state, k) for k in (1, 2, 3))
+            ),
+            replica=REPLICA,
+        )
+    rows = store.history(namespace, "a")
+    assert [r.window for r in rows] == [window_after(state, k) for k in (3, 2, 1)]
+    assert all(r.entry == "a" and r.status is Status.CLAIMED for r in rows)
+    assert len(store.history(namespace)) == 6
+    assert len(store.history(namespace, limit=2)) == 2
+
+
+def test_prune_removes_rows_claimed_before_the_cutoff(store: Store, namespace: str) -> None:
+    """Prune deletes dispatch rows and replicas older than the cutoff and nothing newer."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, window_after(state, 1)),
+        replica=REPLICA,
+    )
+    store.heartbeat(namespace, REPLICA, "1.0", {})
+    assert store.prune(namespace, store.clock() - timedelta(hours=1)) == 0
+    assert len(store.history(namespace)) == 1
+    assert store.prune(namespace, store.clock() + timedelta(seconds=1)) == 1
+    assert store.history(namespace) == []
+    assert store.replicas(namespace) == []
+
+
+def test_namespaces_are_isolated(store: Store, namespace: str) -> None:
+    """Entries, claims and replicas of one namespace are invisible to another."""
+    other = namespace + "-other"
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    store.register(other, definitions("a"), REPLICA)
+    window = window_after(state, 1)
+    for ns in (namespace, other):
+        result = store.tick(
+            ns,
+            ["a"],
+            lambda now, s, n=ns: claim_plan("a", n, window),
+            replica=REPLICA,
+        )
+        assert result is not None
+        assert len(result.claimed) == 1
+    store.heartbeat(namespace, REPLICA, "1.0", {})
+    assert store.replicas(other) == []
+    assert set(store.states(other)) == {"a"}
+
+
+def test_failing_planner_claims_nothing(store: Store, namespace: str) -> None:
+    """An exception inside the planner aborts the tick: no row is written, the lock is freed."""
+    store.register(namespace, definitions("a"), REPLICA)
+
+    def broken(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        raise ZeroDivisionError("planner bug")
+
+    with pytest.raises(ZeroDivisionError):
+        store.tick(namespace, ["a"], broken, replica=REPLICA)
+    assert store.history(namespace) == []
+    assert store.tick(namespace, ["a"], lambda n, s: TickPlan(), replica=REPLICA)
+
+
+def test_instants_round_trip_exactly(store: Store, namespace: str) -> None:
+    """Windows with microseconds come back as the same UTC instants."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = state.anchor + timedelta(seconds=1, microseconds=123456)
+    store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, window),
+        replica=REPLICA,
+    )
+    [row] = store.history(namespace, "a")
+    assert row.window == window
+    assert row.window.astimezone(timezone.utc) == window

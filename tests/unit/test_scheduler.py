@@ -1,0 +1,412 @@
+"""safebeat.Scheduler, tick by tick on a controlled clock, publishing to kombu's memory broker."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.schedules import crontab
+
+from safebeat import Scheduler
+from safebeat.errors import ConfigError, StoreUnavailable
+from safebeat.identity import task_id_for
+from safebeat.stores.base import NewClaim, Status, TickPlan
+from safebeat.stores.memory import MemoryStore
+from safebeat.testing import FakeClock, memory_scheduler
+
+START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+def make_app(queue: str, schedule: dict[str, Any], **conf: Any) -> Celery:
+    app = Celery("unit", broker="memory://", set_as_current=False)
+    settings = {"safebeat_url": "memory://unit-tests-unused", **conf}
+    app.conf.update(
+        task_default_queue=queue, beat_schedule=schedule, result_expires=None, **settings
+    )
+    return app
+
+
+def drain(app: Celery, queue: str) -> list[dict[str, Any]]:
+    """Every message on `queue`, as its headers (consumed)."""
+    messages = []
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            messages.append(message.headers)
+    return messages
+
+
+def windows_sent(messages: list[dict[str, Any]]) -> Counter[tuple[str, str]]:
+    return Counter((m["safebeat_entry"], m["safebeat_window"]) for m in messages)
+
+
+def run(scheduler: Scheduler, clock: FakeClock, seconds: float, step: float = 0.5) -> None:
+    """Tick like celery's Service loop would, moving the fake clock in small steps."""
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end:
+        scheduler.tick()
+        clock.advance(step)
+
+
+def test_every_due_entry_is_sent_in_one_tick(clock: FakeClock, queue: str) -> None:
+    """Ten entries due at the same instant are all published by a single tick."""
+    app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 10.0} for i in range(10)})
+    scheduler = memory_scheduler(app, clock)
+    scheduler.tick()
+    clock.advance(10)
+    scheduler.tick()
+    sent = windows_sent(drain(app, queue))
+    assert len(sent) == 10
+    assert set(sent.values()) == {1}
+    assert {w for _, w in sent} == {"2026-03-01T12:00:10Z"}
+
+
+def test_replicas_sharing_a_store_send_each_window_once(clock: FakeClock, queue: str) -> None:
+    """Three schedulers on one store, ticking in turn, send every window exactly once."""
+    app = make_app(
+        queue,
+        {"fast": {"task": "t.run", "schedule": 1.0}, "slow": {"task": "t.run", "schedule": 3.0}},
+    )
+    store = MemoryStore(clock=clock.now)
+    replicas = [memory_scheduler(app, clock, store) for _ in range(3)]
+    for _ in range(60):
+        for replica in replicas:
+            replica.tick()
+        clock.advance(0.25)
+    sent = windows_sent(drain(app, queue))
+    assert max(sent.values()) == 1
+    fast = sorted(w for e, w in sent if e == "fast")
+    assert fast == [f"2026-03-01T12:00:{s:02d}Z" for s in range(1, 16)]
+    assert len([1 for e, _ in sent if e == "slow"]) == 5
+
+
+def test_message_carries_window_headers_and_a_stable_task_id(clock: FakeClock, queue: str) -> None:
+    """The message has safebeat's headers, the uuid5 task id, the entry's options and headers."""
+    app = make_app(
+        queue,
+        {
+            "report": {
+                "task": "reports.weekly",
+                "schedule": 5.0,
+                "args": (1, 2),
+                "kwargs": {"x": 3},
+                "options": {
+                    "priority": 7,
+                    "headers": {"tenant": "acme"},
+                    "safebeat": {"misfire": "skip"},
+                },
+            }
+        },
+    )
+    scheduler = memory_scheduler(app, clock)
+    scheduler.tick()
+    clock.advance(5)
+    scheduler.tick()
+    [headers] = drain(app, queue)
+    window = datetime(2026, 3, 1, 12, 0, 5, tzinfo=timezone.utc)
+    assert headers["safebeat_entry"] == "report"
+    assert headers["periodic_task_name"] == "report"
+    assert headers["safebeat_window"] == "2026-03-01T12:00:05Z"
+    assert headers["id"] == task_id_for("unit", "report", window)
+    assert headers["task"] == "reports.weekly"
+    assert headers["tenant"] == "acme"
+    assert "safebeat" not in headers
+    assert headers["argsrepr"] == "(1, 2)" or headers["argsrepr"] == "[1, 2]"
+
+
+def test_lazy_construction_touches_no_store(queue: str) -> None:
+    """The banner's lazy scheduler parses settings but opens and queries nothing."""
+
+    class Untouchable(MemoryStore):
+        def __getattribute__(self, name: str) -> Any:
+            if not name.startswith("_") and name != "display_url":
+                raise AssertionError(f"lazy scheduler used store.{name}")
+            return super().__getattribute__(name)
+
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    scheduler = Scheduler(app, lazy=True, store=Untouchable())
+    assert "safebeat ->" in scheduler.info
+    unreachable = make_app(queue, {}, safebeat_url="postgresql://u:pw@127.0.0.1:1/x")
+    assert "u:***@127.0.0.1:1" in Scheduler(unreachable, lazy=True).info
+
+
+def test_banner_names_store_namespace_and_replica_without_password(queue: str) -> None:
+    """The banner line shows the redacted store URL, the namespace and this replica's id."""
+    app = make_app(
+        queue, {}, safebeat_url="postgresql://app:s3cr3t@db:5432/app", safebeat_namespace="billing"
+    )
+    info = Scheduler(app, lazy=True).info
+    assert "s3cr3t" not in info
+    assert "postgresql://app:***@db:5432/app" in info
+    assert "namespace 'billing'" in info
+    assert ":" in info.rsplit("replica ", 1)[1]
+
+
+def test_bad_entries_are_reported_and_the_rest_run(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bad schedule, time zone or policy is logged by name; the good entry still fires."""
+    app = make_app(
+        queue,
+        {
+            "good": {"task": "t.run", "schedule": 2.0},
+            "bad-schedule": {"task": "t.run", "schedule": "every day"},
+            "bad-zone": {
+                "task": "t.run",
+                "schedule": crontab(),
+                "options": {"safebeat": {"timezone": "Mars/Olympus"}},
+            },
+            "bad-policy": {
+                "task": "t.run",
+                "schedule": 1,
+                "options": {"safebeat": {"misfire": "maybe"}},
+            },
+        },
+    )
+    with caplog.at_level(logging.ERROR, "safebeat"):
+        scheduler = memory_scheduler(app, clock)
+    assert set(scheduler.entries) == {"good"}
+    assert set(scheduler.broken_entries) == {"bad-schedule", "bad-zone", "bad-policy"}
+    text = caplog.text
+    assert "'bad-schedule'" in text
+    assert "'Mars/Olympus'" in text
+    assert "'maybe'" in text
+    run(scheduler, clock, 4.2)
+    assert {e for e, _ in windows_sent(drain(app, queue))} == {"good"}
+
+
+def test_unknown_setting_stops_startup_naming_it(queue: str) -> None:
+    """A misspelt safebeat setting is a startup error that names it and suggests the right one."""
+    app = make_app(queue, {}, safebeat_claim_timout=10)
+    with pytest.raises(ConfigError, match=r"safebeat_claim_timout.*safebeat_claim_timeout"):
+        Scheduler(app, lazy=True)
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose every call fails while `down` is set (the store's outage)."""
+
+    down = False
+    error: type[Exception] = StoreUnavailable
+
+    def __getattribute__(self, name: str) -> Any:
+        attr = super().__getattribute__(name)
+        if not name.startswith("_") and callable(attr) and object.__getattribute__(self, "down"):
+
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise object.__getattribute__(self, "error")("connection refused")
+
+            return fail
+        return attr
+
+
+def test_store_down_at_start_claims_nothing_then_recovers(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the store unreachable beat stays up and sends nothing; it resumes on its own."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    store = FlakyStore(clock=clock.now)
+    store.down = True
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        scheduler = memory_scheduler(app, clock, store)
+        delays = []
+        for _ in range(20):
+            delays.append(scheduler.tick())
+            clock.advance(1)
+    assert drain(app, queue) == []
+    assert scheduler.stats.store_errors >= 3
+    assert "retrying in" in caplog.text
+    assert max(delays) <= scheduler.max_interval
+    store.down = False
+    run(scheduler, clock, 40, step=1)
+    sent = windows_sent(drain(app, queue))
+    assert sent
+    assert max(sent.values()) == 1
+
+
+def test_store_lost_mid_run_sends_nothing_unclaimed(clock: FakeClock, queue: str) -> None:
+    """Windows due while the store is down are not sent blind; after it returns, policy applies."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    store = FlakyStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 3)
+    before = windows_sent(drain(app, queue))
+    store.down = True
+    run(scheduler, clock, 10)
+    assert drain(app, queue) == []
+    store.down = False
+    run(scheduler, clock, 35, step=1)
+    after = windows_sent(drain(app, queue))
+    assert max(after.values()) == 1
+    assert not set(before) & set(after)
+    skipped = [r for r in store.history("unit", "a") if r.status is Status.SKIPPED]
+    assert skipped
+    assert skipped[0].reason == "missed"
+
+
+def test_unexpected_errors_never_escape_tick(clock: FakeClock, queue: str) -> None:
+    """Even a programming error inside the store is logged and retried, not raised."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    store = FlakyStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    store.error = RuntimeError
+    store.down = True
+    clock.advance(2)
+    assert scheduler.tick() > 0
+
+
+def test_unpublishable_message_is_recorded_failed_and_others_sent(
+    clock: FakeClock, queue: str
+) -> None:
+    """A message kombu cannot encode fails alone, recorded with its error; others are sent."""
+    app = make_app(
+        queue,
+        {
+            "ok": {"task": "t.run", "schedule": 1.0},
+            "broken": {"task": "t.run", "schedule": 1.0, "kwargs": {"when": object()}},
+        },
+    )
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 2.6)
+    assert {e for e, _ in windows_sent(drain(app, queue))} == {"ok"}
+    rows = store.history("unit", "broken")
+    assert rows
+    assert all(r.status is Status.FAILED for r in rows)
+    assert "serializ" in (rows[0].error or "").lower() or "encode" in (rows[0].error or "").lower()
+
+
+def test_misfire_latest_sends_one_window_after_an_outage(clock: FakeClock, queue: str) -> None:
+    """After an outage of every replica, `latest` sends the newest missed window once."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 60.0}})
+    store = MemoryStore(clock=clock.now)
+    run(memory_scheduler(app, clock, store), clock, 61, step=1)
+    assert len(drain(app, queue)) == 1
+    clock.advance(600)  # every replica down for ten minutes
+    restarted = memory_scheduler(app, clock, store)
+    restarted.tick()
+    [headers] = drain(app, queue)
+    assert headers["safebeat_window"] == "2026-03-01T12:11:00Z"
+    skipped = [r for r in store.history("unit", "a") if r.status is Status.SKIPPED]
+    assert [(r.skipped_count, r.reason) for r in skipped] == [(9, "missed")]
+
+
+def test_misfire_all_catches_up_within_the_limit(clock: FakeClock, queue: str) -> None:
+    """`all` sends every missed window, the newest catchup_limit of them."""
+    app = make_app(
+        queue,
+        {
+            "a": {
+                "task": "t.run",
+                "schedule": 60.0,
+                "options": {"safebeat": {"misfire": "all", "catchup_limit": 5}},
+            }
+        },
+    )
+    store = MemoryStore(clock=clock.now)
+    run(memory_scheduler(app, clock, store), clock, 61, step=1)
+    drain(app, queue)
+    clock.advance(600)
+    memory_scheduler(app, clock, store).tick()
+    windows = sorted(h["safebeat_window"] for h in drain(app, queue))
+    assert windows == [f"2026-03-01T12:{m:02d}:00Z" for m in range(7, 12)]
+
+
+def test_restart_keeps_interval_windows_on_their_grid(clock: FakeClock, queue: str) -> None:
+    """A restarted replica continues the same windows: nothing fires early, late or twice."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 7.0}})
+    store = MemoryStore(clock=clock.now)
+    run(memory_scheduler(app, clock, store), clock, 15.3)
+    run(memory_scheduler(app, clock, store), clock, 15)
+    windows = sorted(h["safebeat_window"] for h in drain(app, queue))
+    assert windows == [
+        "2026-03-01T12:00:07Z",
+        "2026-03-01T12:00:14Z",
+        "2026-03-01T12:00:21Z",
+        "2026-03-01T12:00:28Z",
+    ]
+
+
+def test_stale_claim_is_republished_with_the_same_task_id(clock: FakeClock, queue: str) -> None:
+    """A claim left unsent by a dead replica is published by another after claim_timeout."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}}, safebeat_claim_timeout=30)
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    scheduler.tick()
+    window = store.states("unit")["a"].anchor + timedelta(hours=1)
+    clock.advance(3600)
+    from safebeat.identity import Replica
+
+    dead = Replica("dead-host", 1, "dead00")
+    store.tick(
+        "unit",
+        ["a"],
+        lambda now, s: TickPlan(
+            claims=[NewClaim("a", window, task_id_for("unit", "a", window), "t.run")],
+            advances={"a": window},
+        ),
+        replica=dead,
+    )
+    run(scheduler, clock, 20)
+    assert drain(app, queue) == []
+    run(scheduler, clock, 30)
+    [headers] = drain(app, queue)
+    assert headers["id"] == task_id_for("unit", "a", window)
+    [row] = store.history("unit", "a")
+    assert (row.status, row.attempts, row.replica) == (Status.SENT, 2, scheduler.replica.id)
+
+
+def test_sleep_is_until_the_next_window_capped(clock: FakeClock, queue: str) -> None:
+    """tick() returns the time to the next window, never more than max_interval."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 2.0}})
+    scheduler = memory_scheduler(app, clock)
+    scheduler.tick()
+    assert scheduler.tick() == pytest.approx(2 - 0.25, abs=0.01)
+    slow = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    assert memory_scheduler(slow, clock).tick() == scheduler.max_interval
+
+
+def test_changed_definition_is_reported(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replica with a different definition of an entry (rolling deploy) says so in the log."""
+    store = MemoryStore(clock=clock.now)
+    memory_scheduler(make_app(queue, {"a": {"task": "t.run", "schedule": 5.0}}), clock, store)
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        memory_scheduler(
+            make_app(queue, {"a": {"task": "t.run", "schedule": 5.0, "args": [1]}}), clock, store
+        )
+    assert "entry 'a'" in caplog.text
+    assert "rolling deploy" in caplog.text
+
+
+def test_crontab_fires_in_the_entry_time_zone(clock: FakeClock, queue: str) -> None:
+    """A per-entry timezone decides the wall clock of a crontab slot."""
+    app = make_app(
+        queue,
+        {
+            "moscow-four-pm": {
+                "task": "t.run",
+                "schedule": crontab(minute=0, hour=16),
+                "options": {"safebeat": {"timezone": "Europe/Moscow"}},
+            }
+        },
+    )
+    scheduler = memory_scheduler(app, clock)
+    run(scheduler, clock, 3700, step=30)
+    [headers] = drain(app, queue)
+    assert headers["safebeat_window"] == "2026-03-01T13:00:00Z"  # 16:00 in Moscow
