@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import beat
+from kombu.exceptions import OperationalError
 
 from safebeat import windows
 from safebeat._version import __version__
@@ -441,7 +442,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.store.record_publish(self.safebeat_config.namespace, sent, failed)
 
     def _connection_errors(self) -> tuple[type[BaseException], ...]:
-        errors: tuple[type[BaseException], ...] = (ConnectionError, OSError)
+        # kombu raises OperationalError when it gives up connecting.
+        errors: tuple[type[BaseException], ...] = (ConnectionError, OSError, OperationalError)
         try:
             errors += tuple(self.connection.connection_errors)
         except Exception:  # noqa: BLE001 - the transport could not even be loaded

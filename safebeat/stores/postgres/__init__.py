@@ -1,12 +1,14 @@
 """The PostgreSQL store (psycopg 3): a transaction-scoped advisory lock, claims under a unique key.
 
-One tick is two network round trips, however many entries are due: the first takes
-the lock, reads `clock_timestamp()` and loads the states; the second inserts every claim
-in one `INSERT ... SELECT FROM unnest() ON CONFLICT DO NOTHING RETURNING`, advances the
-states, takes over stale claims and commits (psycopg pipeline mode). The lock is
+One tick is two network round trips, however many entries are due: the first message
+opens the transaction, takes the lock, reads `clock_timestamp()` and loads the states;
+the second inserts every claim in one `INSERT ... SELECT FROM unnest() ON CONFLICT DO
+NOTHING RETURNING`, advances the states, takes over stale claims and commits. Each is
+one simple-protocol message of several statements (client-side binding), because the
+server only arms `idle_in_transaction_session_timeout`, which bounds how long a frozen
+replica can hold the lock, after a plain ReadyForQuery. The lock is
 `pg_try_advisory_xact_lock`, released with the transaction, so it also works behind
-PgBouncer in transaction mode; `idle_in_transaction_session_timeout` on the tick
-transaction bounds how long a frozen replica can hold it.
+PgBouncer in transaction mode.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class PostgresStore:
         if self._conn is None or self._conn.closed or self._conn.broken:
             self._conn = psycopg.connect(
                 self._url,
-                autocommit=False,
+                autocommit=True,
                 connect_timeout=self._connect_timeout,
                 application_name="safebeat",
                 keepalives=1,
@@ -114,6 +116,10 @@ class PostgresStore:
                 f"{self._message(action, exc)}; the schema is missing: run `safebeat migrate`"
             ) from exc
         except psycopg.Error as exc:
+            if conn.closed or conn.broken:
+                # e.g. the server ended the session (idle-in-transaction timeout, shutdown).
+                self._drop()
+                raise StoreUnavailable(self._message(action, exc)) from exc
             self._rollback()
             raise StoreError(self._message(action, exc)) from exc
         except BaseException:
@@ -126,9 +132,11 @@ class PostgresStore:
 
     def _rollback(self) -> None:
         conn = self._conn
-        if conn is not None and not conn.closed and not conn.broken:
+        if conn is None or conn.closed or conn.broken:
+            return
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             try:
-                conn.rollback()
+                conn.execute("ROLLBACK")
             except psycopg.Error:
                 self._drop()
 
@@ -144,7 +152,7 @@ class PostgresStore:
     # --- schema ---------------------------------------------------------------------------
 
     def migrate(self) -> int:
-        with self._boundary("migrate") as conn:
+        with self._boundary("migrate") as conn, conn.transaction():
             conn.execute(Q["lock_migrations"], {"key": _MIGRATION_LOCK})
             conn.execute(Q["create_version_table"])
             version = self._schema_version(conn)
@@ -156,16 +164,13 @@ class PostgresStore:
                         {"version": migration.version, "name": migration.name},
                     )
                     version = migration.version
-            conn.commit()
             return version
 
     def schema_version(self) -> int:
         """Return the applied schema version (0: never migrated)."""
         with self._boundary("read the schema version") as conn:
             exists = conn.execute("SELECT to_regclass('safebeat_schema_version')").fetchone()
-            version = self._schema_version(conn) if exists and exists[0] else 0
-            conn.rollback()
-            return version
+            return self._schema_version(conn) if exists and exists[0] else 0
 
     @staticmethod
     def _schema_version(conn: psycopg.Connection[Any]) -> int:
@@ -177,7 +182,6 @@ class PostgresStore:
     def clock(self) -> datetime:
         with self._boundary("read the clock") as conn:
             row = conn.execute(Q["clock"]).fetchone()
-            conn.rollback()
             assert row is not None  # noqa: S101 - SELECT always returns one row
             now: datetime = row[0]
             return now
@@ -186,7 +190,7 @@ class PostgresStore:
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
         names = [d.name for d in definitions]
-        with self._boundary("register entries") as conn:
+        with self._boundary("register entries") as conn, conn.transaction():
             clock_row = conn.execute(Q["clock"]).fetchone()
             assert clock_row is not None  # noqa: S101
             before = dict(
@@ -206,7 +210,6 @@ class PostgresStore:
                 },
             )
             states = self._load(conn, namespace, names)
-            conn.commit()
         changed = {
             d.name: before[d.name]
             for d in definitions
@@ -217,7 +220,6 @@ class PostgresStore:
     def states(self, namespace: str) -> dict[str, EntryState]:
         with self._boundary("load entry states") as conn:
             rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
-            conn.rollback()
         return {row[0]: EntryState(*row) for row in rows}
 
     @staticmethod
@@ -238,57 +240,47 @@ class PostgresStore:
     ) -> TickResult | None:
         names = list(names)
         with self._boundary("tick") as conn:
-            with conn.pipeline():
-                conn.execute(Q["bound_transaction"], self._timeouts)
-                lock = conn.execute(Q["try_tick_lock"], {"key": advisory_key("tick", namespace)})
-                loaded = conn.execute(Q["load_states"], {"namespace": namespace, "names": names})
-                lock_row = lock.fetchone()
-                state_rows = loaded.fetchall()
-            assert lock_row is not None  # noqa: S101
-            locked, now = lock_row
+            cursor = psycopg.ClientCursor(conn)
+            lock_rows, state_rows = _result_sets(
+                cursor,
+                Q["begin_tick"],
+                {
+                    **self._timeouts,
+                    "key": advisory_key("tick", namespace),
+                    "namespace": namespace,
+                    "names": names,
+                },
+            )[1:]
+            locked, now = lock_rows[0]
             if not locked:
-                conn.rollback()
+                conn.execute("ROLLBACK")
                 return None
             states = {row[0]: EntryState(*row) for row in state_rows}
             plan = planner(now, states)
             rows = dispatch_rows(plan)
             who = {"replica": replica.id, "host": replica.host, "pid": replica.pid}
-            with conn.pipeline():
-                inserted = None
-                if rows:
-                    inserted = conn.execute(
-                        Q["insert_dispatches"],
-                        {"namespace": namespace, "now": now, **who, **as_columns(rows)},
-                    )
-                if plan.advances:
-                    conn.execute(
-                        Q["advance_states"],
-                        {
-                            "namespace": namespace,
-                            "names": list(plan.advances),
-                            "windows": list(plan.advances.values()),
-                        },
-                    )
-                stale = None
-                if reclaim is not None:
-                    stale = conn.execute(
-                        Q["reclaim_stale"],
-                        {
-                            "namespace": namespace,
-                            "now": now,
-                            "stale_before": now - reclaim.timeout,
-                            "names": list(reclaim.entries),
-                            "limit": reclaim.limit,
-                            **who,
-                        },
-                    )
-                conn.commit()
-            claimed = [
-                Claim(row[0], row[1], row[2], row[3], 1)
-                for row in (inserted.fetchall() if inserted is not None else [])
-                if row[4] == Status.CLAIMED.value
-            ]
-            reclaimed = [Claim(*row) for row in stale.fetchall()] if stale is not None else []
+            parts, params = [], {"namespace": namespace, "now": now, **who}
+            if rows:
+                parts.append(Q["insert_dispatches"])
+                params.update(as_columns(rows))
+            if plan.advances:
+                parts.append(Q["advance_states"])
+                params["advance_names"] = list(plan.advances)
+                params["advance_windows"] = list(plan.advances.values())
+            if reclaim is not None:
+                parts.append(Q["reclaim_stale"])
+                params["stale_before"] = now - reclaim.timeout
+                params["reclaim_names"] = list(reclaim.entries)
+                params["limit"] = reclaim.limit
+            returned = _result_sets(cursor, ";\n".join([*parts, "COMMIT"]), params)
+        inserted = returned.pop(0) if rows else []
+        stale = returned.pop(0) if reclaim is not None else []
+        claimed = [
+            Claim(row[0], row[1], row[2], row[3], 1)
+            for row in inserted
+            if row[4] == Status.CLAIMED.value
+        ]
+        reclaimed = [Claim(*row) for row in stale]
         return TickResult(now, states_after(states, plan), claimed, reclaimed)
 
     def record_publish(
@@ -297,14 +289,12 @@ class PostgresStore:
         if not sent and not failed:
             return
         with self._boundary("record publishing") as conn:
-            with conn.pipeline():
-                if sent:
-                    conn.execute(Q["mark_sent"], {"ids": list(sent)})
-                if failed:
-                    conn.execute(
-                        Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
-                    )
-            conn.commit()
+            if sent:
+                conn.execute(Q["mark_sent"], {"ids": list(sent)})
+            if failed:
+                conn.execute(
+                    Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
+                )
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
@@ -321,12 +311,10 @@ class PostgresStore:
                     "definitions": json.dumps(dict(definitions), sort_keys=True),
                 },
             )
-            conn.commit()
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
         with self._boundary("list replicas") as conn:
             rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
-            conn.rollback()
         return [ReplicaRecord(*row) for row in rows]
 
     def history(
@@ -336,16 +324,14 @@ class PostgresStore:
             rows = conn.execute(
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
-            conn.rollback()
         return [_record(row) for row in rows]
 
     def prune(self, namespace: str, before: datetime) -> int:
-        with self._boundary("prune") as conn:
+        with self._boundary("prune") as conn, conn.transaction():
             deleted = conn.execute(
                 Q["prune_dispatches"], {"namespace": namespace, "before": before}
             ).rowcount
             conn.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
-            conn.commit()
         return deleted
 
 
@@ -353,3 +339,16 @@ def _record(row: Sequence[Any]) -> DispatchRecord:
     values = list(row)
     values[3] = Status(values[3])
     return DispatchRecord(*values)
+
+
+def _result_sets(
+    cursor: psycopg.ClientCursor[Any], statements: str, params: Mapping[str, Any]
+) -> list[list[Any]]:
+    """Send several statements as one message; return the rows of those that return rows."""
+    cursor.execute(statements, params)
+    results = []
+    while True:
+        if cursor.description is not None:
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            return results

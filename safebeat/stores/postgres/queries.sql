@@ -8,7 +8,7 @@ CREATE TABLE IF NOT EXISTS safebeat_schema_version (
 );
 
 -- name: lock_migrations
-SELECT pg_advisory_xact_lock(%(key)s);
+SELECT pg_advisory_xact_lock(%(key)s)
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
@@ -19,20 +19,23 @@ INSERT INTO safebeat_schema_version (version, name) VALUES (%(version)s, %(name)
 -- name: clock
 SELECT clock_timestamp();
 
--- name: bound_transaction
--- Bounds how long a frozen replica can hold the tick lock: the server ends a session
--- idle inside a transaction, which releases the transaction-scoped advisory lock.
+-- name: begin_tick
+-- One message, one round trip: open the tick transaction, bound it, try the lock, load.
+-- The idle-in-transaction timeout ends the session of a replica frozen while it holds
+-- the lock, which releases the transaction-scoped advisory lock.
+BEGIN;
 SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
        set_config('lock_timeout', %(lock)s, true),
        set_config('statement_timeout', %(statement)s, true);
-
--- name: try_tick_lock
 SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
+SELECT name, anchor, defined_at, last_window, digest, schedule
+FROM safebeat_entry
+WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: load_states
 SELECT name, anchor, defined_at, last_window, digest, schedule
 FROM safebeat_entry
-WHERE namespace = %(namespace)s AND name = ANY(%(names)s);
+WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: all_states
 SELECT name, anchor, defined_at, last_window, digest, schedule
@@ -59,6 +62,8 @@ ON CONFLICT (namespace, name) DO UPDATE
     WHERE e.digest <> excluded.digest;
 
 -- name: insert_dispatches
+-- The claims: a row per window under the unique key; an existing row wins silently.
+-- This, advance_states and reclaim_stale end a tick, sent with COMMIT in one message.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)
@@ -74,7 +79,8 @@ RETURNING id, entry, window_at, task_id, status;
 -- name: advance_states
 UPDATE safebeat_entry AS e
 SET last_window = greatest(e.last_window, u.last_window)
-FROM unnest(%(names)s::text[], %(windows)s::timestamptz[]) AS u(name, last_window)
+FROM unnest(%(advance_names)s::text[], %(advance_windows)s::timestamptz[])
+     AS u(name, last_window)
 WHERE e.namespace = %(namespace)s AND e.name = u.name;
 
 -- name: reclaim_stale
@@ -84,7 +90,7 @@ SET claimed_at = %(now)s, attempts = d.attempts + 1,
 WHERE d.id IN (
     SELECT id FROM safebeat_dispatch
     WHERE namespace = %(namespace)s AND status = 'claimed'
-      AND claimed_at < %(stale_before)s AND entry = ANY(%(names)s)
+      AND claimed_at < %(stale_before)s AND entry = ANY(%(reclaim_names)s::text[])
     ORDER BY claimed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,166 @@
+"""beat_schedule items are validated one by one and compiled into window rules."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from celery.beat import BeatLazyFunc
+from celery.schedules import crontab, schedule, solar
+
+from safebeat.config import Config
+from safebeat.entries import compile_entry, compile_schedule, describe
+from safebeat.errors import EntryError
+from safebeat.windows import CrontabRule, IntervalRule, Misfire, SolarRule
+
+CONFIG = Config(namespace="proj")
+UTC = timezone.utc
+
+
+def compile_one(raw: Any, config: Config = CONFIG, zone: Any = UTC) -> Any:
+    return compile_entry("e", raw, app_timezone=zone, config=config)
+
+
+def test_numbers_timedeltas_and_schedules_become_intervals() -> None:
+    """Seconds, timedeltas and celery.schedules.schedule all compile to an interval rule."""
+    for value in (90, 90.0, timedelta(seconds=90), schedule(timedelta(seconds=90))):
+        entry = compile_one({"task": "t", "schedule": value})
+        assert entry.rule == IntervalRule(timedelta(seconds=90))
+        assert entry.schedule_text == "every 90s"
+
+
+def test_relative_intervals_anchor_at_the_epoch() -> None:
+    """`relative=True` aligns windows to the interval (anchored at the Unix epoch)."""
+    entry = compile_one({"task": "t", "schedule": 3600, "relative": True})
+    assert entry.rule == IntervalRule(timedelta(hours=1), datetime(1970, 1, 1, tzinfo=UTC))
+    assert entry.schedule_text == "every 3600s from 1970-01-01T00:00:00Z"
+
+
+def test_crontab_keeps_celerys_parsed_fields_and_the_app_zone() -> None:
+    """A crontab compiles from Celery's parsed sets, in the app's time zone by default."""
+    entry = compile_one(
+        {"task": "t", "schedule": crontab(minute="*/15", hour="9-17", day_of_week="mon-fri")},
+        zone=ZoneInfo("Europe/Moscow"),
+    )
+    assert isinstance(entry.rule, CrontabRule)
+    assert entry.rule.minutes == (0, 15, 30, 45)
+    assert entry.rule.hours == tuple(range(9, 18))
+    assert entry.rule.days_of_week == frozenset(range(1, 6))
+    assert entry.schedule_text == "crontab 0,15,30,45 9-17 * * 1-5 in Europe/Moscow"
+
+
+def test_per_entry_policy_and_zone_override_the_defaults() -> None:
+    """options['safebeat'] sets misfire, grace, catch-up limit and time zone for one entry."""
+    entry = compile_one(
+        {
+            "task": "t",
+            "schedule": crontab(minute=0, hour=3),
+            "options": {
+                "queue": "reports",
+                "safebeat": {
+                    "misfire": "all",
+                    "grace": 300,
+                    "catchup_limit": 7,
+                    "timezone": "Europe/Berlin",
+                },
+            },
+        }
+    )
+    assert entry.policy.misfire is Misfire.ALL
+    assert entry.policy.grace == timedelta(minutes=5)
+    assert entry.policy.catchup_limit == 7
+    assert entry.rule.tz == ZoneInfo("Europe/Berlin")
+    assert entry.options == {"queue": "reports"}
+
+
+def test_settings_supply_the_default_policy() -> None:
+    """Entries without their own policy take safebeat_misfire / grace / catchup_limit."""
+    config = Config(misfire=Misfire.SKIP, grace=timedelta(seconds=30), catchup_limit=3)
+    entry = compile_one({"task": "t", "schedule": 10}, config=config)
+    assert (entry.policy.misfire, entry.policy.grace, entry.policy.catchup_limit) == (
+        Misfire.SKIP,
+        timedelta(seconds=30),
+        3,
+    )
+
+
+def test_solar_schedules_compile() -> None:
+    """A Celery solar schedule keeps its event and place."""
+    entry = compile_one({"task": "t", "schedule": solar("sunset", 55.75, 37.62)})
+    assert entry.rule == SolarRule("sunset", 55.75, 37.62)
+    assert describe(entry.rule) == "solar sunset at 55.75,37.62"
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [
+        ("not a dict", "expected a dict"),
+        ({"schedule": 10}, "'task' must be a task name"),
+        ({"task": "t"}, "'schedule' is missing"),
+        ({"task": "t", "schedule": 10, "every": 5}, "unknown key(s) ['every']"),
+        ({"task": "t", "schedule": "daily"}, "cannot compute windows for a str schedule"),
+        ({"task": "t", "schedule": 0}, "an interval must be positive"),
+        ({"task": "t", "schedule": -5}, "an interval must be positive"),
+        ({"task": "t", "schedule": True}, "is not a schedule"),
+        ({"task": "t", "schedule": 10, "args": "abc"}, "'args' must be a list or tuple"),
+        ({"task": "t", "schedule": 10, "kwargs": [1]}, "'kwargs' must be a dict"),
+        ({"task": "t", "schedule": 10, "options": {"task_id": "x"}}, "set by safebeat"),
+        ({"task": "t", "schedule": 10, "options": {"safebeat": {"misfire": "x"}}}, "misfire='x'"),
+        ({"task": "t", "schedule": 10, "options": {"safebeat": {"jitter": 1}}}, "['jitter']"),
+        (
+            {"task": "t", "schedule": 10, "options": {"safebeat": {"catchup_limit": 0}}},
+            "catchup_limit=0",
+        ),
+        (
+            {"task": "t", "schedule": 10, "options": {"safebeat": {"timezone": "Mars/Base"}}},
+            "unknown time zone 'Mars/Base'",
+        ),
+        (
+            {"task": "t", "schedule": 10, "options": {"safebeat": {"overlap": "forbid"}}},
+            "needs the worker hook",
+        ),
+        (
+            {"task": "t", "schedule": 10, "options": {"safebeat": {"overlap": "maybe"}}},
+            "expected 'allow'",
+        ),
+    ],
+)
+def test_malformed_entries_name_the_entry_and_the_problem(raw: object, problem: str) -> None:
+    """Each kind of bad input is an EntryError naming the entry and what is wrong."""
+    with pytest.raises(EntryError) as caught:
+        compile_one(raw)
+    assert caught.value.entry == "e"
+    assert "'e'" in str(caught.value)
+    assert problem in str(caught.value)
+
+
+def test_one_bad_entry_does_not_stop_the_others() -> None:
+    """compile_schedule returns the good entries and the errors of the bad ones."""
+    entries, errors = compile_schedule(
+        {
+            "good": {"task": "t", "schedule": 5},
+            "bad": {"task": "t", "schedule": "hourly"},
+        },
+        app_timezone=UTC,
+        config=CONFIG,
+    )
+    assert set(entries) == {"good"}
+    assert set(errors) == {"bad"}
+
+
+def test_digest_is_stable_across_processes_and_tracks_changes() -> None:
+    """The digest ignores object identities (lazy args) but changes with args or schedule."""
+    base = {"task": "t", "schedule": 10, "kwargs": {"now": BeatLazyFunc(datetime.now)}}
+    again = {"task": "t", "schedule": 10, "kwargs": {"now": BeatLazyFunc(datetime.now)}}
+    assert compile_one(base).digest == compile_one(again).digest
+    assert compile_one(base).digest != compile_one({**base, "args": [1]}).digest
+    assert compile_one(base).digest != compile_one({**base, "schedule": 11}).digest
+
+
+def test_schedule_text_is_canonical() -> None:
+    """Equal windows give equal text, whichever way the crontab was written."""
+    spelled = compile_one({"task": "t", "schedule": crontab(minute="0,30", hour="*/6")})
+    listed = compile_one({"task": "t", "schedule": crontab(minute=[30, 0], hour=[0, 6, 12, 18])})
+    assert spelled.schedule_text == listed.schedule_text == "crontab 0,30 0,6,12,18 * * * in UTC"
