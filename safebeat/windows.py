@@ -276,6 +276,7 @@ def _slots_ascending(rule: CrontabRule, day: date, start: datetime) -> Iterator[
 
 # --- solar events ---------------------------------------------------------------------------
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SOLAR_EVENTS = {
     # event: (ephem method suffix, horizon, use the sun's centre)
     "dawn_astronomical": ("rising", "-18", True),
@@ -293,26 +294,48 @@ SOLAR_EVENTS = frozenset(_SOLAR_EVENTS)
 _SOLAR_SEARCH_DAYS = 366
 
 
+#: Where each kind of event sits in the local mean day, shifted away from midnight:
+#: risings fall between antitransit and transit (00-12 h local mean time), settings
+#: between transit and antitransit (12-24 h), transits near noon.
+_SOLAR_DAY_SHIFT = {
+    "rising": timedelta(hours=6),
+    "setting": timedelta(hours=-6),
+    "transit": timedelta(0),
+}
+_DAY = timedelta(days=1)
+
+
 def _solar_event(rule: SolarRule, start: datetime, *, forward: bool) -> datetime | None:
+    """Find the event after (or before) `start`, as an instant rounded to the second.
+
+    ephem's answer for one event moves by a tenth of a second with the instant its
+    search starts from, enough to round to different seconds. So the event is solved
+    again from a start that depends only on the event's local mean day: every replica,
+    whenever it asks, gets the same window.
+    """
     import ephem  # noqa: PLC0415 - optional dependency, only solar entries need it
 
     kind, horizon, use_center = _SOLAR_EVENTS[rule.event]
     observer = ephem.Observer()
     observer.lat, observer.lon = str(rule.lat), str(rule.lon)
     observer.elev, observer.pressure, observer.horizon = 0, 0, horizon
-    find = getattr(observer, f"{'next' if forward else 'previous'}_{kind}")
-    step = getattr(observer, f"{'next' if forward else 'previous'}_antitransit")
     sun = ephem.Sun()
     kwargs = {"use_center": True} if use_center else {}
+    direction = "next" if forward else "previous"
+    find = getattr(observer, f"{direction}_{kind}")
+    step = getattr(observer, f"{direction}_antitransit")
     cursor = ephem.Date(start.astimezone(UTC).replace(tzinfo=None))
     for _ in range(_SOLAR_SEARCH_DAYS):
         try:
-            event = find(sun, start=cursor, **kwargs)
+            found = find(sun, start=cursor, **kwargs).datetime().replace(tzinfo=UTC)
         except ephem.CircumpolarError:
             cursor = step(sun, start=cursor)
             continue
-        instant: datetime = event.datetime().replace(tzinfo=UTC)
-        return _round_to_second(instant)
+        local_mean = timedelta(hours=rule.lon / 15) + _SOLAR_DAY_SHIFT[kind]
+        day_start = _EPOCH + ((found + local_mean - _EPOCH) // _DAY) * _DAY - local_mean
+        canonical_start = ephem.Date(day_start.replace(tzinfo=None))
+        event = getattr(observer, f"next_{kind}")(sun, start=canonical_start, **kwargs)
+        return _round_to_second(event.datetime().replace(tzinfo=UTC))
     return None
 
 
@@ -444,7 +467,11 @@ def _span(
 def count_windows(
     rule: Rule, first: datetime, last: datetime, anchor: datetime | None = None
 ) -> int | None:
-    """Count the windows in `[first, last]` (both windows); None when over MAX_COUNTED_SKIPS."""
+    """Count the windows in `[first, last]` (both windows).
+
+    Intervals are counted exactly by arithmetic; other rules are counted one window at a
+    time, and None is returned past MAX_COUNTED_SKIPS.
+    """
     if isinstance(rule, IntervalRule):
         return (last - first) // rule.every + 1
     count = 0
