@@ -1,4 +1,4 @@
-"""A small TCP proxy on loopback that a test can cut and restore, to break a connection on purpose."""
+"""A TCP proxy on loopback that a test can cut and restore, to break connections on purpose."""
 
 from __future__ import annotations
 

@@ -1,0 +1,210 @@
+"""Several real `celery beat -S safebeat.Scheduler` processes, counted on a real broker.
+
+Entries fire every 1-2 s. Each test runs for a few seconds of real time, then compares
+every message on the broker with the windows each entry had: each window exactly once,
+none missing, whatever happened to the replicas in between.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+
+from safebeat.stores.base import Store
+from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.sqlite import SqliteStore
+from tests import services
+from tests.acceptance.harness import (
+    Cluster,
+    amqp_messages,
+    redis_messages,
+    safebeat_messages,
+    verify,
+)
+
+pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
+
+SCHEDULE = {"every-1s": 1.0, "every-2s": 2.0}
+CLAIM_TIMEOUT = 2.0
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[str]:
+    name = f"acceptance-{uuid.uuid4().hex[:8]}"
+    yield name
+    redis.Redis.from_url(redis_url).delete(name)
+
+
+def cluster(tmp_path: Path, broker_url: str, queue: str, store_url: str, namespace: str) -> Cluster:
+    return Cluster(
+        workdir=tmp_path,
+        broker_url=broker_url,
+        queue=queue,
+        schedule=SCHEDULE,
+        env={
+            "SAFEBEAT_URL": store_url,
+            "SAFEBEAT_NAMESPACE": namespace,
+            "SAFEBEAT_CLAIM_TIMEOUT": str(CLAIM_TIMEOUT),
+            "SAFEBEAT_LOCK_TIMEOUT": "1",
+        },
+    )
+
+
+def run_with_a_kill(beats: Cluster, store: Store, seconds: float) -> object:
+    """Run three replicas, SIGKILL one halfway, and return the store clock at the end."""
+    beats.start(3)
+    try:
+        beats.wait_started()
+        time.sleep(seconds / 2)
+        beats.signal(0, signal.SIGKILL)
+        time.sleep(seconds / 2)
+        return store.clock()
+    finally:
+        beats.stop()
+
+
+def test_three_replicas_on_postgres_send_each_window_once(
+    tmp_path: Path, pg_url: str, redis_url: str, queue: str, namespace: str
+) -> None:
+    """Three beats on PostgreSQL, one SIGKILLed mid-run: every window once, none missing."""
+    store = PostgresStore(pg_url)
+    beats = cluster(tmp_path, redis_url, queue, pg_url, namespace)
+    end = run_with_a_kill(beats, store, seconds=12)
+    verdict = verify(
+        store,
+        namespace,
+        SCHEDULE,
+        safebeat_messages(redis_messages(redis_url, queue)),
+        complete_until=end - timedelta(seconds=CLAIM_TIMEOUT + 2),  # type: ignore[operator]
+    )
+    verdict.assert_exactly_once(beats.logs())
+    assert verdict.expected >= 12
+    assert len(verdict.senders) >= 2, verdict.senders
+    store.close()
+
+
+def test_three_replicas_on_sqlite_send_each_window_once(
+    tmp_path: Path, redis_url: str, queue: str, namespace: str
+) -> None:
+    """Three beats on one SQLite file, one SIGKILLed mid-run: every window once, none missing."""
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    store = SqliteStore(url)
+    store.migrate()
+    beats = cluster(tmp_path, redis_url, queue, url, namespace)
+    end = run_with_a_kill(beats, store, seconds=12)
+    verdict = verify(
+        store,
+        namespace,
+        SCHEDULE,
+        safebeat_messages(redis_messages(redis_url, queue)),
+        complete_until=end - timedelta(seconds=CLAIM_TIMEOUT + 2),  # type: ignore[operator]
+    )
+    verdict.assert_exactly_once(beats.logs())
+    assert verdict.expected >= 12
+    store.close()
+
+
+@pytest.mark.rabbitmq
+def test_rabbitmq_broker_changes_nothing(tmp_path: Path, pg_url: str, namespace: str) -> None:
+    """The same guarantee with RabbitMQ as the broker: nothing depends on the broker."""
+    amqp = services.amqp_url()
+    if amqp is None:
+        pytest.skip("no RabbitMQ broker runs here (set SAFEBEAT_TEST_AMQP_URL)")
+    queue = f"acceptance-{uuid.uuid4().hex[:8]}"
+    from kombu import Connection, Queue
+
+    with Connection(amqp) as conn:
+        Queue(queue, routing_key=queue)(conn.default_channel).declare()
+    store = PostgresStore(pg_url)
+    beats = cluster(tmp_path, amqp, queue, pg_url, namespace)
+    end = run_with_a_kill(beats, store, seconds=10)
+    messages = amqp_messages(amqp, queue)
+    with Connection(amqp) as conn:
+        Queue(queue, routing_key=queue)(conn.default_channel).delete()
+    verdict = verify(
+        store,
+        namespace,
+        SCHEDULE,
+        safebeat_messages(messages),
+        complete_until=end - timedelta(seconds=CLAIM_TIMEOUT + 2),  # type: ignore[operator]
+    )
+    verdict.assert_exactly_once(beats.logs())
+    store.close()
+
+
+def test_replica_frozen_past_every_timeout_wakes_without_double_sending(
+    tmp_path: Path, pg_url: str, redis_url: str, queue: str, namespace: str
+) -> None:
+    """A beat SIGSTOPped longer than the lock and claim timeouts, then resumed: no duplicate."""
+    store = PostgresStore(pg_url)
+    beats = cluster(tmp_path, redis_url, queue, pg_url, namespace)
+    beats.start(3)
+    try:
+        beats.wait_started()
+        time.sleep(3)
+        beats.signal(1, signal.SIGSTOP)
+        time.sleep(6)
+        beats.signal(1, signal.SIGCONT)
+        time.sleep(5)
+        end = store.clock()
+    finally:
+        beats.stop()
+    verdict = verify(
+        store,
+        namespace,
+        SCHEDULE,
+        safebeat_messages(redis_messages(redis_url, queue)),
+        complete_until=end - timedelta(seconds=CLAIM_TIMEOUT + 2),
+    )
+    verdict.assert_exactly_once(beats.logs())
+    store.close()
+
+
+def test_beat_embedded_in_workers_sends_each_window_once(
+    tmp_path: Path, redis_url: str, queue: str, namespace: str
+) -> None:
+    """Two `celery worker -B` processes on one host share the SQLite default: each window once."""
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    store = SqliteStore(url)
+    store.migrate()
+    beats = cluster(tmp_path, redis_url, queue, url, namespace)
+    beats.start_worker_beat(2)
+    try:
+        beats.wait_started()
+        time.sleep(8)
+        end = store.clock()
+    finally:
+        beats.stop()
+    verdict = verify(
+        store,
+        namespace,
+        SCHEDULE,
+        safebeat_messages(redis_messages(redis_url, queue)),
+        complete_until=end - timedelta(seconds=CLAIM_TIMEOUT + 2),
+    )
+    verdict.assert_exactly_once(beats.logs())
+    assert verdict.expected >= 6
+    store.close()
+
+
+def test_stock_beat_replicas_do_send_duplicates(tmp_path: Path, redis_url: str, queue: str) -> None:
+    """The counting can fail: three stock beats send the 1 s entry far more than once a second."""
+    beats = Cluster(workdir=tmp_path, broker_url=redis_url, queue=queue, schedule=SCHEDULE)
+    beats.start(3, scheduler=None)
+    try:
+        beats.wait_started()
+        started = time.monotonic()
+        time.sleep(5)
+        elapsed = time.monotonic() - started
+    finally:
+        beats.stop()
+    sent = [m["task"] for m in redis_messages(redis_url, queue)].count("acceptance.every-1s")
+    one_beat_at_most = elapsed + 3  # a single beat, with slack for its start and stop
+    assert sent > one_beat_at_most, sent
