@@ -40,7 +40,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -50,6 +49,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from safebeat.errors import SafebeatError
+from safebeat.identity import parse_window
+from safebeat.stores.base import Status
+from safebeat.stores.sqlite import SqliteStore
 
 EXAMPLES = Path(__file__).resolve().parent
 ROOT = EXAMPLES.parent
@@ -266,9 +270,12 @@ def read_messages(folder: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return headers, notes
 
 
-def window_us(text: str) -> int:
-    instant = datetime.fromisoformat(text.replace("Z", "+00:00"))
+def instant_us(instant: datetime) -> int:
     return int(instant.timestamp()) * US + instant.microsecond
+
+
+def window_us(text: str) -> int:
+    return instant_us(parse_window(text))
 
 
 def format_us(micros: int) -> str:
@@ -297,25 +304,19 @@ def stock_runs(entry: DemoEntry, started: float, stopped: float) -> int:
 
 def read_store(path: Path) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int], str]]:
     """Return each entry's (anchor, defined_at) and who claimed each (entry, window)."""
-    conn = sqlite3.connect(path)
+    store = SqliteStore(f"sqlite:///{path.resolve()}")
     try:
         entries = {
-            name: (anchor, defined_at)
-            for name, anchor, defined_at in conn.execute(
-                "SELECT name, anchor, defined_at FROM safebeat_entry WHERE namespace = ?",
-                (NAMESPACE,),
-            )
+            name: (instant_us(state.anchor), instant_us(state.defined_at))
+            for name, state in store.states(NAMESPACE).items()
         }
         claimed_by = {
-            (entry, window): f"{host}:{pid}"
-            for entry, window, host, pid in conn.execute(
-                "SELECT entry, window_at, host, pid FROM safebeat_dispatch "
-                "WHERE namespace = ? AND status IN ('claimed', 'sent')",
-                (NAMESPACE,),
-            )
+            (row.entry, instant_us(row.window)): f"{row.host}:{row.pid}"
+            for row in store.history(NAMESPACE, limit=1_000_000)
+            if row.status in (Status.CLAIMED, Status.SENT)
         }
     finally:
-        conn.close()
+        store.close()
     return entries, claimed_by
 
 
@@ -361,7 +362,7 @@ def tally_safebeat(
         origins.setdefault((name, window_us(window)), origin_of(headers))
     try:
         states, claimed_by = read_store(folder / "safebeat.sqlite3")
-    except sqlite3.Error as exc:
+    except SafebeatError as exc:
         notes.append(f"cannot read safebeat's store ({exc}); windows counted from messages")
         states, claimed_by = {}, {}
     per_replica: Counter[str] = Counter()

@@ -410,3 +410,17 @@ def test_crontab_fires_in_the_entry_time_zone(clock: FakeClock, queue: str) -> N
     run(scheduler, clock, 3700, step=30)
     [headers] = drain(app, queue)
     assert headers["safebeat_window"] == "2026-03-01T13:00:00Z"  # 16:00 in Moscow
+
+
+def test_large_bursts_are_claimed_in_batches_without_waiting(clock: FakeClock, queue: str) -> None:
+    """More due entries than claim_batch are taken by immediate follow-up ticks, all once."""
+    app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 10.0} for i in range(10)})
+    scheduler = memory_scheduler(app, clock)
+    scheduler.claim_batch = 4
+    scheduler.tick()
+    clock.advance(10)
+    delays = [scheduler.tick() for _ in range(3)]
+    assert delays[:2] == [0.0, 0.0]
+    sent = windows_sent(drain(app, queue))
+    assert len(sent) == 10
+    assert set(sent.values()) == {1}
