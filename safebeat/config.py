@@ -26,6 +26,7 @@ logger = logging.getLogger("safebeat.config")
 DEFAULT_URL = "sqlite:///safebeat.sqlite3"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT)(_|$)")
+_KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -193,6 +194,11 @@ def load_config(
         if not var.startswith("SAFEBEAT_") or var.startswith("SAFEBEAT_TEST_"):
             continue
         short = var.removeprefix("SAFEBEAT_").lower()
+        if _KUBERNETES_SERVICE_LINK.match(raw):
+            # A Kubernetes Service named like safebeat-metrics sets SAFEBEAT_METRICS_PORT
+            # to tcp://10.0.0.7:9100; that is a service link, not our setting.
+            logger.warning("ignoring %s=%r: a Kubernetes service link, not a setting", var, raw)
+            continue
         if short not in _PARSERS:
             # Not an error: Kubernetes itself sets SAFEBEAT_SERVICE_HOST, SAFEBEAT_PORT...
             # for a Service named "safebeat", and those must not stop beat.

@@ -121,7 +121,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._due_at: dict[str, float] = {}
         self._upcoming: dict[str, datetime | None] = {}
         self._backoff = Backoff()
+        self._store_failures = 0
         self._retry_at = 0.0
+        self._broker_backoff = Backoff()
+        self._broker_retry_at = 0.0
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -233,18 +236,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         except Exception as exc:
             logger.exception("safebeat: unexpected error in tick: %s", exc)
             return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
-        if self._backoff.failures:
+        if self._store_failures:
             logger.info(
                 "safebeat: store %s reachable again after %d failed attempt(s)",
                 self.store.display_url,
-                self._backoff.failures,
+                self._store_failures,
             )
-            self._backoff.reset()
+            self._store_failures = 0
+        self._backoff.reset()
         return delay
 
     def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
         if counted:
             self.stats.store_errors += 1
+            self._store_failures += 1
         delay = self._backoff.next_delay()
         self._retry_at = self._monotonic() + delay
         logger.log(
@@ -280,6 +285,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._bootstrap()
         due = [name for name, at in self._due_at.items() if at <= now][: self.claim_batch]
         reclaim = now >= self._next_reclaim
+        if now < self._broker_retry_at:
+            # Claiming now would only pile up unsent claims; windows that pass meanwhile
+            # follow the missed-window policy, and other replicas may still send them.
+            due, reclaim = [], False
         if due or reclaim:
             result = self._locked_tick(due, reclaim=reclaim)
             if result is None:
@@ -422,11 +431,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 send(self.app, self.producer, entry, claim)
             except connection_errors as exc:
                 self.stats.publish_errors += 1
+                pause = self._broker_backoff.next_delay()
+                self._broker_retry_at = self._monotonic() + pause
                 logger.warning(
                     "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
-                    "re-published when it is back",
+                    "re-published when it is back; claiming nothing for %.1fs",
                     exc,
                     len(claims) - index,
+                    pause,
                 )
                 break
             except Exception as exc:
@@ -441,6 +453,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 )
             else:
                 sent.append(claim.id)
+                self._broker_backoff.reset()
         self.stats.sent += len(sent)
         self.store.record_publish(self.safebeat_config.namespace, sent, failed)
 
@@ -473,4 +486,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def _sleep_time(self) -> float:
         now = self._monotonic()
         deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
+        if now < self._broker_retry_at:
+            deadlines = [self._broker_retry_at, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))

@@ -118,13 +118,16 @@ def test_unknown_environment_variable_warns_but_kubernetes_service_vars_are_quie
         "SAFEBEAT_SERVICE_HOST": "10.0.0.1",
         "SAFEBEAT_PORT_9100_TCP": "tcp://10.0.0.1:9100",
         "SAFEBEAT_TEST_POSTGRES_URL": "postgresql://x",
+        "SAFEBEAT_METRICS_PORT": "tcp://10.96.0.7:9100",  # a Service named safebeat-metrics
     }
     with caplog.at_level(logging.WARNING, "safebeat"):
         config = load_config({}, environ=environ)
     assert config.url == DEFAULT_URL
+    assert config.metrics_port is None
+    assert "service link" in caplog.text
     assert "SAFEBEAT_URLL" in caplog.text
     assert "SERVICE_HOST" not in caplog.text
-    assert "PORT_9100" not in caplog.text
+    assert "SAFEBEAT_PORT_9100_TCP" not in caplog.text
     assert "TEST_POSTGRES" not in caplog.text
 
 

@@ -87,6 +87,9 @@ class PostgresStore:
             self._conn = psycopg.connect(
                 self._url,
                 autocommit=True,
+                # No server-side prepared statements: PgBouncer in transaction mode
+                # (before 1.21) cannot keep them across transactions.
+                prepare_threshold=None,
                 connect_timeout=self._connect_timeout,
                 application_name="safebeat",
                 keepalives=1,

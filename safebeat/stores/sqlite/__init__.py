@@ -85,11 +85,14 @@ class SqliteStore:
         url: str,
         *,
         busy_timeout: timedelta = timedelta(seconds=5),
+        tick_lock_wait: timedelta = timedelta(milliseconds=100),
         clock: Callable[[], datetime] = _system_clock,
     ) -> None:
         self.path = path_of(url)
         self.display_url = url
         self._busy_timeout = busy_timeout.total_seconds()
+        # The tick lock is tried, not waited for: if another replica ticks, come back soon.
+        self._tick_lock_wait = tick_lock_wait.total_seconds()
         self._clock = clock
         self._conn: sqlite3.Connection | None = None
 
@@ -112,9 +115,16 @@ class SqliteStore:
         return self._conn
 
     @contextmanager
-    def _write(self, action: str) -> Iterator[sqlite3.Connection]:
-        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error."""
+    def _write(
+        self, action: str, busy_timeout: float | None = None
+    ) -> Iterator[sqlite3.Connection]:
+        """A `BEGIN IMMEDIATE` transaction: committed on success, rolled back on error.
+
+        `busy_timeout` (seconds) overrides how long to wait for another writer.
+        """
         with self._boundary(action) as conn:
+            wait = self._busy_timeout if busy_timeout is None else busy_timeout
+            conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -234,7 +244,7 @@ class SqliteStore:
         reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         try:
-            with self._write("tick") as conn:
+            with self._write("tick", busy_timeout=self._tick_lock_wait) as conn:
                 now = self.clock()
                 states = self._load(conn, namespace, names)
                 plan = planner(now, states)
