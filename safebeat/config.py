@@ -194,16 +194,15 @@ def load_config(
         if not var.startswith("SAFEBEAT_") or var.startswith("SAFEBEAT_TEST_"):
             continue
         short = var.removeprefix("SAFEBEAT_").lower()
+        if _KUBERNETES_SERVICE_VAR.match(var):
+            continue  # Kubernetes sets these for a Service named "safebeat"
         if _KUBERNETES_SERVICE_LINK.match(raw):
-            # A Kubernetes Service named like safebeat-metrics sets SAFEBEAT_METRICS_PORT
-            # to tcp://10.0.0.7:9100; that is a service link, not our setting.
+            # A Service named like safebeat-metrics sets SAFEBEAT_METRICS_PORT to
+            # tcp://10.0.0.7:9100: a service link, not our setting.
             logger.warning("ignoring %s=%r: a Kubernetes service link, not a setting", var, raw)
             continue
         if short not in _PARSERS:
-            # Not an error: Kubernetes itself sets SAFEBEAT_SERVICE_HOST, SAFEBEAT_PORT...
-            # for a Service named "safebeat", and those must not stop beat.
-            if not _KUBERNETES_SERVICE_VAR.match(var):
-                logger.warning("ignoring %s", _unknown(var, "the environment"))
+            logger.warning("ignoring %s", _unknown(var, "the environment"))
             continue
         values[short] = _PARSERS[short](raw, var)
         sources[short] = f"${var}"
