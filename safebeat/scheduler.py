@@ -9,14 +9,17 @@ Nothing store-specific lives here; nothing raised in a tick escapes into Celery'
 
 from __future__ import annotations
 
+import heapq
 import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import kombu.exceptions
 from celery import beat
 from kombu.exceptions import OperationalError
 
@@ -99,6 +102,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
     claim_batch = 5000
+    #: Messages buffered per flush where the transport can batch publishes.
+    publish_chunk = 500
 
     def __init__(
         self,
@@ -283,7 +288,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         now = self._monotonic()
         if not self._ready:
             self._bootstrap()
-        due = [name for name, at in self._due_at.items() if at <= now][: self.claim_batch]
+        # The most overdue first: with more due entries than one tick claims, entries that
+        # were just sent must not come back ahead of the ones still waiting.
+        due = heapq.nsmallest(
+            self.claim_batch,
+            (name for name, at in self._due_at.items() if at <= now),
+            key=self._due_at.__getitem__,
+        )
         reclaim = now >= self._next_reclaim
         if now < self._broker_retry_at:
             # Claiming now would only pile up unsent claims; windows that pass meanwhile
@@ -368,7 +379,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 )
             for span in decision.skipped:
                 skips.append(NewSkip(name, span.last, span.first, span.count, span.reason.value))
-                logger.warning(
+                logger.debug(
                     "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
                     name,
                     "many" if span.count is None else span.count,
@@ -380,7 +391,26 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 advances[name] = decision.last_window
             self._upcoming[name] = decision.next_window
         self.stats.skipped_windows += sum(s.count or 0 for s in skips)
+        if skips:
+            self._log_skips(skips)
         return TickPlan(claims, skips, advances)
+
+    @staticmethod
+    def _log_skips(skips: Sequence[NewSkip]) -> None:
+        """One line per tick, however many entries skipped windows (details at DEBUG)."""
+        by_reason: dict[str, int] = {}
+        for skip in skips:
+            by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
+        names = sorted({skip.entry for skip in skips})
+        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
+        logger.warning(
+            "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
+            len(names),
+            "y" if len(names) == 1 else "ies",
+            reasons,
+            shown,
+        )
 
     def _entry_failed(self, name: str, exc: Exception) -> None:
         self.stats.entry_errors += 1
@@ -402,21 +432,58 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._due_at[name] = started + max(0.0, (upcoming - result.now).total_seconds())
 
     def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
+        """Publish claimed windows and record the outcome in one store call.
+
+        Where the transport can batch (kombu's Redis transport), claims go out in chunks
+        of `publish_chunk`, each flushed before its claims count as sent; a chunk that
+        fails to flush stays claimed and is re-published with the same ids.
+        """
         if not claims:
             return
         sent: list[int] = []
         failed: dict[int, str] = {}
         connection_errors = self._connection_errors()
         publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
-        for index, claim in enumerate(claims):
+        start = 0
+        while start < len(claims):
             if self._monotonic() > publish_until:
                 # We were paused or slow: another replica may be re-publishing these by now.
                 logger.warning(
                     "safebeat: %d claim(s) are too old to publish safely from here; "
                     "they will be re-published by the next replica that ticks",
-                    len(claims) - index,
+                    len(claims) - start,
                 )
                 break
+            try:
+                batching = self._can_batch()
+                chunk = claims[start : start + (self.publish_chunk if batching else 1)]
+                with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
+                    buffered = self._send_chunk(chunk, failed, connection_errors)
+            except connection_errors as exc:
+                self._broker_unreachable(exc, len(claims) - start)
+                break
+            start += len(chunk)
+            sent.extend(buffered)
+            if buffered:
+                self._broker_backoff.reset()
+        self.stats.sent += len(sent)
+        self.store.record_publish(self.safebeat_config.namespace, sent, failed)
+
+    def _can_batch(self) -> bool:
+        producer = self.producer
+        return hasattr(producer, "batch") and bool(
+            getattr(producer, "supports_batch_publish", False)
+        )
+
+    def _send_chunk(
+        self,
+        chunk: Sequence[Claim],
+        failed: dict[int, str],
+        connection_errors: tuple[type[BaseException], ...],
+    ) -> list[int]:
+        """Send each claim; return the ids handed to the producer. Connection errors propagate."""
+        handed: list[int] = []
+        for claim in chunk:
             entry = self.entries.get(claim.entry)
             if entry is None:
                 failed[claim.id] = f"entry {claim.entry!r} is not defined on {self.replica.id}"
@@ -429,18 +496,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             )
             try:
                 send(self.app, self.producer, entry, claim)
-            except connection_errors as exc:
-                self.stats.publish_errors += 1
-                pause = self._broker_backoff.next_delay()
-                self._broker_retry_at = self._monotonic() + pause
-                logger.warning(
-                    "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
-                    "re-published when it is back; claiming nothing for %.1fs",
-                    exc,
-                    len(claims) - index,
-                    pause,
-                )
-                break
+            except connection_errors:
+                raise
             except Exception as exc:
                 self.stats.publish_errors += 1
                 failed[claim.id] = f"{type(exc).__name__}: {exc}"
@@ -452,14 +509,29 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                     exc_info=True,
                 )
             else:
-                sent.append(claim.id)
-                self._broker_backoff.reset()
-        self.stats.sent += len(sent)
-        self.store.record_publish(self.safebeat_config.namespace, sent, failed)
+                handed.append(claim.id)
+        return handed
+
+    def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
+        self.stats.publish_errors += 1
+        pause = self._broker_backoff.next_delay()
+        self._broker_retry_at = self._monotonic() + pause
+        logger.warning(
+            "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
+            "re-published when it is back; claiming nothing for %.1fs",
+            exc,
+            unsent,
+            pause,
+        )
 
     def _connection_errors(self) -> tuple[type[BaseException], ...]:
-        # kombu raises OperationalError when it gives up connecting.
+        # kombu raises OperationalError when it gives up connecting, and (5.7+)
+        # BatchPublishError when a batch flush failed with its delivery uncertain: both
+        # leave the claims unsent, to be re-published with the same ids.
         errors: tuple[type[BaseException], ...] = (ConnectionError, OSError, OperationalError)
+        batch_error = getattr(kombu.exceptions, "BatchPublishError", None)
+        if batch_error is not None:
+            errors += (batch_error,)
         try:
             errors += tuple(self.connection.connection_errors)
         except Exception:  # noqa: BLE001 - the transport could not even be loaded

@@ -135,3 +135,33 @@ def test_broker_down_leaves_claims_unsent_then_republishes_them(
     # Everything claimed up to the last couple of seconds reached the broker.
     settled = sorted(claimed)[:-2]
     assert set(settled) <= set(published)
+
+
+def test_burst_through_redis_is_published_in_batches_once_each(
+    pg_url: str, redis_url: str, namespace: str
+) -> None:
+    """1,200 windows due at once go out through kombu's batched publish, each once, recorded."""
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    app = make_app(redis_url, queue, pg_url, namespace)
+    app.conf.beat_schedule = {
+        f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)
+    }
+    scheduler = Scheduler(app)
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        assert scheduler._can_batch()
+        deadline = time.monotonic() + 10
+        while broker.llen(queue) < 1200 and time.monotonic() < deadline:
+            time.sleep(min(scheduler.tick(), 0.05))
+        messages = safebeat_messages(redis_messages(redis_url, queue))
+    finally:
+        scheduler.close()
+        broker.delete(queue)
+    store = PostgresStore(pg_url)
+    history = store.history(namespace, limit=5000)
+    store.close()
+    assert len(messages) == 1200
+    assert len({m.entry for m in messages}) == 1200
+    assert len({m.task_id for m in messages}) == 1200
+    assert len({m.window for m in messages}) == 1
+    assert [r.status for r in history] == [Status.SENT] * 1200

@@ -424,3 +424,27 @@ def test_large_bursts_are_claimed_in_batches_without_waiting(clock: FakeClock, q
     sent = windows_sent(drain(app, queue))
     assert len(sent) == 10
     assert set(sent.values()) == {1}
+
+
+def test_entries_left_waiting_go_first_so_none_starves(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When publishing a batch outlasts the interval, waiting entries still get their turn."""
+    import safebeat.scheduler as scheduler_module
+
+    real_send = scheduler_module.send
+
+    def slow_send(*args: Any) -> None:
+        real_send(*args)
+        clock.advance(0.4)  # four sends outlast the entries' 1 s interval
+
+    monkeypatch.setattr(scheduler_module, "send", slow_send)
+    app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 1.0} for i in range(8)})
+    scheduler = memory_scheduler(app, clock)
+    scheduler.claim_batch = 4
+    scheduler.tick()
+    clock.advance(1)
+    for _ in range(4):
+        scheduler.tick()
+    sent = {entry for entry, _ in windows_sent(drain(app, queue))}
+    assert sent == {f"e{i}" for i in range(8)}
