@@ -148,8 +148,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def setup_schedule(self) -> None:
         """Compile the entries and try to reach the store; a store that is down is retried."""
-        self.install_default_entries(self.app.conf.beat_schedule)
-        beat_schedule = {**self.app.conf.beat_schedule, **self._default_entries}
+        beat_schedule = {**self._default_entries(), **self.app.conf.beat_schedule}
         self.entries, self.broken_entries = compile_schedule(
             beat_schedule, app_timezone=self.app.timezone, config=self.safebeat_config
         )
@@ -173,20 +172,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             )
         self._try(self._bootstrap)
 
-    def install_default_entries(self, data: Mapping[str, Any]) -> None:
-        # Stock beat adds celery.backend_cleanup here; collect it instead of mutating
-        # `self.schedule`, so it is compiled like any other entry.
-        self._default_entries: dict[str, Any] = {}
-        if (
-            self.app.conf.result_expires
-            and not self.app.backend.supports_autoexpire
-            and "celery.backend_cleanup" not in data
-        ):
-            self._default_entries["celery.backend_cleanup"] = {
-                "task": "celery.backend_cleanup",
-                "schedule": beat.crontab("0", "4", "*"),
-                "options": {"expires": 12 * 3600},
+    def _default_entries(self) -> dict[str, Any]:
+        """The entries stock beat adds by itself (result cleanup), compiled like the others."""
+        if self.app.conf.result_expires and not self.app.backend.supports_autoexpire:
+            return {
+                "celery.backend_cleanup": {
+                    "task": "celery.backend_cleanup",
+                    "schedule": beat.crontab("0", "4", "*"),
+                    "options": {"expires": 12 * 3600},
+                }
             }
+        return {}
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""

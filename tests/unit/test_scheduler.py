@@ -448,3 +448,11 @@ def test_entries_left_waiting_go_first_so_none_starves(
         scheduler.tick()
     sent = {entry for entry, _ in windows_sent(drain(app, queue))}
     assert sent == {f"e{i}" for i in range(8)}
+
+
+def test_stock_beats_result_cleanup_entry_is_kept(clock: FakeClock, queue: str) -> None:
+    """Like stock beat, a backend without auto-expiry gets the daily celery.backend_cleanup."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}}, result_expires=3600)
+    scheduler = memory_scheduler(app, clock)
+    assert set(scheduler.entries) == {"a", "celery.backend_cleanup"}
+    assert scheduler.entries["celery.backend_cleanup"].schedule_text == "crontab 0 4 * * * in UTC"
