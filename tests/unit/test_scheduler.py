@@ -34,10 +34,8 @@ def queue() -> str:
 
 def make_app(queue: str, schedule: dict[str, Any], **conf: Any) -> Celery:
     app = Celery("unit", broker="memory://", set_as_current=False)
-    settings = {"safebeat_url": "memory://unit-tests-unused", **conf}
-    app.conf.update(
-        task_default_queue=queue, beat_schedule=schedule, result_expires=None, **settings
-    )
+    settings = {"safebeat_url": "memory://unit-tests-unused", "result_expires": None, **conf}
+    app.conf.update(task_default_queue=queue, beat_schedule=schedule, **settings)
     return app
 
 
