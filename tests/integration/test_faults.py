@@ -7,6 +7,7 @@ stopping a redis-server this test owns.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import Counter
@@ -165,3 +166,17 @@ def test_burst_through_redis_is_published_in_batches_once_each(
     assert len({m.task_id for m in messages}) == 1200
     assert len({m.window for m in messages}) == 1
     assert [r.status for r in history] == [Status.SENT] * 1200
+
+
+def test_store_errors_never_log_the_password(caplog: pytest.LogCaptureFixture) -> None:
+    """Beat on an unreachable store logs the failure with the URL's password hidden."""
+    url = f"postgresql://app:hunter2@127.0.0.1:{services.free_port()}/app"
+    app = make_app("memory://", "q", url, "secrets")
+    with caplog.at_level(logging.DEBUG):
+        scheduler = Scheduler(app)
+        scheduler._retry_at = 0.0
+        scheduler.tick()
+    assert "store unreachable" in caplog.text
+    assert "postgresql://app:***@127.0.0.1" in caplog.text
+    assert "hunter2" not in caplog.text
+    assert "hunter2" not in scheduler.info

@@ -454,3 +454,11 @@ def test_stock_beats_result_cleanup_entry_is_kept(clock: FakeClock, queue: str) 
     scheduler = memory_scheduler(app, clock)
     assert set(scheduler.entries) == {"a", "celery.backend_cleanup"}
     assert scheduler.entries["celery.backend_cleanup"].schedule_text == "crontab 0 4 * * * in UTC"
+
+
+def test_short_alias_is_registered_for_dash_s() -> None:
+    """`celery beat -S safebeat` resolves to safebeat.Scheduler through the entry point."""
+    from celery.utils.imports import load_extension_class_names, symbol_by_name
+
+    aliases = dict(load_extension_class_names("celery.beat_schedulers"))
+    assert symbol_by_name("safebeat", aliases=aliases) is Scheduler
