@@ -43,53 +43,19 @@ class Cluster:
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, count: int, *, scheduler: str | None = "safebeat.Scheduler") -> None:
+        """Start `celery beat` processes (stock beat when `scheduler` is None)."""
         for _ in range(count):
             index = len(self.processes)
-            log = self.workdir / f"beat-{index}.log"
-            command = [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tests.acceptance.beatapp",
-                "beat",
-                "-l",
-                "INFO",
-                "--logfile",
-                str(log),
-            ]
+            options = ["beat", "-s", str(self.workdir / f"stock-schedule-{index}")]
             if scheduler:
-                command += ["-S", scheduler]
-            command += ["-s", str(self.workdir / f"stock-schedule-{index}")]
-            environment = {
-                **os.environ,
-                "PYTHONPATH": str(ROOT),
-                "SB_BROKER_URL": self.broker_url,
-                "SB_QUEUE": self.queue,
-                "SB_SCHEDULE": json.dumps(dict(self.schedule)),
-                **self.env,
-            }
-            self.processes.append(
-                subprocess.Popen(
-                    command,
-                    cwd=self.workdir,
-                    env=environment,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.STDOUT,
-                )
-            )
+                options += ["-S", scheduler]
+            self._spawn(options, self.workdir / f"beat-{index}.log")
 
     def start_worker_beat(self, count: int) -> None:
         """Start `celery worker -B` processes that consume another queue (beat embedded)."""
         for _ in range(count):
             index = len(self.processes)
-            log = self.workdir / f"worker-{index}.log"
-            command = [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tests.acceptance.beatapp",
+            options = [
                 "worker",
                 "-B",
                 # `worker -S` is --statedb; the beat scheduler option is --scheduler.
@@ -99,32 +65,32 @@ class Cluster:
                 f"{self.queue}-unused",
                 "--pool",
                 "solo",
-                "-l",
-                "INFO",
-                "--logfile",
-                str(log),
                 "-n",
                 f"worker{index}@%h",
                 "-s",
                 str(self.workdir / f"stock-{index}"),
             ]
-            environment = {
-                **os.environ,
-                "PYTHONPATH": str(ROOT),
-                "SB_BROKER_URL": self.broker_url,
-                "SB_QUEUE": self.queue,
-                "SB_SCHEDULE": json.dumps(dict(self.schedule)),
-                **self.env,
-            }
-            self.processes.append(
-                subprocess.Popen(
-                    command,
-                    cwd=self.workdir,
-                    env=environment,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.STDOUT,
-                )
+            self._spawn(options, self.workdir / f"worker-{index}.log")
+
+    def _spawn(self, options: list[str], log: Path) -> None:
+        command = [sys.executable, "-m", "celery", "-A", "tests.acceptance.beatapp", *options]
+        environment = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SB_BROKER_URL": self.broker_url,
+            "SB_QUEUE": self.queue,
+            "SB_SCHEDULE": json.dumps(dict(self.schedule)),
+            **self.env,
+        }
+        self.processes.append(
+            subprocess.Popen(
+                [*command, "-l", "INFO", "--logfile", str(log)],
+                cwd=self.workdir,
+                env=environment,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
             )
+        )
 
     def wait_started(self, timeout: float = 60) -> None:
         """Wait until every process has logged that beat started."""
