@@ -139,9 +139,6 @@ class Due:
         return max(candidates) if candidates else None
 
 
-NOTHING_DUE_EVER = Due((), (), None)
-
-
 # --- the window sequence of each rule -------------------------------------------------------
 
 

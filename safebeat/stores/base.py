@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
 from safebeat.identity import Replica
@@ -165,6 +165,11 @@ class ReplicaRecord:
 
 
 Planner = Callable[[datetime, Mapping[str, EntryState]], TickPlan]
+
+
+def system_clock() -> datetime:
+    """This host's clock, aware UTC: "now" for stores without a server clock."""
+    return datetime.now(timezone.utc)
 
 
 class Store(Protocol):

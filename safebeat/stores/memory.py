@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.stores.base import (
@@ -24,11 +24,8 @@ from safebeat.stores.base import (
     Status,
     TickPlan,
     TickResult,
+    system_clock,
 )
-
-
-def _system_clock() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 @dataclass
@@ -44,7 +41,7 @@ class MemoryStore:
 
     display_url = "memory://"
 
-    def __init__(self, clock: Callable[[], datetime] = _system_clock) -> None:
+    def __init__(self, clock: Callable[[], datetime] = system_clock) -> None:
         self._clock = clock
         self._mutex = threading.RLock()
         self._namespaces: dict[str, _Namespace] = {}

@@ -8,6 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TypeAlias
 
+from safebeat.identity import Replica
 from safebeat.stores.base import EntryState, TickPlan
 
 
@@ -15,6 +16,11 @@ def advisory_key(*parts: str) -> int:
     """Return a stable signed 64-bit key for PostgreSQL advisory locks."""
     digest = hashlib.sha256("\x1f".join(("safebeat", *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def replica_columns(replica: Replica) -> dict[str, object]:
+    """The columns that say which replica wrote a row (dispatches, heartbeats)."""
+    return {"replica": replica.id, "host": replica.host, "pid": replica.pid}
 
 
 def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:

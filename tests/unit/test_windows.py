@@ -234,7 +234,7 @@ def test_crontab_that_never_matches_has_no_windows() -> None:
     assert windows.latest_window(rule, now) is None
     assert windows.next_window(rule, now) is None
     assert windows.due(rule, after=now - timedelta(days=400), now=now, policy=Policy()) == (
-        windows.NOTHING_DUE_EVER
+        windows.Due((), (), None)
     )
 
 

@@ -45,6 +45,7 @@ from safebeat.stores.sql_common import (
     advisory_key,
     as_columns,
     dispatch_rows,
+    replica_columns,
     states_after,
 )
 from safebeat.stores.sqlfiles import load_migrations, load_queries
@@ -53,6 +54,7 @@ from safebeat.urls import redact, scrub
 Q = load_queries(__name__)
 MIGRATIONS = load_migrations(__name__)
 _MIGRATION_LOCK = advisory_key("migrate")
+_BEGIN_TICK = ";\n".join(["BEGIN", Q["bound_transaction"], Q["try_tick_lock"], Q["load_states"]])
 
 
 def _ms(value: timedelta) -> str:
@@ -246,7 +248,7 @@ class PostgresStore:
             cursor = psycopg.ClientCursor(conn)
             lock_rows, state_rows = _result_sets(
                 cursor,
-                Q["begin_tick"],
+                _BEGIN_TICK,
                 {
                     **self._timeouts,
                     "key": advisory_key("tick", namespace),
@@ -261,7 +263,7 @@ class PostgresStore:
             states = {row[0]: EntryState(*row) for row in state_rows}
             plan = planner(now, states)
             rows = dispatch_rows(plan)
-            who = {"replica": replica.id, "host": replica.host, "pid": replica.pid}
+            who = replica_columns(replica)
             parts, params = [], {"namespace": namespace, "now": now, **who}
             if rows:
                 parts.append(Q["insert_dispatches"])
@@ -307,9 +309,7 @@ class PostgresStore:
                 Q["heartbeat"],
                 {
                     "namespace": namespace,
-                    "replica": replica.id,
-                    "host": replica.host,
-                    "pid": replica.pid,
+                    **replica_columns(replica),
                     "version": version,
                     "definitions": json.dumps(dict(definitions), sort_keys=True),
                 },

@@ -19,18 +19,16 @@ INSERT INTO safebeat_schema_version (version, name) VALUES (%(version)s, %(name)
 -- name: clock
 SELECT clock_timestamp();
 
--- name: begin_tick
--- One message, one round trip: open the tick transaction, bound it, try the lock, load.
--- The idle-in-transaction timeout ends the session of a replica frozen while it holds
--- the lock, which releases the transaction-scoped advisory lock.
-BEGIN;
+-- name: bound_transaction
+-- Sent with BEGIN, try_tick_lock and load_states as one message (one round trip). The
+-- idle-in-transaction timeout ends the session of a replica frozen while it holds the
+-- lock, which releases the transaction-scoped advisory lock.
 SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
        set_config('lock_timeout', %(lock)s, true),
        set_config('statement_timeout', %(statement)s, true);
+
+-- name: try_tick_lock
 SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
-SELECT name, anchor, defined_at, last_window, digest, schedule
-FROM safebeat_entry
-WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: load_states
 SELECT name, anchor, defined_at, last_window, digest, schedule

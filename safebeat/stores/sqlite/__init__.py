@@ -31,8 +31,9 @@ from safebeat.stores.base import (
     Status,
     TickPlan,
     TickResult,
+    system_clock,
 )
-from safebeat.stores.sql_common import dispatch_rows, states_after
+from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
 from safebeat.stores.sqlfiles import load_migrations, load_queries
 
 Q = load_queries(__name__)
@@ -73,10 +74,6 @@ class _Busy(StoreUnavailable):
     """Another process held the write lock for longer than the busy timeout."""
 
 
-def _system_clock() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 class SqliteStore:
     """Implements `safebeat.stores.base.Store` on one SQLite file in WAL mode."""
 
@@ -86,7 +83,7 @@ class SqliteStore:
         *,
         busy_timeout: timedelta = timedelta(seconds=5),
         tick_lock_wait: timedelta = timedelta(milliseconds=100),
-        clock: Callable[[], datetime] = _system_clock,
+        clock: Callable[[], datetime] = system_clock,
     ) -> None:
         self.path = path_of(url)
         self.display_url = url
@@ -248,7 +245,7 @@ class SqliteStore:
                 now = self.clock()
                 states = self._load(conn, namespace, names)
                 plan = planner(now, states)
-                who = {"replica": replica.id, "host": replica.host, "pid": replica.pid}
+                who = replica_columns(replica)
                 claimed = self._insert(conn, namespace, plan, now, who)
                 conn.executemany(
                     Q["advance_state"],
@@ -332,9 +329,7 @@ class SqliteStore:
                 Q["heartbeat"],
                 {
                     "namespace": namespace,
-                    "replica": replica.id,
-                    "host": replica.host,
-                    "pid": replica.pid,
+                    **replica_columns(replica),
                     "version": version,
                     "now": _us(self.clock()),
                     "definitions": json.dumps(dict(definitions), sort_keys=True),
