@@ -14,7 +14,7 @@ import click
 
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
-from safebeat.stores import Store, open_store
+from safebeat.stores import Store, store_from_config
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Options:
 
     def store(self) -> tuple[Config, Store]:
         config = self.config()
-        return config, open_store(config.url, lock_timeout=config.lock_timeout)
+        return config, store_from_config(config)
 
 
 @click.group()

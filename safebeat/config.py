@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from safebeat.errors import ConfigError
 from safebeat.urls import backend_of
@@ -27,6 +27,9 @@ DEFAULT_URL = "sqlite:///safebeat.sqlite3"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT)(_|$)")
 _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
+#: What a Redis store does about an eviction policy that could delete claims.
+RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]
+REDIS_EVICTION_CHECKS: tuple[RedisEviction, ...] = ("warn", "refuse", "ignore")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
@@ -107,6 +110,15 @@ def _url(value: object, name: str) -> str:
     return url
 
 
+def _redis_eviction(value: object, name: str) -> RedisEviction:
+    text = str(value).strip().lower()
+    for choice in REDIS_EVICTION_CHECKS:
+        if text == choice:
+            return choice
+    choices = ", ".join(repr(c) for c in REDIS_EVICTION_CHECKS)
+    raise ConfigError(f"{name}={value!r}: expected one of {choices}")
+
+
 def _namespace(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}={value!r}: expected a non-empty name")
@@ -127,6 +139,7 @@ class Config:
     metrics_port: int | None = None
     auto_migrate: bool = True
     lock_timeout: timedelta = timedelta(seconds=5)
+    redis_eviction: RedisEviction = "warn"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
@@ -146,6 +159,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "metrics_port": _port,
     "auto_migrate": _boolean,
     "lock_timeout": _positive_duration,
+    "redis_eviction": _redis_eviction,
 }
 SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)
 

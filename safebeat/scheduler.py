@@ -30,7 +30,7 @@ from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
 from safebeat.publishing import send
-from safebeat.stores import Store, open_store
+from safebeat.stores import Store, store_from_config
 from safebeat.stores.base import (
     Claim,
     EntryState,
@@ -141,9 +141,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(
-                self.safebeat_config.url, lock_timeout=self.safebeat_config.lock_timeout
-            )
+            self._store = store_from_config(self.safebeat_config)
         return self._store
 
     def setup_schedule(self) -> None:

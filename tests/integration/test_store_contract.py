@@ -1,4 +1,4 @@
-"""The Store contract, run unchanged against every backend (memory, SQLite, PostgreSQL)."""
+"""The Store contract, run unchanged against every backend (memory, SQLite, PostgreSQL, Redis)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from safebeat.stores.base import (
 )
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 
 REPLICA = Replica("host-a", 101, "aaaaaa")
@@ -30,7 +31,16 @@ SECOND = timedelta(seconds=1)
 StoreFactory = Callable[[], Store]
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "memory",
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
+        pytest.param("redis-sentinel", marks=pytest.mark.redis),
+    ]
+)
 def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[StoreFactory]:
     """A factory of store instances that share one backing store (like replicas do)."""
     opened: list[Store] = []
@@ -44,10 +54,13 @@ def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Sto
             store = SqliteStore(
                 f"sqlite:///{tmp_path}/contract.sqlite3", busy_timeout=timedelta(seconds=0.2)
             )
-        else:
+        elif request.param == "postgres":
             store = PostgresStore(
                 request.getfixturevalue("pg_url"), lock_timeout=timedelta(seconds=2)
             )
+        else:
+            fixture = request.param.replace("-", "_") + "_url"
+            store = RedisStore(request.getfixturevalue(fixture), lock_timeout=timedelta(seconds=2))
         store.migrate()
         opened.append(store)
         return store

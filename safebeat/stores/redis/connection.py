@@ -1,0 +1,166 @@
+"""Redis clients from safebeat URLs: a single server, Sentinel, or Redis Cluster.
+
+- `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS, with redis-py's `ssl_*`
+  query options) and `unix:///path/to/redis.sock[?db=N]`: one server.
+- `redis+sentinel://[user:password@]host:port[,host:port…]/service[/db]`
+  (`rediss+sentinel://` for TLS): the master Sentinel names, followed across failovers.
+  Query options: `sentinel_username`, `sentinel_password`.
+- `redis+cluster://[user:password@]host:port[,host:port…]` (`rediss+cluster://` for TLS):
+  Redis Cluster; every key of one namespace lives in one hash slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import redis
+import redis.cluster
+import redis.sentinel
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from safebeat.errors import ConfigError
+from safebeat.urls import redact
+
+Client: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+
+SINGLE_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+_SENTINEL_OPTIONS = {"sentinel_username", "sentinel_password"}
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Socket timeouts, in seconds: connecting, and waiting for any one reply."""
+
+    connect: float = 5.0
+    reply: float = 5.0
+
+
+def _common(timeouts: Timeouts) -> dict[str, Any]:
+    return {
+        "socket_timeout": timeouts.reply,
+        "socket_connect_timeout": timeouts.connect,
+        # No silent retries: a script that timed out may have run, and safebeat's own
+        # backoff decides when to try again.
+        "retry": Retry(NoBackoff(), 0),
+        "client_name": "safebeat",
+        "decode_responses": True,
+    }
+
+
+def connect(url: str, timeouts: Timeouts) -> Client:
+    """Return a client for `url` (no connection is made until the first command)."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in SINGLE_SCHEMES:
+        try:
+            return redis.Redis.from_url(url, **_common(timeouts))
+        except ValueError as exc:
+            raise ConfigError(f"safebeat_url {redact(url)!r}: {exc}") from None
+    if scheme in SENTINEL_SCHEMES:
+        return _sentinel(url, timeouts)
+    if scheme in CLUSTER_SCHEMES:
+        return _cluster(url, timeouts)
+    raise ConfigError(f"safebeat_url {redact(url)!r}: not a Redis URL")
+
+
+@dataclass(frozen=True)
+class _MultiHost:
+    username: str | None
+    password: str | None
+    hosts: list[tuple[str, int]]
+    path: list[str]
+    options: dict[str, str]
+    tls: bool
+
+
+def _parse_multi_host(url: str, default_port: int) -> _MultiHost:
+    """Split `scheme://[user:password@]h1:p1,h2:p2/path?query`, which urlsplit cannot."""
+    parts = urlsplit(url)
+    userinfo, _, hostlist = parts.netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, _, secret = userinfo.partition(":")
+        username, password = unquote(user) or None, unquote(secret) or None
+    hosts = []
+    for item in filter(None, hostlist.split(",")):
+        host, port = item, default_port
+        if item.startswith("["):  # [::1]:26379
+            host, _, rest = item[1:].partition("]")
+            port = int(rest[1:]) if rest.startswith(":") else default_port
+        elif ":" in item:
+            host, _, number = item.rpartition(":")
+            port = int(number) if number.isdigit() else -1
+        if not host or not 0 < port < 65536:
+            raise ConfigError(f"safebeat_url {redact(url)!r}: bad host:port {item!r}")
+        hosts.append((host, port))
+    if not hosts:
+        raise ConfigError(f"safebeat_url {redact(url)!r}: no host given")
+    return _MultiHost(
+        username=username,
+        password=password,
+        hosts=hosts,
+        path=[unquote(p) for p in parts.path.split("/") if p],
+        options=dict(parse_qsl(parts.query)),
+        tls=parts.scheme.lower().startswith("rediss"),
+    )
+
+
+def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
+    spec = _parse_multi_host(url, 26379)
+    unknown = set(spec.options) - _SENTINEL_OPTIONS
+    if unknown:
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: unknown option(s) {sorted(unknown)}; "
+            f"Sentinel URLs take {sorted(_SENTINEL_OPTIONS)}"
+        )
+    if not spec.path or len(spec.path) > 2 or (len(spec.path) == 2 and not spec.path[1].isdigit()):
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: write redis+sentinel://host:port,…/service[/db]"
+        )
+    common = _common(timeouts)
+    sentinel_options = {
+        "socket_timeout": timeouts.reply,
+        "socket_connect_timeout": timeouts.connect,
+        "username": spec.options.get("sentinel_username"),
+        "password": spec.options.get("sentinel_password"),
+        "ssl": spec.tls,
+    }
+    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        spec.hosts,
+        sentinel_kwargs=sentinel_options,
+        ssl=spec.tls,
+        **{k: v for k, v in common.items() if k != "decode_responses"},
+    )
+    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+        spec.path[0],
+        db=int(spec.path[1]) if len(spec.path) == 2 else 0,
+        username=spec.username,
+        password=spec.password,
+        decode_responses=True,
+    )
+    return master
+
+
+def _cluster(url: str, timeouts: Timeouts) -> redis.cluster.RedisCluster:
+    spec = _parse_multi_host(url, 6379)
+    if spec.path or spec.options:
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: Redis Cluster has no databases or options here; "
+            "write redis+cluster://host:port,host:port"
+        )
+    common = _common(timeouts)
+    return redis.cluster.RedisCluster(
+        startup_nodes=[
+            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
+            for host, port in spec.hosts
+        ],
+        username=spec.username,
+        password=spec.password,
+        ssl=spec.tls,
+        require_full_coverage=True,
+        **common,
+    )

@@ -1,0 +1,300 @@
+-- The Redis store's server-side steps. Each block runs atomically in Redis.
+--
+-- Conventions:
+-- * KEYS[1] is a key of the namespace (so Redis Cluster routes the call to its slot);
+--   ARGV[1] is the namespace's key prefix `safebeat:{<namespace>}`. Every key a script
+--   touches starts with that prefix, so all of them share one hash slot.
+-- * Instants are microseconds since the epoch, kept as decimal STRINGS: Lua turns
+--   numbers into text with 14 significant digits, which would round them. Arithmetic
+--   goes through tonumber() (exact below 2^53) and back through string.format('%d').
+-- * "Now" is Redis TIME, the one clock every replica shares.
+--
+-- Keys under the prefix P:
+--   P:lock                 the tick lock: a token, with a TTL (the only key with a TTL)
+--   P:anchor, P:defined, P:last, P:digest, P:schedule
+--                          hashes entry -> shared state (see EntryState)
+--   P:seq                  dispatch row ids
+--   P:claim:<window>:<entry>   the unique dispatch marker of a window -> row id
+--   P:row:<id>             hash: one dispatch row
+--   P:unsent               zset row id -> claimed_at, rows still `claimed`
+--   P:age                  zset row id -> claimed_at, for pruning
+--   P:history              zset row id -> window
+--   P:history:<entry>      zset row id -> window, one entry's rows
+--   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
+--   P:heartbeats           zset replica id -> last heartbeat
+
+-- name: register
+-- ARGV: prefix, then (name, digest, schedule) triples.
+-- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests, schedules}.
+local p = ARGV[1]
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local anchor = t[1] .. '000000'
+local changed = {}
+local names = {}
+for i = 2, #ARGV, 3 do
+    local name, digest, schedule = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+    names[#names + 1] = name
+    local old = redis.call('HGET', p .. ':digest', name)
+    if not old then
+        redis.call('HSET', p .. ':anchor', name, anchor)
+        redis.call('HSET', p .. ':defined', name, now)
+        redis.call('HSET', p .. ':digest', name, digest)
+        redis.call('HSET', p .. ':schedule', name, schedule)
+    elseif old ~= digest then
+        changed[#changed + 1] = name
+        changed[#changed + 1] = old
+        if redis.call('HGET', p .. ':schedule', name) ~= schedule then
+            redis.call('HSET', p .. ':defined', name, now)
+            redis.call('HSET', p .. ':schedule', name, schedule)
+        end
+        redis.call('HSET', p .. ':digest', name, digest)
+    end
+end
+local result = {now, changed}
+for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
+    local values = {}
+    for _, name in ipairs(names) do
+        values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
+    end
+    result[#result + 1] = values
+end
+return result
+
+-- name: states
+-- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules} of every entry.
+local p = ARGV[1]
+local names = redis.call('HKEYS', p .. ':digest')
+local result = {names}
+for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
+    local values = {}
+    for _, name in ipairs(names) do
+        values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
+    end
+    result[#result + 1] = values
+end
+return result
+
+-- name: begin_tick
+-- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
+-- Takes the tick lock (SET NX PX) or returns false. Otherwise returns
+-- {now, namespace_known (0/1), anchors, defined, lasts, digests, schedules} for the names.
+local p = ARGV[1]
+if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
+    return false
+end
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local result = {now, redis.call('EXISTS', p .. ':digest')}
+for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
+    local values = {}
+    for i = 4, #ARGV do
+        values[#values + 1] = redis.call('HGET', p .. ':' .. field, ARGV[i])
+    end
+    result[#result + 1] = values
+end
+return result
+
+-- name: extend_lock
+-- KEYS[1]: P:lock. ARGV: token, ttl_ms. Extends the lock only if this token holds it.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+
+-- name: release_lock
+-- KEYS[1]: P:lock. ARGV: token. Deletes the lock only if this token holds it.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('DEL', KEYS[1])
+end
+return 0
+
+-- name: finish_tick
+-- KEYS[1]: P:lock. ARGV: prefix, token, replica, host, pid, then the counts
+-- n_claims, n_skips, n_advances, n_reclaim_entries, then reclaim timeout (us, '' for
+-- none) and limit, then claims (entry, window, task_id, task_name), skips (entry,
+-- window, reason, first, count or ''), advances (entry, window), reclaim entries.
+-- Inserts rows whose marker is new, advances last windows, takes over stale claims,
+-- releases the lock if still ours. Returns {now, claimed, reclaimed}.
+local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local n_claims, n_skips = tonumber(ARGV[6]), tonumber(ARGV[7])
+local n_advances, n_reclaim = tonumber(ARGV[8]), tonumber(ARGV[9])
+local timeout, limit = ARGV[10], tonumber(ARGV[11])
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local at = 12
+
+local function insert(entry, window, fields)
+    local marker = p .. ':claim:' .. window .. ':' .. entry
+    if redis.call('EXISTS', marker) == 1 then
+        return nil
+    end
+    local id = redis.call('INCR', p .. ':seq')
+    redis.call('SET', marker, id)
+    redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
+        'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
+        unpack(fields))
+    redis.call('ZADD', p .. ':age', now, id)
+    redis.call('ZADD', p .. ':history', window, id)
+    redis.call('ZADD', p .. ':history:' .. entry, window, id)
+    return id
+end
+
+local claimed = {}
+for _ = 1, n_claims do
+    local entry, window, task_id, task_name = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+    at = at + 4
+    local id = insert(entry, window,
+        {'status', 'claimed', 'task_id', task_id, 'task_name', task_name})
+    if id then
+        redis.call('ZADD', p .. ':unsent', now, id)
+        claimed[#claimed + 1] = {id, entry, window, task_id}
+    end
+end
+for _ = 1, n_skips do
+    local entry, window, reason = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+    local fields = {'status', 'skipped', 'reason', reason, 'skipped_from', ARGV[at + 3]}
+    if ARGV[at + 4] ~= '' then
+        fields[#fields + 1] = 'skipped_count'
+        fields[#fields + 1] = ARGV[at + 4]
+    end
+    at = at + 5
+    insert(entry, window, fields)
+end
+for _ = 1, n_advances do
+    local entry, window = ARGV[at], ARGV[at + 1]
+    at = at + 2
+    if redis.call('HEXISTS', p .. ':digest', entry) == 1 then
+        local last = redis.call('HGET', p .. ':last', entry)
+        if not last or tonumber(window) > tonumber(last) then
+            redis.call('HSET', p .. ':last', entry, window)
+        end
+    end
+end
+
+local reclaimed = {}
+if timeout ~= '' then
+    local wanted = {}
+    for i = at, at + n_reclaim - 1 do
+        wanted[ARGV[i]] = true
+    end
+    local stale_before = string.format('%d', tonumber(now) - tonumber(timeout))
+    local offset, page = 0, 500
+    while #reclaimed < limit do
+        local ids = redis.call('ZRANGEBYSCORE', p .. ':unsent', '-inf', '(' .. stale_before,
+            'LIMIT', offset, page)
+        if #ids == 0 then
+            break
+        end
+        for _, id in ipairs(ids) do
+            local row = p .. ':row:' .. id
+            local fields = redis.call('HMGET', row, 'entry', 'status')
+            if fields[2] ~= 'claimed' then
+                redis.call('ZREM', p .. ':unsent', id)
+                offset = offset - 1
+            elseif wanted[fields[1]] and #reclaimed < limit then
+                local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+                redis.call('HSET', row, 'claimed_at', now, 'replica', replica, 'host', host,
+                    'pid', pid)
+                redis.call('ZADD', p .. ':unsent', now, id)
+                redis.call('ZADD', p .. ':age', now, id)
+                offset = offset - 1
+                local values = redis.call('HMGET', row, 'window', 'task_id')
+                reclaimed[#reclaimed + 1] = {tonumber(id), fields[1], values[1], values[2],
+                    attempts}
+            end
+        end
+        offset = offset + #ids
+    end
+end
+
+if redis.call('GET', KEYS[1]) == token then
+    redis.call('DEL', KEYS[1])
+end
+return {now, claimed, reclaimed}
+
+-- name: record_publish
+-- KEYS[1]: P:unsent. ARGV: prefix, n_sent, the sent ids, then (id, error) pairs of failures.
+-- Rows no longer `claimed` are left as they are.
+local p = ARGV[1]
+local n_sent = tonumber(ARGV[2])
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local function settle(id, fields)
+    local row = p .. ':row:' .. id
+    if redis.call('HGET', row, 'status') == 'claimed' then
+        redis.call('HSET', row, unpack(fields))
+        redis.call('ZREM', KEYS[1], id)
+    end
+end
+for i = 3, 2 + n_sent do
+    settle(ARGV[i], {'status', 'sent', 'sent_at', now})
+end
+for i = 3 + n_sent, #ARGV, 2 do
+    settle(ARGV[i], {'status', 'failed', 'error', ARGV[i + 1]})
+end
+return 1
+
+-- name: heartbeat
+-- KEYS[1]: P:heartbeats. ARGV: prefix, replica id, description (JSON).
+local p = ARGV[1]
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('HSETNX', p .. ':started', ARGV[2], now)
+redis.call('HSET', p .. ':replicas', ARGV[2], ARGV[3])
+redis.call('ZADD', KEYS[1], now, ARGV[2])
+return 1
+
+-- name: replicas
+-- KEYS[1]: P:heartbeats. ARGV: prefix. Returns (id, description, started, heartbeat) rows.
+local p = ARGV[1]
+local rows = {}
+local beats = redis.call('ZREVRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #beats, 2 do
+    local id = beats[i]
+    rows[#rows + 1] = {id, redis.call('HGET', p .. ':replicas', id),
+        redis.call('HGET', p .. ':started', id), beats[i + 1]}
+end
+return rows
+
+-- name: history
+-- KEYS[1]: P:history or P:history:<entry>. ARGV: prefix, limit.
+-- Returns the rows (flat field/value lists) with the newest windows, with their ids.
+local p = ARGV[1]
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local rows = {}
+for _, id in ipairs(ids) do
+    rows[#rows + 1] = {id, redis.call('HGETALL', p .. ':row:' .. id)}
+end
+return rows
+
+-- name: prune
+-- KEYS[1]: P:age. ARGV: prefix, before (us), batch size.
+-- Deletes up to one batch of rows claimed before `before`; returns how many.
+local p = ARGV[1]
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
+    tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+    local row = p .. ':row:' .. id
+    local fields = redis.call('HMGET', row, 'entry', 'window')
+    if fields[1] then
+        redis.call('DEL', p .. ':claim:' .. fields[2] .. ':' .. fields[1])
+        redis.call('ZREM', p .. ':history:' .. fields[1], id)
+    end
+    redis.call('DEL', row)
+    redis.call('ZREM', p .. ':history', id)
+    redis.call('ZREM', p .. ':unsent', id)
+    redis.call('ZREM', KEYS[1], id)
+end
+return #ids
+
+-- name: prune_replicas
+-- KEYS[1]: P:heartbeats. ARGV: prefix, before (us). Forgets replicas silent since then.
+local p = ARGV[1]
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+for _, id in ipairs(ids) do
+    redis.call('HDEL', p .. ':replicas', id)
+    redis.call('HDEL', p .. ':started', id)
+    redis.call('ZREM', KEYS[1], id)
+end
+return #ids
