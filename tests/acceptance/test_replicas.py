@@ -20,6 +20,7 @@ import redis
 
 from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import services
 from tests.acceptance.harness import (
@@ -114,6 +115,30 @@ def test_three_replicas_on_sqlite_send_each_window_once(
     end = run_with_a_kill(beats, store, seconds=12)
     verdict = each_window_once(store, namespace, beats, redis_messages(redis_url, queue), end)
     assert verdict.expected >= 12
+    store.close()
+
+
+def test_three_replicas_on_redis_survive_a_kill_and_a_freeze(
+    tmp_path: Path, redis_url: str, queue: str, namespace: str
+) -> None:
+    """Three beats on Redis: one SIGKILLed, one SIGSTOPped past the lock TTL: each window once."""
+    store = RedisStore(redis_url)
+    beats = cluster(tmp_path, redis_url, queue, redis_url, namespace)
+    beats.start(3)
+    try:
+        beats.wait_started()
+        time.sleep(3)
+        beats.signal(0, signal.SIGKILL)
+        beats.signal(1, signal.SIGSTOP)
+        time.sleep(5)  # past the lock TTL (1 s) and the claim timeout (2 s)
+        beats.signal(1, signal.SIGCONT)
+        time.sleep(4)
+        end = store.clock()
+    finally:
+        beats.stop()
+    verdict = each_window_once(store, namespace, beats, redis_messages(redis_url, queue), end)
+    assert verdict.expected >= 12
+    assert len(verdict.senders) >= 2, verdict.senders
     store.close()
 
 

@@ -16,40 +16,16 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
-from celery import Celery
 
 from safebeat import Scheduler
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
 from tests import services
 from tests.acceptance.harness import redis_messages, safebeat_messages
+from tests.integration.beat import make_app, run
 from tests.proxy import Proxy
 
 pytestmark = pytest.mark.postgres
-
-
-def make_app(broker_url: str, queue: str, store_url: str, namespace: str, **conf: object) -> Celery:
-    app = Celery("faults", broker=broker_url, set_as_current=False)
-    app.conf.update(
-        task_default_queue=queue,
-        beat_schedule={"every-1s": {"task": "faults.tick", "schedule": 1.0}},
-        result_expires=None,
-        safebeat_url=store_url,
-        safebeat_namespace=namespace,
-        safebeat_claim_timeout=2,
-        safebeat_lock_timeout=1,
-        broker_connection_timeout=1,
-        **conf,
-    )
-    return app
-
-
-def run(scheduler: Scheduler, seconds: float) -> None:
-    """Tick like celery's Service loop for `seconds` of real time."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        delay = scheduler.tick()
-        time.sleep(min(max(delay, 0.0), end - time.monotonic(), 0.5) if delay else 0)
 
 
 @pytest.fixture

@@ -60,7 +60,8 @@ SCRIPTS = load_queries(__name__, "scripts.lua")
 LAYOUT_VERSION = 1
 LAYOUT_KEY = "safebeat:layout"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_STATE_FIELDS = 5  # anchor, defined, last, digest, schedule
+#: How Redis reports an ACL denial inside a Lua script (not as a NOPERM error).
+_SCRIPT_DENIED = "can't run this command"
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
@@ -170,7 +171,7 @@ class RedisStore:
         ):
             self._drop()
             return StoreUnavailable(message)
-        if isinstance(exc, redis.exceptions.NoPermissionError):
+        if isinstance(exc, redis.exceptions.NoPermissionError) or _SCRIPT_DENIED in str(exc):
             return StoreError(
                 f"{message}; the Redis ACL user lacks a command or key pattern that "
                 "docs/redis.md lists"

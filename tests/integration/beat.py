@@ -1,0 +1,34 @@
+"""Driving `safebeat.Scheduler` in-process on the real clock, as celery's beat service does."""
+
+from __future__ import annotations
+
+import time
+
+from celery import Celery
+
+from safebeat import Scheduler
+
+
+def make_app(broker_url: str, queue: str, store_url: str, namespace: str, **conf: object) -> Celery:
+    """A Celery app with one entry every second, safebeat on `store_url`, short timeouts."""
+    app = Celery("faults", broker=broker_url, set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue,
+        beat_schedule={"every-1s": {"task": "faults.tick", "schedule": 1.0}},
+        result_expires=None,
+        safebeat_url=store_url,
+        safebeat_namespace=namespace,
+        safebeat_claim_timeout=2,
+        safebeat_lock_timeout=1,
+        broker_connection_timeout=1,
+        **conf,
+    )
+    return app
+
+
+def run(scheduler: Scheduler, seconds: float) -> None:
+    """Tick like celery's Service loop for `seconds` of real time."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        delay = scheduler.tick()
+        time.sleep(min(max(delay, 0.0), end - time.monotonic(), 0.5) if delay else 0)

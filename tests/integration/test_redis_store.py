@@ -1,0 +1,462 @@
+"""The Redis store against real redis-servers this test owns: restarts, flushes, bad
+credentials, eviction policies, the documented ACL user, TLS and Unix sockets, and the
+number of round trips a tick costs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import redis
+
+from safebeat import Scheduler
+from safebeat.errors import StoreError
+from safebeat.identity import Replica, task_id_for
+from safebeat.stores.base import (
+    Definition,
+    EntryState,
+    NewClaim,
+    Reclaim,
+    Store,
+    TickPlan,
+    TickResult,
+)
+from safebeat.stores.redis import RedisStore, key_prefix
+from tests import services
+from tests.acceptance.harness import redis_messages, safebeat_messages
+from tests.integration.beat import make_app, run
+
+pytestmark = pytest.mark.redis
+
+REPLICA = Replica("host-a", 101, "aaaaaa")
+OTHER = Replica("host-b", 202, "bbbbbb")
+DOCS = Path(__file__).parents[2] / "docs" / "redis.md"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[services.RedisServer]:
+    """A redis-server of this test's own, which it may stop, flush or reconfigure."""
+    server = services.start_redis_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def queue(redis_url: str) -> Iterator[str]:
+    name = f"redis-store-{uuid.uuid4().hex[:8]}"
+    yield name
+    redis.Redis.from_url(redis_url).delete(name)
+
+
+def claim_plan(namespace: str, entry: str, *windows: datetime) -> TickPlan:
+    claims = [NewClaim(entry, w, task_id_for(namespace, entry, w), "tasks.run") for w in windows]
+    return TickPlan(claims=claims, advances={entry: max(windows)})
+
+
+def assert_once_each(broker_url: str, queue: str) -> list[datetime]:
+    """Every window on the broker appears once; return them in order."""
+    windows = [m.window for m in safebeat_messages(redis_messages(broker_url, queue))]
+    repeated = {w: n for w, n in Counter(windows).items() if n > 1}
+    assert not repeated, f"windows sent more than once: {repeated}"
+    return sorted(windows)
+
+
+def test_restart_without_persistence_keeps_beat_running_and_sends_no_window_twice(
+    redis_url: str, queue: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis stopped, then back empty: beat reports it, re-registers, resumes, no duplicate."""
+    server = services.start_redis_server()
+    scheduler = Scheduler(make_app(redis_url, queue, server.url, namespace))
+    try:
+        with caplog.at_level(logging.INFO):
+            run(scheduler, 3)
+            server.stop()
+            run(scheduler, 2)
+            server = services.start_redis_server(server.port)
+            restarted = datetime.now(timezone.utc)
+            run(scheduler, 6)  # the store backoff may wait a few seconds before retrying
+    finally:
+        scheduler.close()
+        server.stop()
+    windows = assert_once_each(redis_url, queue)
+    assert scheduler.stats.store_errors >= 1
+    assert "store unreachable" in caplog.text
+    assert "holds no entries of namespace" in caplog.text
+    assert any(w < restarted for w in windows), "nothing was sent before the restart"
+    assert any(w > restarted for w in windows), "dispatch did not resume after the restart"
+
+
+def test_flush_mid_run_re_registers_and_sends_no_window_twice(
+    redis_url: str, queue: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """FLUSHALL while beat runs: it says the keys are gone, starts over, and repeats nothing."""
+    server = services.start_redis_server()
+    scheduler = Scheduler(make_app(redis_url, queue, server.url, namespace))
+    store = redis.Redis.from_url(server.url)
+    try:
+        with caplog.at_level(logging.WARNING):
+            run(scheduler, 3)
+            store.flushall()
+            flushed = datetime.now(timezone.utc)
+            run(scheduler, 4)
+    finally:
+        scheduler.close()
+        store.close()
+        server.stop()
+    windows = assert_once_each(redis_url, queue)
+    assert "flushed or evicted" in caplog.text
+    assert any(w > flushed for w in windows), "dispatch did not resume after the flush"
+    assert scheduler.stats.store_errors == 0
+
+
+def test_windows_this_replica_claimed_stay_claimed_when_redis_forgets_them(
+    own_redis: services.RedisServer, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After Redis loses a claim (restart from an older snapshot), its replica won't claim it again.
+
+    Another replica, which never saw the claim, could: that is what `appendfsync always`
+    in docs/redis.md is for.
+    """
+    store, other = RedisStore(own_redis.url), RedisStore(own_redis.url)
+    state = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    window = state.anchor + timedelta(seconds=1)
+    plan = claim_plan(namespace, "a", window)
+    first = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert first is not None
+    assert [c.window for c in first.claimed] == [window]
+
+    raw = redis.Redis.from_url(own_redis.url)
+    prefix = key_prefix(namespace)
+    raw.delete(*raw.keys(f"{prefix}:claim:*"), *raw.keys(f"{prefix}:row:*"))
+    raw.hdel(f"{prefix}:last", "a")
+    raw.close()
+
+    with caplog.at_level(logging.WARNING):
+        again = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert again is not None
+    assert again.claimed == []
+    assert "no longer knows 1 window(s) this replica already claimed" in caplog.text
+    elsewhere = other.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert elsewhere is not None
+    assert len(elsewhere.claimed) == 1
+    store.close()
+    other.close()
+
+
+@pytest.mark.parametrize(
+    ("url_of", "expected"),
+    [
+        (lambda port: f"redis://:wrong-pw@127.0.0.1:{port}/0", "check the user name and password"),
+        (
+            lambda port: f"redis://beat:wrong-pw@127.0.0.1:{port}/0",
+            "check the user name and password",
+        ),
+        (lambda port: f"redis://:wrong-pw@127.0.0.1:{services.free_port()}/0", "unreachable"),
+        (lambda port: "redis://:wrong-pw@127.0.0.1:notaport/0", "Port could not be cast"),
+    ],
+    ids=["wrong-password", "wrong-acl-user", "unreachable", "bad-url"],
+)
+def test_bad_credentials_or_url_are_reported_clearly_and_beat_keeps_retrying(
+    url_of: object, expected: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Wrong password, unknown server or bad URL: one clear log line, no password, no crash."""
+    server = services.start_redis_server(None, "--requirepass", "right-pw")
+    url = url_of(server.port)  # type: ignore[operator]
+    scheduler = Scheduler(make_app("memory://", "q", url, "bad-input"))
+    try:
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(2):
+                scheduler._retry_at = 0.0
+                delay = scheduler.tick()
+                assert delay > 0
+    finally:
+        scheduler.close()
+        server.stop()
+    assert expected in caplog.text
+    assert "wrong-pw" not in caplog.text
+    assert ":***@127.0.0.1" in caplog.text
+    assert scheduler.stats.store_errors == 3  # at startup, then each tick
+    assert scheduler.stats.claimed == 0
+
+
+def test_an_eviction_policy_that_can_drop_claims_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """allkeys-* eviction is warned about by default, refused on request, ignored on request."""
+    server = services.start_redis_server(
+        None, "--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"
+    )
+    try:
+        with caplog.at_level(logging.WARNING):
+            RedisStore(server.url).migrate()
+        assert "maxmemory-policy is allkeys-lru" in caplog.text
+        assert "noeviction" in caplog.text
+
+        caplog.clear()
+        with pytest.raises(StoreError, match=r"allkeys-lru.*safebeat_redis_eviction='refuse'"):
+            RedisStore(server.url, eviction="refuse").migrate()
+
+        with caplog.at_level(logging.WARNING):
+            RedisStore(server.url, eviction="ignore").migrate()
+        assert "maxmemory-policy" not in caplog.text
+    finally:
+        server.stop()
+
+
+def test_volatile_eviction_is_safe_because_only_the_lock_has_a_ttl(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """volatile-lru evicts only keys with a TTL; safebeat's claims have none, so no warning."""
+    server = services.start_redis_server(
+        None, "--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"
+    )
+    try:
+        store = RedisStore(server.url, eviction="refuse")
+        with caplog.at_level(logging.WARNING):
+            state = store.register("ns", [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+            store.tick(
+                "ns",
+                ["a"],
+                lambda now, s: claim_plan("ns", "a", state.anchor + timedelta(seconds=1)),
+                replica=REPLICA,
+            )
+        raw = redis.Redis.from_url(server.url)
+        with_ttl = [k for k in raw.keys("safebeat:*") if raw.pttl(k) >= 0]
+        raw.close()
+        store.close()
+    finally:
+        server.stop()
+    assert "maxmemory-policy" not in caplog.text
+    assert with_ttl == []
+
+
+def documented_acl_rule() -> str:
+    """The `ACL SETUSER` line that docs/redis.md tells users to run."""
+    match = re.search(r"^ACL SETUSER safebeat .+$", DOCS.read_text(encoding="utf-8"), re.M)
+    assert match, "docs/redis.md shows no ACL SETUSER line for the safebeat user"
+    return match.group(0)
+
+
+def exercise(store: Store, namespace: str) -> None:
+    """Use every part of the store protocol once, with claims, a reclaim and a prune."""
+    assert store.migrate() >= 1
+    store.clock()
+    state = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    plan = claim_plan(namespace, "a", state.anchor + timedelta(seconds=1))
+    result = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert result is not None
+    assert len(result.claimed) == 1
+    store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: TickPlan(),
+        replica=REPLICA,
+        reclaim=Reclaim(["a"], timedelta(0)),
+    )
+    store.record_publish(namespace, [result.claimed[0].id], {})
+    store.heartbeat(namespace, REPLICA, "1", {"a": "d1"})
+    assert store.replicas(namespace)
+    assert store.history(namespace, "a")
+    assert store.states(namespace)
+    store.prune(namespace, store.clock() + timedelta(days=1))
+
+
+def test_the_documented_acl_user_can_do_everything_beat_needs(namespace: str) -> None:
+    """A Redis user with exactly the commands docs/redis.md lists runs every store operation."""
+    server = services.start_redis_server()
+    admin = redis.Redis(port=server.port)
+    url = f"redis://safebeat:beat-pw@127.0.0.1:{server.port}/0"
+    try:
+        admin.execute_command(*documented_acl_rule().replace("<password>", "beat-pw").split())
+        store = RedisStore(url)
+        exercise(store, namespace)
+        store.close()
+
+        admin.execute_command("ACL", "SETUSER", "safebeat", "-zadd")
+        store = RedisStore(url)
+        state = store.register(namespace, [Definition("b", "every 1s", "d1")], REPLICA)
+        window = state.states["b"].anchor + timedelta(seconds=1)
+        with pytest.raises(StoreError, match="ACL user lacks a command"):
+            store.tick(
+                namespace,
+                ["b"],
+                lambda now, s: claim_plan(namespace, "b", window),
+                replica=REPLICA,
+            )
+        store.close()
+    finally:
+        admin.close()
+        server.stop()
+
+
+def test_the_documented_acl_user_works_on_redis_cluster(
+    redis_cluster_url: str, namespace: str
+) -> None:
+    """On Redis Cluster the documented line plus the two discovery commands is enough."""
+    rule = documented_acl_rule().replace("<password>", "beat-pw").split()
+    nodes = redis_cluster_url.removeprefix("redis+cluster://").split(",")
+    for node in nodes:
+        admin = redis.Redis(port=int(node.rsplit(":", 1)[1]))
+        admin.execute_command(*rule, "+cluster|slots", "+command")
+        admin.close()
+    store = RedisStore(redis_cluster_url.replace("://", "://safebeat:beat-pw@", 1))
+    exercise(store, namespace)
+    store.close()
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[services.RedisServer, Path]]:
+    """A redis-server speaking only TLS, with a self-signed certificate for 127.0.0.1."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed: cannot make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+            "-addext", "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    port = services.free_port()
+    try:
+        server = services.start_redis_server(
+            port,
+            "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert),
+            "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+            "--tls-auth-clients", "no",
+        )  # fmt: skip
+    except RuntimeError:
+        pytest.skip("this redis-server was built without TLS")
+    yield server, cert
+    server.stop()
+
+
+def test_tls_with_a_verified_certificate(
+    tls_server: tuple[services.RedisServer, Path], namespace: str
+) -> None:
+    """`rediss://` with the server's CA verifies the certificate and runs the whole protocol."""
+    server, cert = tls_server
+    store = RedisStore(f"rediss://127.0.0.1:{server.port}/0?ssl_ca_certs={cert}")
+    exercise(store, namespace)
+    store.close()
+    untrusted = RedisStore(f"rediss://127.0.0.1:{server.port}/0")
+    with pytest.raises(StoreError, match="certificate verify failed"):
+        untrusted.clock()
+
+
+def test_unix_socket(tmp_path: Path, namespace: str) -> None:
+    """`unix:///path/redis.sock?db=2` reaches the server through its socket file."""
+    socket_path = tmp_path / "redis.sock"
+    server = services.start_redis_server(
+        None, "--unixsocket", str(socket_path), "--unixsocketperm", "700"
+    )
+    try:
+        store = RedisStore(f"unix://{socket_path}?db=2")
+        exercise(store, namespace)
+        store.close()
+        keys = redis.Redis(unix_socket_path=str(socket_path), db=2).keys("safebeat:*")
+    finally:
+        server.stop()
+    assert keys, "nothing was written to database 2"
+
+
+def script_calls(client: redis.Redis) -> int:
+    """How many scripts clients ran: every round trip of a tick is one EVALSHA (or EVAL)."""
+    stats = client.info("commandstats")
+    return sum(
+        int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("evalsha", "eval")
+    )
+
+
+@pytest.mark.parametrize("due", [1, 2000])
+def test_a_tick_is_two_round_trips_however_many_windows_it_claims(
+    own_redis: services.RedisServer, namespace: str, due: int
+) -> None:
+    """Claiming 1 or 2,000 windows costs the same two scripts: lock+load, then claim+commit."""
+    store = RedisStore(own_redis.url)
+    names = [f"e{i}" for i in range(due)]
+    states = store.register(
+        namespace, [Definition(n, "every 1s", "d1") for n in names], REPLICA
+    ).states
+    window = next(iter(states.values())).anchor + timedelta(seconds=1)
+    plan = TickPlan(
+        claims=[NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in names],
+        advances=dict.fromkeys(names, window),
+    )
+    client = redis.Redis.from_url(own_redis.url)
+    # A first tick loads the scripts into Redis (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA):
+    # a cost once per server start, not per tick.
+    store.tick(namespace, [], lambda now, s: TickPlan(), replica=REPLICA)
+    client.config_resetstat()
+    before = script_calls(client)
+    result = store.tick(namespace, names, lambda now, s: plan, replica=REPLICA)
+    calls = script_calls(client) - before
+    client.close()
+    store.close()
+    assert result is not None
+    assert len(result.claimed) == due
+    assert calls == 2
+
+
+def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_nothing(
+    redis_url: str, namespace: str
+) -> None:
+    """A replica frozen inside its tick stalls the others for one lock TTL; its claim loses.
+
+    Redis cannot end the frozen replica's tick as PostgreSQL ends its transaction, so the
+    frozen one does finish its tick when it wakes: the claim key, not the lock, stops it.
+    """
+    frozen = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
+    alive = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
+    state = frozen.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states["a"]
+    window = state.anchor + timedelta(seconds=1)
+    inside, wake = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+
+    def freezing_planner(now: datetime, states: Mapping[str, EntryState]) -> TickPlan:
+        inside.set()
+        wake.wait(20)  # the process is stopped here, holding the tick lock
+        return claim_plan(namespace, "a", window)
+
+    thread = threading.Thread(
+        target=lambda: outcome.update(
+            result=frozen.tick(namespace, ["a"], freezing_planner, replica=REPLICA)
+        )
+    )
+    thread.start()
+    assert inside.wait(10)
+    started, busy = time.monotonic(), 0
+    while (
+        result := alive.tick(
+            namespace, ["a"], lambda n, s: claim_plan(namespace, "a", window), replica=OTHER
+        )
+    ) is None:
+        busy += 1
+        assert time.monotonic() - started < 10, "the frozen replica held the lock too long"
+        time.sleep(0.05)
+    stalled = time.monotonic() - started
+    wake.set()
+    thread.join(20)
+    assert busy > 0
+    assert 0.5 < stalled < 3
+    assert [c.window for c in result.claimed] == [window]
+    woke = outcome["result"]
+    assert isinstance(woke, TickResult)
+    assert woke.claimed == []
+    [row] = alive.history(namespace, "a")
+    assert row.replica == OTHER.id
+    frozen.close()
+    alive.close()
