@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck docs unit integration acceptance bench clean
+.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 ## demo: three safebeat replicas beside three stock beats, on SQLite, no server needed
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+## weekly-report: the 12,400-mail incident with three beats, two workers, a redelivery and a kill
+weekly-report: $(STAMP)
+	$(BIN)/python examples/weekly_report/run.py
 
 ## test: lint, types, strict docs build and the whole test suite (what CI runs)
 test: lint typecheck docs

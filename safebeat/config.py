@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeAlias
 
 from safebeat.errors import ConfigError
 from safebeat.urls import backend_of
-from safebeat.windows import Misfire, Policy
+from safebeat.windows import Misfire, Overlap, Policy
 
 logger = logging.getLogger("safebeat.config")
 
@@ -102,6 +102,14 @@ def parse_misfire(value: object, name: str) -> Misfire:
         raise ConfigError(f"{name}={value!r}: expected one of {choices}") from None
 
 
+def parse_overlap(value: object, name: str) -> Overlap:
+    try:
+        return Overlap(str(value).strip().lower())
+    except ValueError:
+        choices = ", ".join(repr(o.value) for o in Overlap)
+        raise ConfigError(f"{name}={value!r}: expected one of {choices}") from None
+
+
 def _url(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}: expected a store URL such as {DEFAULT_URL!r}")
@@ -139,6 +147,8 @@ class Config:
     metrics_port: int | None = None
     auto_migrate: bool = True
     lock_timeout: timedelta = timedelta(seconds=5)
+    overlap: Overlap = Overlap.ALLOW
+    overlap_timeout: timedelta = timedelta(hours=1)
     redis_eviction: RedisEviction = "warn"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -159,6 +169,8 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "metrics_port": _port,
     "auto_migrate": _boolean,
     "lock_timeout": _positive_duration,
+    "overlap": parse_overlap,
+    "overlap_timeout": _positive_duration,
     "redis_eviction": _redis_eviction,
 }
 SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import schedules
 
-from safebeat.config import Config, parse_duration, parse_misfire
+from safebeat.config import Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError
 from safebeat.identity import format_window
 from safebeat.stores.base import Definition
@@ -28,6 +28,7 @@ from safebeat.windows import (
     CrontabRule,
     IntervalRule,
     Misfire,
+    Overlap,
     Policy,
     Rule,
     SolarRule,
@@ -53,6 +54,9 @@ class Entry:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
+    overlap: Overlap = Overlap.ALLOW
+    #: The earliest window this entry may dispatch (a django-celery-beat `start_time`).
+    not_before: datetime | None = None
 
     @property
     def definition(self) -> Definition:
@@ -101,19 +105,32 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     if "schedule" not in raw:
         raise EntryError(name, "'schedule' is missing")
     policy, zone = _policy(name, safebeat_options, config, app_timezone)
+    overlap = _overlap(name, safebeat_options, config)
     rule = _rule(name, raw["schedule"], relative=bool(raw.get("relative")), zone=zone)
     schedule_text = describe(rule)
-    digest = _digest(
-        {
-            "task": task,
-            "schedule": schedule_text,
-            "args": args,
-            "kwargs": kwargs,
-            "options": options,
-            "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
-        }
+    described: dict[str, object] = {
+        "task": task,
+        "schedule": schedule_text,
+        "args": args,
+        "kwargs": kwargs,
+        "options": options,
+        "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
+    }
+    if overlap is not Overlap.ALLOW:
+        # Only when set, so that the digests of existing entries stay what they were.
+        described["overlap"] = overlap.value
+    return Entry(
+        name,
+        task,
+        rule,
+        policy,
+        schedule_text,
+        _digest(described),
+        tuple(args),
+        kwargs,
+        options,
+        overlap,
     )
-    return Entry(name, task, rule, policy, schedule_text, digest, tuple(args), kwargs, options)
 
 
 def _policy(
@@ -137,15 +154,6 @@ def _policy(
             raise ConfigError(f"catchup_limit={limit!r}: expected a whole number of at least 1")
     except ConfigError as exc:
         raise EntryError(name, f"options['safebeat']: {exc}") from None
-    overlap = options.get("overlap", "allow")
-    if overlap == "forbid":
-        raise EntryError(
-            name,
-            "options['safebeat']['overlap'] = 'forbid' needs the worker hook, which this "
-            "version of safebeat does not have yet; remove it or use 'allow'",
-        )
-    if overlap != "allow":
-        raise EntryError(name, f"options['safebeat']['overlap'] = {overlap!r}: expected 'allow'")
     zone = _zone(name, options["timezone"]) if "timezone" in options else app_timezone
     policy = Policy(
         misfire=misfire if misfire is not None else config.misfire,
@@ -153,6 +161,15 @@ def _policy(
         catchup_limit=limit,
     )
     return policy, zone
+
+
+def _overlap(name: str, options: Mapping[str, Any], config: Config) -> Overlap:
+    if "overlap" not in options:
+        return config.overlap
+    try:
+        return parse_overlap(options["overlap"], "overlap")
+    except ConfigError as exc:
+        raise EntryError(name, f"options['safebeat']: {exc}") from None
 
 
 def _zone(name: str, value: object) -> tzinfo:

@@ -106,12 +106,20 @@ class Policy:
         return self.grace
 
 
+class Overlap(str, enum.Enum):
+    """Whether a window may be dispatched while the entry's previous run is still running."""
+
+    ALLOW = "allow"
+    FORBID = "forbid"
+
+
 class SkipReason(str, enum.Enum):
     """Why a window was recorded as skipped instead of dispatched."""
 
     MISSED = "missed"  # passed over: a later window of the same entry superseded it
     LATE = "late"  # later than the grace period allows
     CATCHUP_LIMIT = "catchup_limit"  # older than the newest `catchup_limit` missed windows
+    OVERLAP = "overlap"  # the entry's previous run was still running (overlap="forbid")
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,17 @@ def next_window(rule: Rule, after: datetime, anchor: datetime | None = None) -> 
     if isinstance(rule, SolarRule):
         return _solar_next(rule, after)
     return rule.at if rule.at > after else None
+
+
+def typical_period(rule: Rule, now: datetime | None = None) -> timedelta | None:
+    """The time between two consecutive windows: `every`, or for other rules the gap
+    between the next two windows after `now`; None for a rule with fewer than two left."""
+    if isinstance(rule, IntervalRule):
+        return rule.every
+    start = now or datetime.now(timezone.utc)
+    first = next_window(rule, start)
+    second = None if first is None else next_window(rule, first)
+    return None if first is None or second is None else second - first
 
 
 def windows_between(
@@ -422,6 +441,30 @@ def due(
         anchor=anchor,
     )
     return Due(tuple(dispatch), tuple(skipped), upcoming)
+
+
+def forbid_overlap(
+    decision: Due, *, running_since: datetime | None, now: datetime, timeout: timedelta
+) -> Due:
+    """Apply `overlap="forbid"` to one entry's answer.
+
+    While the entry's newest unfinished run, started at `running_since`, is younger than
+    `timeout`, nothing is dispatched: the windows `decision` would dispatch are skipped
+    as `overlap`. Otherwise at most the newest one is dispatched, since two windows sent
+    at once would run side by side; older ones are skipped as `overlap`. A run older
+    than `timeout` is presumed over (its worker died without saying so) and blocks nothing.
+    """
+    dispatch = decision.dispatch
+    if not dispatch:
+        return decision
+    running = running_since is not None and now - running_since < timeout
+    keep = () if running else dispatch[-1:]
+    blocked = dispatch[: len(dispatch) - len(keep)]
+    if not blocked:
+        return decision
+    # Due windows are consecutive windows of the rule, so one span describes them exactly.
+    span = SkippedSpan(blocked[0], blocked[-1], len(blocked), SkipReason.OVERLAP)
+    return Due(keep, (*decision.skipped, span), decision.next_window)
 
 
 def _skipped_spans(

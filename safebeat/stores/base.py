@@ -1,6 +1,7 @@
 """The Store protocol: what every backend guarantees to the scheduler, and the records it keeps.
 
-A store holds only schedule state, claims and history; Celery owns tasks and results.
+A store holds only schedule state, claims, their history (including what the worker hook
+recorded about each execution) and effect keys; Celery owns tasks and results.
 Several replicas share one store. The guarantees below are what make "each window is
 dispatched once" true, and the contract suite (`tests/integration/test_store_contract.py`)
 checks them against every backend.
@@ -26,6 +27,23 @@ class Status(str, enum.Enum):
     SKIPPED = "skipped"  # not dispatched, by policy (reason says which)
 
 
+class Outcome(str, enum.Enum):
+    """How one execution of a window ended, as the worker hook saw it."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    RETRY = "retry"  # the task asked Celery to retry; a later retry of the window may run
+
+
+class Start(str, enum.Enum):
+    """The answer of `Store.start_execution`: may this delivery of a window run?"""
+
+    RUN = "run"  # first start, or a Celery retry of the window: run the body
+    TAKEOVER = "takeover"  # the previous run never finished and is presumed lost: run the body
+    DUPLICATE = "duplicate"  # already started (and not presumed lost) or finished: skip the body
+    UNKNOWN = "unknown"  # no dispatched window with this key: run the body, untracked
+
+
 @dataclass(frozen=True)
 class Definition:
     """What one replica believes an entry is: its schedule text and a digest of everything."""
@@ -44,6 +62,8 @@ class EntryState:
     are never dispatched, so a start or a changed definition fires nothing as a surprise.
     `last_window` is the newest window decided (claimed or skipped) by any replica.
     `schedule` and `digest` are the definition last registered (see Store.register).
+    `running_since` is the start of the entry's newest execution that started and has not
+    finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
     """
 
     name: str
@@ -52,6 +72,7 @@ class EntryState:
     last_window: datetime | None
     digest: str
     schedule: str
+    running_since: datetime | None = None
 
     @property
     def decided_until(self) -> datetime:
@@ -149,6 +170,15 @@ class DispatchRecord:
     sent_at: datetime | None
     attempts: int
     error: str | None
+    # Execution, as recorded by the worker hook (safebeat.worker):
+    started_at: datetime | None = None  # store time the latest execution started
+    finished_at: datetime | None = None  # store time it ended (None: running, or lost)
+    outcome: Outcome | None = None
+    runtime: timedelta | None = None  # as measured by the worker
+    worker: str | None = None  # `nodename:pid` of the process that ran it
+    retries: int | None = None  # Celery's retry number of the latest execution
+    runs: int = 0  # executions started: 1 + retries + takeovers
+    duplicates: int = 0  # deliveries skipped because the window already ran or runs
 
 
 @dataclass(frozen=True)
@@ -209,7 +239,9 @@ class Store(Protocol):
         ...
 
     def states(self, namespace: str) -> dict[str, EntryState]:
-        """Return the shared state of every registered entry of `namespace`."""
+        """Return the shared state of every registered entry of `namespace`, each with its
+        `running_since` (the latest `started_at` among its dispatch rows that have a start
+        and no `finished_at`, else None)."""
         ...
 
     def tick(
@@ -224,7 +256,8 @@ class Store(Protocol):
         """Run one tick under the namespace's tick lock; return None if the lock is busy.
 
         In one transaction: take the lock without waiting long, read the store clock, load
-        the states of `names`, call `planner(now, states)`, then
+        the states of `names` (with `running_since`, as `states` gives it), call
+        `planner(now, states)`, then
         - insert a dispatch row per claim and per skip, under the unique key
           (namespace, entry, window); a row that already exists is left alone and the
           claim is simply not returned (someone else has it): never an error;
@@ -261,8 +294,83 @@ class Store(Protocol):
         """Return dispatch rows, newest window first, optionally of one entry."""
         ...
 
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        """Decide whether this delivery of a window may run, and record its start if so.
+
+        Called by the worker hook before the task body runs. Atomic: of any number of
+        concurrent calls for one window, at most one records a start, and every call
+        sees the effect of those before it. On the dispatch row (namespace, entry,
+        window) that carries a task id (claimed, sent or failed; not skipped):
+
+        - no such row: return UNKNOWN and write nothing;
+        - the row never started, or `retries` is greater than its recorded `retries`
+          (a Celery retry of the window): record the start and return RUN;
+        - the row started, never finished, and started before store now - `stale_after`
+          (its worker is presumed lost): record the start and return TAKEOVER;
+        - otherwise (it started within `stale_after` and has not finished, or it has
+          finished, with `retries` not greater than recorded): add one to `duplicates`
+          and return DUPLICATE.
+
+        Recording the start sets `started_at` = store now, `worker`, `retries`, clears
+        `finished_at`, `outcome` and `runtime`, and adds one to `runs`. The row's status
+        is not changed (a worker may start a window before beat marks it sent).
+        """
+        ...
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+    ) -> None:
+        """Record the end of the execution `worker` started with `retries`.
+
+        Sets `finished_at` = store now, `outcome` and `runtime` on the dispatch row, only
+        if the row's `worker` and `retries` are the given ones and `finished_at` is not
+        set: an execution that was taken over or superseded by a retry records nothing.
+        A missing row is not an error.
+        """
+        ...
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        """Record the effect `key` once; return True if this call recorded it.
+
+        Atomic under concurrency: of any number of simultaneous calls for one
+        (namespace, key), from any process, exactly one returns True. A key recorded
+        before is free again once its expiry (store time of recording + `keep_for`) has
+        passed; recording it again replaces the old record. `owner` is a token unique to
+        the caller (see release_effect); `task_id` is kept for operators.
+        """
+        ...
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        """Forget `key` so that it can be recorded again, only if `owner` recorded it.
+
+        Return whether a record was deleted. A key recorded since by someone else (after
+        an expiry) is left alone.
+        """
+        ...
+
     def prune(self, namespace: str, before: datetime) -> int:
-        """Delete dispatch rows claimed before `before` and replicas silent since then."""
+        """Delete dispatch rows claimed before `before`, replicas silent since then, and
+        effect keys whose expiry has passed (store now); return how many dispatch rows
+        and effect keys were deleted."""
         ...
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
 from safebeat.stores.base import (
@@ -17,15 +17,23 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    Outcome,
     Planner,
     Reclaim,
     Registration,
     ReplicaRecord,
+    Start,
     Status,
     TickPlan,
     TickResult,
     system_clock,
 )
+
+
+@dataclass(frozen=True)
+class _Effect:
+    owner: str
+    expires_at: datetime
 
 
 @dataclass
@@ -34,6 +42,7 @@ class _Namespace:
     dispatches: dict[tuple[str, datetime], DispatchRecord]
     replicas: dict[str, ReplicaRecord]
     tick_lock: threading.Lock
+    effects: dict[str, _Effect]
 
 
 class MemoryStore:
@@ -49,7 +58,7 @@ class MemoryStore:
 
     def _ns(self, namespace: str) -> _Namespace:
         if namespace not in self._namespaces:
-            self._namespaces[namespace] = _Namespace({}, {}, {}, threading.Lock())
+            self._namespaces[namespace] = _Namespace({}, {}, {}, threading.Lock(), {})
         return self._namespaces[namespace]
 
     def migrate(self) -> int:
@@ -90,7 +99,19 @@ class MemoryStore:
 
     def states(self, namespace: str) -> dict[str, EntryState]:
         with self._mutex:
-            return dict(self._ns(namespace).entries)
+            ns = self._ns(namespace)
+            return self._with_running(ns, ns.entries)
+
+    @staticmethod
+    def _with_running(ns: _Namespace, states: Mapping[str, EntryState]) -> dict[str, EntryState]:
+        """`states` with `running_since`: the newest start of an unfinished execution."""
+        running: dict[str, datetime] = {}
+        for record in ns.dispatches.values():
+            if record.started_at is not None and record.finished_at is None:
+                previous = running.get(record.entry)
+                if previous is None or record.started_at > previous:
+                    running[record.entry] = record.started_at
+        return {n: replace(s, running_since=running.get(n)) for n, s in states.items()}
 
     def tick(
         self,
@@ -109,7 +130,9 @@ class MemoryStore:
             now = self.clock()
             with self._mutex:
                 wanted = set(names)
-                states = {n: s for n, s in ns.entries.items() if n in wanted}
+                states = self._with_running(
+                    ns, {n: s for n, s in ns.entries.items() if n in wanted}
+                )
             plan = planner(now, states)
             with self._mutex:
                 claimed = self._insert(ns, plan, replica, now)
@@ -120,7 +143,9 @@ class MemoryStore:
                     ):
                         ns.entries[name] = replace(state, last_window=window)
                 reclaimed = [] if reclaim is None else self._reclaim(ns, reclaim, replica, now)
-                states = {n: s for n, s in ns.entries.items() if n in wanted}
+                states = self._with_running(
+                    ns, {n: s for n, s in ns.entries.items() if n in wanted}
+                )
             return TickResult(now, states, claimed, reclaimed)
         finally:
             ns.tick_lock.release()
@@ -274,15 +299,97 @@ class MemoryStore:
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records[:limit]
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            record = ns.dispatches.get((entry, window))
+            if record is None or record.task_id is None:
+                return Start.UNKNOWN
+            if record.started_at is None or retries > (record.retries or 0):
+                verdict = Start.RUN
+            elif record.finished_at is None and record.started_at < now - stale_after:
+                verdict = Start.TAKEOVER
+            else:
+                ns.dispatches[(entry, window)] = replace(record, duplicates=record.duplicates + 1)
+                return Start.DUPLICATE
+            ns.dispatches[(entry, window)] = replace(
+                record,
+                started_at=now,
+                worker=worker,
+                retries=retries,
+                finished_at=None,
+                outcome=None,
+                runtime=None,
+                runs=record.runs + 1,
+            )
+            return verdict
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+    ) -> None:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            record = ns.dispatches.get((entry, window))
+            if (
+                record is None
+                or record.worker != worker
+                or record.retries != retries
+                or record.finished_at is not None
+            ):
+                return
+            ns.dispatches[(entry, window)] = replace(
+                record, finished_at=now, outcome=outcome, runtime=runtime
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            effect = ns.effects.get(key)
+            if effect is not None and effect.expires_at > now:
+                return False
+            ns.effects[key] = _Effect(owner, now + keep_for)
+            return True
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
         with self._mutex:
             ns = self._ns(namespace)
+            effect = ns.effects.get(key)
+            if effect is None or effect.owner != owner:
+                return False
+            del ns.effects[key]
+            return True
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
             old = [k for k, r in ns.dispatches.items() if r.claimed_at < before]
             for key in old:
                 del ns.dispatches[key]
             for replica_id in [k for k, r in ns.replicas.items() if r.heartbeat_at < before]:
                 del ns.replicas[replica_id]
-            return len(old)
+            expired = [k for k, e in ns.effects.items() if e.expires_at <= now]
+            for effect_key in expired:
+                del ns.effects[effect_key]
+            return len(old) + len(expired)
 
     def close(self) -> None:
         """Nothing to release: the data lives as long as the process."""

@@ -40,7 +40,10 @@ class Cluster:
     queue: str
     schedule: Mapping[str, float]
     env: Mapping[str, str] = field(default_factory=dict)
+    app: str = "tests.acceptance.beatapp"
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logfiles: list[Path] = field(default_factory=list)
+    ready_lines: list[str] = field(default_factory=list)
 
     def start(self, count: int, *, scheduler: str | None = "safebeat.Scheduler") -> None:
         """Start `celery beat` processes (stock beat when `scheduler` is None)."""
@@ -49,7 +52,7 @@ class Cluster:
             options = ["beat", "-s", str(self.workdir / f"stock-schedule-{index}")]
             if scheduler:
                 options += ["-S", scheduler]
-            self._spawn(options, self.workdir / f"beat-{index}.log")
+            self._spawn(options, self.workdir / f"beat-{index}.log", "beat: Starting")
 
     def start_worker_beat(self, count: int) -> None:
         """Start `celery worker -B` processes that consume another queue (beat embedded)."""
@@ -70,10 +73,19 @@ class Cluster:
                 "-s",
                 str(self.workdir / f"stock-{index}"),
             ]
-            self._spawn(options, self.workdir / f"worker-{index}.log")
+            self._spawn(options, self.workdir / f"worker-{index}.log", "beat: Starting")
 
-    def _spawn(self, options: list[str], log: Path) -> None:
-        command = [sys.executable, "-m", "celery", "-A", "tests.acceptance.beatapp", *options]
+    def start_workers(self, count: int, *, pool: str = "solo", concurrency: int = 1) -> None:
+        """Start `celery worker` processes consuming the queue (with `app`'s tasks)."""
+        for _ in range(count):
+            index = len(self.processes)
+            options = ["worker", "--pool", pool, "--concurrency", str(concurrency)]
+            options += ["-Q", self.queue, "-n", f"worker{index}@%h", "--without-gossip"]
+            options += ["--without-mingle", "--without-heartbeat"]
+            self._spawn(options, self.workdir / f"worker-{index}.log", " ready.")
+
+    def _spawn(self, options: list[str], log: Path, ready: str) -> None:
+        command = [sys.executable, "-m", "celery", "-A", self.app, *options]
         environment = {
             **os.environ,
             "PYTHONPATH": str(ROOT),
@@ -91,15 +103,16 @@ class Cluster:
                 stderr=subprocess.STDOUT,
             )
         )
+        self.logfiles.append(log)
+        self.ready_lines.append(ready)
 
     def wait_started(self, timeout: float = 60) -> None:
-        """Wait until every process has logged that beat started."""
+        """Wait until every process has logged that it started (beat) or is ready (worker)."""
         deadline = time.monotonic() + timeout
-        for index in range(len(self.processes)):
-            logs = [self.workdir / f"beat-{index}.log", self.workdir / f"worker-{index}.log"]
-            while not any(p.exists() and "beat: Starting" in p.read_text() for p in logs):
+        for index, (log, ready) in enumerate(zip(self.logfiles, self.ready_lines, strict=True)):
+            while not (log.exists() and ready in log.read_text()):
                 assert self.processes[index].poll() is None, self.logs()
-                assert time.monotonic() < deadline, "beat did not start:\n" + self.logs()
+                assert time.monotonic() < deadline, f"{log.name} did not start:\n" + self.logs()
                 time.sleep(0.1)
 
     def signal(self, index: int, signum: int) -> None:

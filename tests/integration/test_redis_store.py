@@ -27,7 +27,9 @@ from safebeat.stores.base import (
     Definition,
     EntryState,
     NewClaim,
+    Outcome,
     Reclaim,
+    Start,
     Store,
     TickPlan,
     TickResult,
@@ -265,6 +267,24 @@ def exercise(store: Store, namespace: str) -> None:
         reclaim=Reclaim(["a"], timedelta(0)),
     )
     store.record_publish(namespace, [result.claimed[0].id], {})
+    window = result.claimed[0].window
+    started = store.start_execution(
+        namespace, "a", window, worker="w@h:1", retries=0, stale_after=timedelta(hours=1)
+    )
+    assert started is Start.RUN
+    store.finish_execution(
+        namespace,
+        "a",
+        window,
+        worker="w@h:1",
+        retries=0,
+        outcome=Outcome.SUCCESS,
+        runtime=timedelta(seconds=1),
+    )
+    assert store.claim_effect(
+        namespace, "charge:42", owner="o1", keep_for=timedelta(days=1), task_id=None
+    )
+    assert store.release_effect(namespace, "charge:42", owner="o1")
     store.heartbeat(namespace, REPLICA, "1", {"a": "d1"})
     assert store.replicas(namespace)
     assert store.history(namespace, "a")

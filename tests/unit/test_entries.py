@@ -118,12 +118,8 @@ def test_solar_schedules_compile() -> None:
             "unknown time zone 'Mars/Base'",
         ),
         (
-            {"task": "t", "schedule": 10, "options": {"safebeat": {"overlap": "forbid"}}},
-            "needs the worker hook",
-        ),
-        (
             {"task": "t", "schedule": 10, "options": {"safebeat": {"overlap": "maybe"}}},
-            "expected 'allow'",
+            "overlap='maybe': expected one of 'allow', 'forbid'",
         ),
     ],
 )

@@ -34,10 +34,12 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    Outcome,
     Planner,
     Reclaim,
     Registration,
     ReplicaRecord,
+    Start,
     Status,
     TickResult,
 )
@@ -329,18 +331,93 @@ class PostgresStore:
             ).fetchall()
         return [_record(row) for row in rows]
 
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        with self._boundary("record the start of an execution") as conn:
+            row = conn.execute(
+                Q["start_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": window,
+                    "worker": worker,
+                    "retries": retries,
+                    "stale_after": stale_after,
+                },
+            ).fetchone()
+        return Start.UNKNOWN if row is None else Start(row[0])
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+    ) -> None:
+        with self._boundary("record the end of an execution") as conn:
+            conn.execute(
+                Q["finish_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": window,
+                    "worker": worker,
+                    "retries": retries,
+                    "outcome": outcome.value,
+                    "runtime": runtime,
+                },
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        with self._boundary("claim an effect key") as conn:
+            row = conn.execute(
+                Q["claim_effect"],
+                {
+                    "namespace": namespace,
+                    "key": key,
+                    "owner": owner,
+                    "task_id": task_id,
+                    "keep_for": keep_for,
+                },
+            ).fetchone()
+        return row is not None
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        with self._boundary("release an effect key") as conn:
+            deleted = conn.execute(
+                Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
+            ).rowcount
+        return bool(deleted)
+
     def prune(self, namespace: str, before: datetime) -> int:
         with self._boundary("prune") as conn, conn.transaction():
             deleted = conn.execute(
                 Q["prune_dispatches"], {"namespace": namespace, "before": before}
             ).rowcount
             conn.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+            deleted += conn.execute(Q["prune_effects"], {"namespace": namespace}).rowcount
         return deleted
 
 
 def _record(row: Sequence[Any]) -> DispatchRecord:
     values = list(row)
     values[3] = Status(values[3])
+    if values[18] is not None:
+        values[18] = Outcome(values[18])
     return DispatchRecord(*values)
 
 

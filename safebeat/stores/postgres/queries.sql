@@ -31,13 +31,19 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
 SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
 
 -- name: load_states
-SELECT name, anchor, defined_at, last_window, digest, schedule
-FROM safebeat_entry
+SELECT name, anchor, defined_at, last_window, digest, schedule,
+       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
+        WHERE d.namespace = e.namespace AND d.entry = e.name
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: all_states
-SELECT name, anchor, defined_at, last_window, digest, schedule
-FROM safebeat_entry
+SELECT name, anchor, defined_at, last_window, digest, schedule,
+       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
+        WHERE d.namespace = e.namespace AND d.entry = e.name
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
 
 -- name: registered_digests
@@ -124,7 +130,8 @@ ORDER BY heartbeat_at DESC;
 
 -- name: history
 SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
-       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error
+       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error,
+       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates
 FROM safebeat_dispatch
 WHERE namespace = %(namespace)s AND (%(entry)s::text IS NULL OR entry = %(entry)s)
 ORDER BY window_at DESC, id DESC
@@ -137,3 +144,59 @@ WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
 -- name: prune_replicas
 DELETE FROM safebeat_replica
 WHERE namespace = %(namespace)s AND heartbeat_at < %(before)s;
+
+-- name: start_execution
+-- One statement: concurrent deliveries of one window queue on the row lock, and each
+-- decides on the row as the one before it left it (run, takeover or duplicate).
+WITH current AS (
+    SELECT id,
+           CASE WHEN started_at IS NULL OR coalesce(retries, 0) < %(retries)s THEN 'run'
+                WHEN finished_at IS NULL
+                     AND started_at < clock_timestamp() - %(stale_after)s::interval
+                     THEN 'takeover'
+                ELSE 'duplicate' END AS verdict
+    FROM safebeat_dispatch
+    WHERE namespace = %(namespace)s AND entry = %(entry)s AND window_at = %(window)s
+      AND task_id IS NOT NULL
+    FOR UPDATE
+)
+UPDATE safebeat_dispatch AS d
+SET started_at = CASE WHEN c.verdict = 'duplicate' THEN d.started_at
+                      ELSE clock_timestamp() END,
+    worker = CASE WHEN c.verdict = 'duplicate' THEN d.worker ELSE %(worker)s END,
+    retries = CASE WHEN c.verdict = 'duplicate' THEN d.retries ELSE %(retries)s END,
+    finished_at = CASE WHEN c.verdict = 'duplicate' THEN d.finished_at END,
+    outcome = CASE WHEN c.verdict = 'duplicate' THEN d.outcome END,
+    runtime = CASE WHEN c.verdict = 'duplicate' THEN d.runtime END,
+    runs = d.runs + (c.verdict <> 'duplicate')::integer,
+    duplicates = d.duplicates + (c.verdict = 'duplicate')::integer
+FROM current AS c
+WHERE d.id = c.id
+RETURNING c.verdict;
+
+-- name: finish_execution
+UPDATE safebeat_dispatch
+SET finished_at = clock_timestamp(), outcome = %(outcome)s, runtime = %(runtime)s
+WHERE namespace = %(namespace)s AND entry = %(entry)s AND window_at = %(window)s
+  AND worker = %(worker)s AND retries = %(retries)s AND finished_at IS NULL;
+
+-- name: claim_effect
+-- The effect key: a new key is inserted; an expired one is taken over; a live one wins.
+INSERT INTO safebeat_effect AS f (namespace, key, owner, task_id, claimed_at, expires_at)
+VALUES (%(namespace)s, %(key)s, %(owner)s, %(task_id)s,
+        clock_timestamp(), clock_timestamp() + %(keep_for)s::interval)
+ON CONFLICT ON CONSTRAINT safebeat_effect_key DO UPDATE
+    SET owner = excluded.owner,
+        task_id = excluded.task_id,
+        claimed_at = excluded.claimed_at,
+        expires_at = excluded.expires_at
+    WHERE f.expires_at <= excluded.claimed_at
+RETURNING 1;
+
+-- name: release_effect
+DELETE FROM safebeat_effect
+WHERE namespace = %(namespace)s AND key = %(key)s AND owner = %(owner)s;
+
+-- name: prune_effects
+DELETE FROM safebeat_effect
+WHERE namespace = %(namespace)s AND expires_at <= clock_timestamp();

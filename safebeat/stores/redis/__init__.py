@@ -39,15 +39,17 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    Outcome,
     Planner,
     Reclaim,
     Registration,
     ReplicaRecord,
+    Start,
     Status,
     TickPlan,
     TickResult,
 )
-from safebeat.stores.redis.checks import check_eviction
+from safebeat.stores.redis.checks import check_eviction, eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client, Timeouts, connect
 from safebeat.stores.sql_common import states_after
 from safebeat.stores.sqlfiles import load_queries
@@ -86,8 +88,9 @@ def key_prefix(namespace: str) -> str:
 
 
 def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> dict[str, EntryState]:
-    """Build states from the scripts' columns (anchor, defined, last, digest, schedule)."""
-    anchors, defined, lasts, digests, schedules = columns
+    """Build states from the scripts' columns: anchor, defined, last, digest, schedule and
+    running_since."""
+    anchors, defined, lasts, digests, schedules, running = columns
     states = {}
     for i, name in enumerate(names):
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
@@ -100,6 +103,7 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
             last_window=_maybe_instant(lasts[i]),
             digest=digest,
             schedule=schedules[i] or "",
+            running_since=_maybe_instant(running[i]),
         )
     return states
 
@@ -209,6 +213,12 @@ class RedisStore:
         with self._boundary("read the layout version") as client:
             value = client.get(LAYOUT_KEY)
         return int(value) if value else 0
+
+    def memory_policy(self) -> tuple[str, int]:
+        """(maxmemory-policy, maxmemory) of the server; of a cluster, the riskiest node's."""
+        with self._boundary("read the eviction policy") as client:
+            policies = memory_policies(client)
+        return next((p for p in policies if eviction_hazard(*p)), policies[0])
 
     @staticmethod
     def _check_layout(client: Client) -> int:
@@ -410,19 +420,82 @@ class RedisStore:
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records
 
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        prefix = key_prefix(namespace)
+        with self._boundary("record an execution's start"):
+            verdict = self._run(
+                "start_execution",
+                [_claim_key(prefix, entry, window)],
+                [prefix, entry, worker, retries, _micros(stale_after)],
+            )
+        return Start(verdict)
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+    ) -> None:
+        prefix = key_prefix(namespace)
+        with self._boundary("record an execution's end"):
+            self._run(
+                "finish_execution",
+                [_claim_key(prefix, entry, window)],
+                [prefix, entry, worker, retries, outcome.value, _micros(runtime)],
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("claim an effect key"):
+            recorded = self._run(
+                "claim_effect",
+                [f"{prefix}:effect:{key}"],
+                [prefix, owner, _micros(keep_for), task_id or ""],
+            )
+        return bool(recorded)
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("release an effect key"):
+            released = self._run("release_effect", [f"{prefix}:effect:{key}"], [prefix, owner])
+        return bool(released)
+
     def prune(self, namespace: str, before: datetime) -> int:
         prefix = key_prefix(namespace)
         deleted = 0
         with self._boundary("prune"):
-            while True:
-                batch = int(
-                    self._run("prune", [f"{prefix}:age"], [prefix, _us(before), PRUNE_BATCH])
-                )
-                deleted += batch
-                if batch < PRUNE_BATCH:
-                    break
+            for script, key, args in (
+                ("prune", f"{prefix}:age", [prefix, _us(before), PRUNE_BATCH]),
+                ("prune_effects", f"{prefix}:effects", [PRUNE_BATCH]),
+            ):
+                while True:
+                    batch = int(self._run(script, [key], args))
+                    deleted += batch
+                    if batch < PRUNE_BATCH:
+                        break
             self._run("prune_replicas", [f"{prefix}:heartbeats"], [prefix, _us(before)])
         return deleted
+
+
+def _claim_key(prefix: str, entry: str, window: datetime) -> str:
+    """The key whose existence is the claim of `window` (see scripts.lua)."""
+    return f"{prefix}:claim:{_us(window)}:{entry}"
 
 
 def _micros(duration: timedelta) -> int:
@@ -431,7 +504,13 @@ def _micros(duration: timedelta) -> int:
 
 def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
     fields = dict(zip(flat[::2], flat[1::2], strict=True))
-    count = fields.get("skipped_count")
+
+    def number(name: str) -> int | None:
+        value = fields.get(name)
+        return None if value is None else int(value)
+
+    runtime = number("runtime")
+    outcome = fields.get("outcome")
     return DispatchRecord(
         id=row_id,
         entry=fields["entry"],
@@ -441,7 +520,7 @@ def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
         task_name=fields.get("task_name"),
         reason=fields.get("reason"),
         skipped_from=_maybe_instant(fields.get("skipped_from")),
-        skipped_count=None if count is None else int(count),
+        skipped_count=number("skipped_count"),
         replica=fields["replica"],
         host=fields["host"],
         pid=int(fields["pid"]),
@@ -449,6 +528,14 @@ def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
         sent_at=_maybe_instant(fields.get("sent_at")),
         attempts=int(fields["attempts"]),
         error=fields.get("error"),
+        started_at=_maybe_instant(fields.get("started_at")),
+        finished_at=_maybe_instant(fields.get("finished_at")),
+        outcome=None if outcome is None else Outcome(outcome),
+        runtime=None if runtime is None else timedelta(microseconds=runtime),
+        worker=fields.get("worker"),
+        retries=number("retries"),
+        runs=number("runs") or 0,
+        duplicates=number("duplicates") or 0,
     )
 
 

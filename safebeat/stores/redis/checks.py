@@ -30,12 +30,23 @@ def eviction_hazard(policy: str, maxmemory: int) -> str | None:
     )
 
 
+def memory_policies(client: Client) -> list[tuple[str, int]]:
+    """(maxmemory-policy, maxmemory) of the server, or of every node of a cluster."""
+    info = client.info("memory")
+    # A cluster client answers per node, with a dict per node.
+    nodes = info.values() if info and all(isinstance(v, dict) for v in info.values()) else [info]
+    return [
+        (str(node.get("maxmemory_policy", "noeviction")), int(node.get("maxmemory", 0)))
+        for node in nodes
+    ]
+
+
 def check_eviction(client: Client, mode: RedisEviction, display_url: str) -> None:
     """Report (warn), refuse (StoreError) or ignore an eviction policy that can lose claims."""
     if mode == "ignore":
         return
     try:
-        info = client.info("memory")
+        policies = memory_policies(client)
     except redis.exceptions.ResponseError as exc:  # INFO not allowed for this ACL user
         logger.warning(
             "safebeat: cannot read the eviction policy of Redis %s (%s); make sure it is "
@@ -44,12 +55,8 @@ def check_eviction(client: Client, mode: RedisEviction, display_url: str) -> Non
             exc,
         )
         return
-    # A cluster client answers per node: check every node's settings.
-    nodes = info.values() if info and all(isinstance(v, dict) for v in info.values()) else [info]
-    for node in nodes:
-        hazard = eviction_hazard(
-            str(node.get("maxmemory_policy", "noeviction")), int(node.get("maxmemory", 0))
-        )
+    for policy, maxmemory in policies:
+        hazard = eviction_hazard(policy, maxmemory)
         if hazard is None:
             continue
         if mode == "refuse":

@@ -20,12 +20,16 @@
 --   P:age                  zset row id -> claimed_at, for pruning
 --   P:history              zset row id -> window
 --   P:history:<entry>      zset row id -> window, one entry's rows
+--   P:running:<entry>     zset row id -> started_at, executions started and not finished
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
+--   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
+--   P:effects              zset effect key -> expiry, for pruning
 
 -- name: register
 -- ARGV: prefix, then (name, digest, schedule) triples.
--- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests, schedules}.
+-- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
+-- schedules, running_since}.
 local p = ARGV[1]
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -59,10 +63,17 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
+local running = {}
+for _, name in ipairs(names) do
+    local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
+    running[#running + 1] = newest[2] or false
+end
+result[#result + 1] = running
 return result
 
 -- name: states
--- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules} of every entry.
+-- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since}
+-- of every entry.
 local p = ARGV[1]
 local names = redis.call('HKEYS', p .. ':digest')
 local result = {names}
@@ -73,12 +84,19 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
+local running = {}
+for _, name in ipairs(names) do
+    local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
+    running[#running + 1] = newest[2] or false
+end
+result[#result + 1] = running
 return result
 
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
--- Takes the tick lock (SET NX PX) or returns false. Otherwise returns
--- {now, namespace_known (0/1), anchors, defined, lasts, digests, schedules} for the names.
+-- Takes the tick lock (SET NX PX) or returns false. Otherwise returns {now,
+-- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since} for
+-- the names (running_since: the newest start of an unfinished execution, or false).
 local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
@@ -93,6 +111,12 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
+local running = {}
+for i = 4, #ARGV do
+    local newest = redis.call('ZREVRANGE', p .. ':running:' .. ARGV[i], 0, 0, 'WITHSCORES')
+    running[#running + 1] = newest[2] or false
+end
+result[#result + 1] = running
 return result
 
 -- name: extend_lock
@@ -280,6 +304,7 @@ for _, id in ipairs(ids) do
     if fields[1] then
         redis.call('DEL', p .. ':claim:' .. fields[2] .. ':' .. fields[1])
         redis.call('ZREM', p .. ':history:' .. fields[1], id)
+        redis.call('ZREM', p .. ':running:' .. fields[1], id)
     end
     redis.call('DEL', row)
     redis.call('ZREM', p .. ':history', id)
@@ -298,3 +323,92 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
 end
 return #ids
+
+-- name: start_execution
+-- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, stale_after (us).
+-- Returns run, takeover, duplicate or unknown (see Store.start_execution).
+local p, entry, worker, retries = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local id = redis.call('GET', KEYS[1])
+if not id then
+    return 'unknown'
+end
+local row = p .. ':row:' .. id
+local fields = redis.call('HMGET', row, 'status', 'task_id', 'started_at', 'finished_at',
+    'retries')
+if not fields[1] or fields[1] == 'skipped' or not fields[2] then
+    return 'unknown'
+end
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local verdict
+if not fields[3] or tonumber(retries) > tonumber(fields[5] or '0') then
+    verdict = 'run'
+elseif not fields[4] and tonumber(fields[3]) < tonumber(now) - tonumber(ARGV[5]) then
+    verdict = 'takeover'
+else
+    redis.call('HINCRBY', row, 'duplicates', 1)
+    return 'duplicate'
+end
+redis.call('HSET', row, 'started_at', now, 'worker', worker, 'retries', retries)
+redis.call('HDEL', row, 'finished_at', 'outcome', 'runtime')
+redis.call('HINCRBY', row, 'runs', 1)
+redis.call('ZADD', p .. ':running:' .. entry, now, id)
+return verdict
+
+-- name: finish_execution
+-- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, outcome, runtime (us).
+-- Records the end only of the execution this worker started with these retries.
+local p, entry = ARGV[1], ARGV[2]
+local id = redis.call('GET', KEYS[1])
+if not id then
+    return 0
+end
+local row = p .. ':row:' .. id
+local fields = redis.call('HMGET', row, 'worker', 'retries', 'finished_at')
+if fields[1] ~= ARGV[3] or fields[2] ~= ARGV[4] or fields[3] then
+    return 0
+end
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+redis.call('HSET', row, 'finished_at', now, 'outcome', ARGV[5], 'runtime', ARGV[6])
+redis.call('ZREM', p .. ':running:' .. entry, id)
+return 1
+
+-- name: claim_effect
+-- KEYS[1]: the effect's key. ARGV: prefix, owner, keep_for (us), task id ('' for none).
+-- Records the effect unless a record that has not expired exists; returns 1 if recorded.
+local p = ARGV[1]
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local expires = redis.call('HGET', KEYS[1], 'expires_at')
+if expires and tonumber(expires) > tonumber(now) then
+    return 0
+end
+local until_ = string.format('%d', tonumber(now) + tonumber(ARGV[3]))
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'owner', ARGV[2], 'recorded_at', now, 'expires_at', until_)
+if ARGV[4] ~= '' then
+    redis.call('HSET', KEYS[1], 'task_id', ARGV[4])
+end
+redis.call('ZADD', p .. ':effects', until_, KEYS[1])
+return 1
+
+-- name: release_effect
+-- KEYS[1]: the effect's key. ARGV: prefix, owner. Deletes it only if this owner recorded it.
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[2] then
+    return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', ARGV[1] .. ':effects', KEYS[1])
+return 1
+
+-- name: prune_effects
+-- KEYS[1]: P:effects. ARGV: batch size. Deletes effect keys whose expiry has passed.
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local keys = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+for _, key in ipairs(keys) do
+    redis.call('DEL', key)
+    redis.call('ZREM', KEYS[1], key)
+end
+return #keys

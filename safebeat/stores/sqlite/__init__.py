@@ -24,10 +24,12 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    Outcome,
     Planner,
     Reclaim,
     Registration,
     ReplicaRecord,
+    Start,
     Status,
     TickPlan,
     TickResult,
@@ -64,9 +66,44 @@ def path_of(url: str) -> str:
 
 
 def _state(row: Sequence[Any]) -> EntryState:
-    name, anchor, defined_at, last_window, digest, schedule = row
+    name, anchor, defined_at, last_window, digest, schedule, running_since = row
     return EntryState(
-        name, _instant(anchor), _instant(defined_at), _maybe_instant(last_window), digest, schedule
+        name,
+        _instant(anchor),
+        _instant(defined_at),
+        _maybe_instant(last_window),
+        digest,
+        schedule,
+        _maybe_instant(running_since),
+    )
+
+
+def _record(r: Sequence[Any]) -> DispatchRecord:
+    return DispatchRecord(
+        id=r[0],
+        entry=r[1],
+        window=_instant(r[2]),
+        status=Status(r[3]),
+        task_id=r[4],
+        task_name=r[5],
+        reason=r[6],
+        skipped_from=_maybe_instant(r[7]),
+        skipped_count=r[8],
+        replica=r[9],
+        host=r[10],
+        pid=r[11],
+        claimed_at=_instant(r[12]),
+        sent_at=_maybe_instant(r[13]),
+        attempts=r[14],
+        error=r[15],
+        started_at=_maybe_instant(r[16]),
+        finished_at=_maybe_instant(r[17]),
+        outcome=None if r[18] is None else Outcome(r[18]),
+        runtime=None if r[19] is None else timedelta(microseconds=r[19]),
+        worker=r[20],
+        retries=r[21],
+        runs=r[22],
+        duplicates=r[23],
     )
 
 
@@ -351,34 +388,96 @@ class SqliteStore:
             rows = conn.execute(
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
-        return [
-            DispatchRecord(
-                r[0],
-                r[1],
-                _instant(r[2]),
-                Status(r[3]),
-                r[4],
-                r[5],
-                r[6],
-                _maybe_instant(r[7]),
-                r[8],
-                r[9],
-                r[10],
-                r[11],
-                _instant(r[12]),
-                _maybe_instant(r[13]),
-                r[14],
-                r[15],
+        return [_record(r) for r in rows]
+
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        key = {"namespace": namespace, "entry": entry, "window": _us(window)}
+        with self._write("record the start of an execution") as conn:
+            row = conn.execute(Q["execution_of"], key).fetchone()
+            if row is None:
+                return Start.UNKNOWN
+            row_id, started_at, finished_at, recorded_retries = row
+            now = self.clock()
+            if started_at is None or retries > (recorded_retries or 0):
+                verdict = Start.RUN
+            elif finished_at is None and started_at < _us(now - stale_after):
+                verdict = Start.TAKEOVER
+            else:
+                conn.execute(Q["count_duplicate"], {"id": row_id})
+                return Start.DUPLICATE
+            conn.execute(
+                Q["start_execution"],
+                {"id": row_id, "now": _us(now), "worker": worker, "retries": retries},
             )
-            for r in rows
-        ]
+            return verdict
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+    ) -> None:
+        with self._write("record the end of an execution") as conn:
+            conn.execute(
+                Q["finish_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": _us(window),
+                    "worker": worker,
+                    "retries": retries,
+                    "outcome": outcome.value,
+                    "runtime": runtime // timedelta(microseconds=1),
+                    "now": _us(self.clock()),
+                },
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        with self._write("claim an effect key") as conn:
+            now = self.clock()
+            row = conn.execute(
+                Q["claim_effect"],
+                {
+                    "namespace": namespace,
+                    "key": key,
+                    "owner": owner,
+                    "task_id": task_id,
+                    "now": _us(now),
+                    "expires_at": _us(now + keep_for),
+                },
+            ).fetchone()
+        return row is not None
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        with self._write("release an effect key") as conn:
+            deleted = conn.execute(
+                Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
+            ).rowcount
+        return bool(deleted)
 
     def prune(self, namespace: str, before: datetime) -> int:
         with self._write("prune") as conn:
-            params = {"namespace": namespace, "before": _us(before)}
+            params = {"namespace": namespace, "before": _us(before), "now": _us(self.clock())}
             deleted = conn.execute(Q["prune_dispatches"], params).rowcount
             conn.execute(Q["prune_replicas"], params)
-        return deleted
+            deleted += conn.execute(Q["prune_effects"], params).rowcount
+        return int(deleted)
 
 
 def _statements(script: str) -> list[str]:

@@ -14,12 +14,18 @@ SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
 INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version, :name, :now);
 
 -- name: load_states
-SELECT name, anchor, defined_at, last_window, digest, schedule
+SELECT name, anchor, defined_at, last_window, digest, schedule,
+       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
+        WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
 FROM safebeat_entry
 WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 
 -- name: all_states
-SELECT name, anchor, defined_at, last_window, digest, schedule
+SELECT name, anchor, defined_at, last_window, digest, schedule,
+       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
+        WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
 FROM safebeat_entry
 WHERE namespace = :namespace;
 
@@ -87,7 +93,8 @@ ORDER BY heartbeat_at DESC;
 
 -- name: history
 SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
-       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error
+       skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error,
+       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates
 FROM safebeat_dispatch
 WHERE namespace = :namespace AND (:entry IS NULL OR entry = :entry)
 ORDER BY window_at DESC, id DESC
@@ -98,3 +105,42 @@ DELETE FROM safebeat_dispatch WHERE namespace = :namespace AND claimed_at < :bef
 
 -- name: prune_replicas
 DELETE FROM safebeat_replica WHERE namespace = :namespace AND heartbeat_at < :before;
+
+-- name: execution_of
+SELECT id, started_at, finished_at, retries
+FROM safebeat_dispatch
+WHERE namespace = :namespace AND entry = :entry AND window_at = :window
+  AND task_id IS NOT NULL;
+
+-- name: start_execution
+UPDATE safebeat_dispatch
+SET started_at = :now, worker = :worker, retries = :retries,
+    finished_at = NULL, outcome = NULL, runtime = NULL, runs = runs + 1
+WHERE id = :id;
+
+-- name: count_duplicate
+UPDATE safebeat_dispatch SET duplicates = duplicates + 1 WHERE id = :id;
+
+-- name: finish_execution
+UPDATE safebeat_dispatch
+SET finished_at = :now, outcome = :outcome, runtime = :runtime
+WHERE namespace = :namespace AND entry = :entry AND window_at = :window
+  AND worker = :worker AND retries = :retries AND finished_at IS NULL;
+
+-- name: claim_effect
+-- The effect key: a new key is inserted; an expired one is taken over; a live one wins.
+INSERT INTO safebeat_effect (namespace, key, owner, task_id, claimed_at, expires_at)
+VALUES (:namespace, :key, :owner, :task_id, :now, :expires_at)
+ON CONFLICT (namespace, key) DO UPDATE
+    SET owner = excluded.owner,
+        task_id = excluded.task_id,
+        claimed_at = excluded.claimed_at,
+        expires_at = excluded.expires_at
+    WHERE safebeat_effect.expires_at <= excluded.claimed_at
+RETURNING 1;
+
+-- name: release_effect
+DELETE FROM safebeat_effect WHERE namespace = :namespace AND key = :key AND owner = :owner;
+
+-- name: prune_effects
+DELETE FROM safebeat_effect WHERE namespace = :namespace AND expires_at <= :now;

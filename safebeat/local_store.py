@@ -1,0 +1,55 @@
+"""The store a worker process uses: read from the app's settings, one per process and thread.
+
+Prefork workers fork: a child must never use a connection its parent opened, so a store
+is opened anew in each process (and in each thread, for the threads pool: the SQL stores
+keep one connection for one thread). The parent's store is left alone, never closed from
+the child, since closing would end the parent's session too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+from safebeat.config import Config, config_from_app
+from safebeat.stores import Store, store_from_config
+
+_configs: weakref.WeakKeyDictionary[Any, Config] = weakref.WeakKeyDictionary()
+_configs_mutex = threading.Lock()
+
+
+class _Local(threading.local):
+    pid: int = -1
+    stores: dict[str, Store]
+
+    def __init__(self) -> None:
+        self.stores = {}
+
+
+_local = _Local()
+
+
+def config_of(app: Any) -> Config:
+    """Return the safebeat settings of a Celery app, read once per app and process."""
+    with _configs_mutex:
+        config = _configs.get(app)
+        if config is None:
+            config = _configs[app] = config_from_app(app)
+        return config
+
+
+def store_of(app: Any) -> tuple[Config, Store]:
+    """Return the app's settings and this process's (and thread's) store for them."""
+    config = config_of(app)
+    if _local.pid != os.getpid():
+        # Forked (or first use): the inherited stores belong to the parent.
+        _local.pid, _local.stores = os.getpid(), {}
+    store = _local.stores.get(config.url)
+    if store is None:
+        store = store_from_config(config)
+        if config.auto_migrate:
+            store.migrate()  # a worker may start before any beat created the tables
+        _local.stores[config.url] = store
+    return config, store

@@ -1,0 +1,25 @@
+"""How long a started run counts as running: its hard time limit, else `safebeat_overlap_timeout`.
+
+Beat uses it for `overlap="forbid"` (a run older than this blocks nothing) and the
+worker hook for duplicate deliveries (a run older than this, never finished, is presumed
+lost and a new delivery of its window takes it over). Celery kills a task at its hard
+time limit, so a run cannot last longer than that; without a limit, the setting decides.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from safebeat.config import Config
+
+
+def running_timeout(config: Config, *time_limits: object) -> timedelta:
+    """Return the first positive hard time limit (seconds) in `time_limits`, else the setting.
+
+    Pass the candidates most specific first: the message's or entry's `time_limit`, the
+    task's `time_limit`, the app's `task_time_limit`. None and non-numbers are passed over.
+    """
+    for limit in time_limits:
+        if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > 0:
+            return timedelta(seconds=float(limit))
+    return config.overlap_timeout

@@ -1,0 +1,359 @@
+"""The worker hook: each window's execution recorded, duplicate deliveries skipped.
+
+Turn it on once, where the Celery app is created, so that beat and workers share it:
+
+    app = Celery("proj")
+    safebeat.worker.install(app)
+
+For every task that safebeat sent (it carries the `safebeat_entry` and `safebeat_window`
+headers), the hook asks the store before the task body runs (`Store.start_execution`):
+
+- the window's first delivery, or a Celery retry of it: the body runs, and the dispatch
+  row records when it started, on which worker, and (afterwards) when it finished, how
+  (success, failure, retry) and for how long;
+- a second delivery of a window that already started or finished (a broker redelivery,
+  a re-published claim): the body is skipped, the message acknowledged, and the
+  duplicate counted on the row and logged;
+- a delivery of a window whose run started longer ago than its hard time limit (else
+  `safebeat_overlap_timeout`) and never finished: that run is presumed lost with its
+  worker, and this delivery takes it over.
+
+Tasks without safebeat's headers, and eager calls, are left alone. It works with the
+prefork, threads and solo pools: each process (and thread) opens its own store.
+
+If the store cannot be reached, the hook fails open: the task runs untracked, a warning
+is logged, and the store is left alone for a short backoff. Duplicate skipping is a
+second line of defence; losing a run because the store blinked would be worse than a
+rare duplicate, which idempotent effects (`safebeat.claim`) absorb.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from celery import signals, states
+from celery.exceptions import Ignore
+
+from safebeat.current import CurrentWindow, window_of
+from safebeat.errors import SafebeatError
+from safebeat.identity import format_window, task_id_for
+from safebeat.local_store import store_of
+from safebeat.overlap import running_timeout
+from safebeat.stores.base import Outcome, Start
+
+logger = logging.getLogger("safebeat.worker")
+
+#: Marks the `before_start` safebeat installed on a task class.
+_GUARD_MARK = "_safebeat_guard"
+_OUTCOMES = {
+    states.SUCCESS: Outcome.SUCCESS,
+    states.RETRY: Outcome.RETRY,
+    # A task that raises Ignore itself (Task.replace does) has done what it had to.
+    states.IGNORED: Outcome.SUCCESS,
+}
+
+
+@dataclass
+class WorkerStats:
+    """What the hook did in this process (read them as `safebeat.worker.stats`)."""
+
+    started: int = 0
+    taken_over: int = 0
+    duplicates: int = 0
+    untracked: int = 0
+    store_errors: int = 0
+
+
+#: Counters of this process.
+stats = WorkerStats()
+
+_installed: weakref.WeakSet[Any] = weakref.WeakSet()
+_install_mutex = threading.Lock()
+_signals_connected = False
+
+
+def install(app: Any) -> None:
+    """Turn the hook on for `app`: call it once, where the app is created. Idempotent.
+
+    It connects to Celery's signals and gives each task class of the app a `before_start`
+    that checks the delivery first (calling the task's own `before_start` after it).
+    Tasks registered later are covered when the app is finalized and when a worker
+    starts, before any task runs.
+    """
+    global _signals_connected  # noqa: PLW0603 - Celery's signals are process-wide
+    with _install_mutex:
+        if app in _installed:
+            return
+        _installed.add(app)
+        app.on_after_finalize.connect(_guard_tasks, weak=False)
+        if not _signals_connected:
+            signals.worker_init.connect(_on_worker_init, weak=False)
+            signals.worker_process_init.connect(_on_worker_process_init, weak=False)
+            signals.task_prerun.connect(_on_prerun, weak=False)
+            signals.task_postrun.connect(_on_postrun, weak=False)
+            _signals_connected = True
+    _guard_tasks(app)
+
+
+def installed(app: Any) -> bool:
+    """Whether `install(app)` was called in this process."""
+    return app in _installed
+
+
+# --- putting the guard on every task class ----------------------------------------------
+
+
+def _guard_tasks(sender: Any, **_: Any) -> list[Any]:
+    """Give every task registered on `sender` (an app) the guard; return the newly guarded.
+
+    Reads the registry without finalizing the app, so calling this early changes nothing.
+    """
+    guarded = []
+    # `sender.tasks` would finalize the app; the registry itself does not.
+    for task in list(sender._tasks.values()):
+        cls = type(task)
+        if not getattr(cls.before_start, _GUARD_MARK, False):
+            cls.before_start = _guard(cls.before_start)
+            guarded.append(task)
+    return guarded
+
+
+def _guard(original: Callable[..., Any]) -> Callable[..., Any]:
+    def before_start(task: Any, task_id: str, args: Any, kwargs: Any) -> Any:
+        _check_delivery(task)
+        return original(task, task_id, args, kwargs)
+
+    setattr(before_start, _GUARD_MARK, True)
+    before_start.__doc__ = original.__doc__
+    return before_start
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    # After the task modules are imported, before the pool forks and tracers are built.
+    app = getattr(sender, "app", None)
+    if app is not None and app in _installed:
+        _guard_tasks(app)
+
+
+def _on_worker_process_init(sender: Any = None, **_: Any) -> None:
+    # A pool child started as a fresh interpreter (spawn) built its tracers before this
+    # signal: rebuild those of tasks that were not guarded yet.
+    from celery.app.trace import build_tracer  # noqa: PLC0415 - worker-only import
+
+    for app in list(_installed):
+        for task in _guard_tasks(app):
+            hostname = sender if isinstance(sender, str) else None
+            task.__trace__ = build_tracer(task.name, task, app.loader, hostname, app=app)
+
+
+# --- one delivery -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Execution:
+    """A started execution, kept on the Celery request until the task returns."""
+
+    window: CurrentWindow
+    worker: str
+    retries: int
+    started: float
+
+
+def _check_delivery(task: Any) -> None:
+    """Record the start of this delivery's window, or raise Ignore to skip a duplicate."""
+    request = task.request
+    if getattr(request, "_safebeat_checked", False):
+        return  # a task's own before_start called ours again through super()
+    request._safebeat_checked = True
+    if request.is_eager or task.app not in _installed:
+        return
+    window = window_of(request)
+    if window is None:
+        return
+    try:
+        execution = begin(task, request, window)
+    except Ignore:
+        raise
+    except Exception:  # a bug here must not fail the user's task (logged with its traceback)
+        logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
+        stats.untracked += 1
+        return
+    if execution is not None:
+        request._safebeat_execution = execution
+
+
+def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
+    """Ask the store whether this delivery runs; return its execution, None if untracked.
+
+    Raises Ignore for a duplicate: Celery then acknowledges the message without running
+    the body and without storing a result.
+    """
+    if not _backoff.ready():
+        stats.untracked += 1
+        return None
+    try:
+        config, store = store_of(task.app)
+        expected = task_id_for(config.namespace, window.entry, window.window)
+        if request.id != expected:
+            _warn_once(
+                ("namespace", window.entry),
+                "safebeat: task %s of entry %r has an id other than the one namespace %r gives "
+                "its window (is safebeat_namespace the same for beat and this worker?); it "
+                "runs untracked",
+                request.id,
+                window.entry,
+                config.namespace,
+            )
+            stats.untracked += 1
+            return None
+        worker = f"{request.hostname or socket.gethostname()}:{os.getpid()}"
+        retries = int(request.retries or 0)
+        stale_after = running_timeout(
+            config,
+            (request.timelimit or (None, None))[0],
+            getattr(task, "time_limit", None),
+            task.app.conf.task_time_limit,
+        )
+        verdict = store.start_execution(
+            config.namespace,
+            window.entry,
+            window.window,
+            worker=worker,
+            retries=retries,
+            stale_after=stale_after,
+        )
+    except SafebeatError as exc:  # the store is down, or its settings are wrong: fail open
+        _backoff.failed(exc)
+        stats.untracked += 1
+        return None
+    _backoff.succeeded()
+    where = f"entry {window.entry!r} window {format_window(window.window)}"
+    if verdict is Start.DUPLICATE:
+        stats.duplicates += 1
+        logger.warning(
+            "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window "
+            "already started or finished",
+            where,
+            request.id,
+            retries,
+        )
+        raise Ignore()
+    if verdict is Start.UNKNOWN:
+        _warn_once(
+            ("unknown", window.entry),
+            "safebeat: %s has no dispatch row in the store (pruned, or sent by hand?); "
+            "it runs untracked",
+            where,
+        )
+        stats.untracked += 1
+        return None
+    if verdict is Start.TAKEOVER:
+        stats.taken_over += 1
+        logger.warning(
+            "safebeat: %s started more than %s ago and never finished; presumed lost with "
+            "its worker, this delivery (task %s) runs it again",
+            where,
+            stale_after,
+            request.id,
+        )
+    stats.started += 1
+    return _Execution(window, worker, retries, time.monotonic())
+
+
+def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+    """Say so, once per task, when a safebeat task runs without the guard on its class."""
+    task = task or sender
+    if task is None or task.app not in _installed or task.request.is_eager:
+        return
+    if getattr(type(task).before_start, _GUARD_MARK, False) or window_of(task.request) is None:
+        return
+    _warn_once(
+        ("unguarded", task.name),
+        "safebeat: task %s was registered after the worker started, so duplicate "
+        "deliveries of it are not skipped; import it with the other task modules",
+        task.name,
+        level=logging.ERROR,
+    )
+
+
+def _on_postrun(sender: Any = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+    task = task or sender
+    execution = getattr(getattr(task, "request", None), "_safebeat_execution", None)
+    if not isinstance(execution, _Execution):
+        return
+    finish(task, execution, _OUTCOMES.get(state or "", Outcome.FAILURE))
+
+
+def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
+    """Record how the execution ended; a store that is down only costs the record."""
+    runtime = timedelta(seconds=time.monotonic() - execution.started)
+    try:
+        config, store = store_of(task.app)
+        store.finish_execution(
+            config.namespace,
+            execution.window.entry,
+            execution.window.window,
+            worker=execution.worker,
+            retries=execution.retries,
+            outcome=outcome,
+            runtime=runtime,
+        )
+    except SafebeatError as exc:
+        _backoff.failed(exc)
+    except Exception:  # the task has run; only the record is lost (logged)
+        logger.exception("safebeat: recording the end of task %s failed", task.request.id)
+
+
+# --- store trouble ------------------------------------------------------------------------
+
+
+class _Backoff:
+    """After a store error, leave the store alone for a while (1 s doubling up to 30 s)."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._failures = 0
+        self._until = 0.0
+
+    def ready(self) -> bool:
+        return time.monotonic() >= self._until
+
+    def failed(self, exc: Exception) -> None:
+        with self._mutex:
+            delay = min(30.0, 2.0**self._failures)
+            self._failures += 1
+            self._until = time.monotonic() + delay
+        stats.store_errors += 1
+        logger.warning(
+            "safebeat: store error (%s); tasks run untracked (duplicates are not skipped) "
+            "for the next %.0fs",
+            exc,
+            delay,
+        )
+
+    def succeeded(self) -> None:
+        if self._failures:
+            with self._mutex:
+                self._failures = 0
+            logger.info("safebeat: store reachable again; tracking executions")
+
+
+_backoff = _Backoff()
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(
+    key: tuple[str, str], message: str, *args: Any, level: int = logging.WARNING
+) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        logger.log(level, message, *args)

@@ -1,0 +1,58 @@
+"""The Celery app of the worker acceptance tests: safebeat's worker hook on, tasks leave traces.
+
+Configured by environment: SB_BROKER_URL, SB_QUEUE, SB_TRACES (a folder), SB_SCHEDULE
+(JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid"}).
+safebeat reads its own SAFEBEAT_* variables. Each execution of `workers.record` writes
+one JSON file into SB_TRACES: its task id, entry, window, pid and start and end times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from celery import Celery
+
+import safebeat
+import safebeat.worker
+from safebeat.identity import format_window
+
+app = Celery("workers", broker=os.environ["SB_BROKER_URL"])
+safebeat.worker.install(app)
+app.conf.update(
+    task_default_queue=os.environ["SB_QUEUE"],
+    beat_schedule={
+        name: {
+            "task": "workers.record",
+            "schedule": float(spec["seconds"]),
+            "kwargs": {"sleep": float(spec.get("sleep", 0.0))},
+            "options": {"safebeat": {"overlap": spec.get("overlap", "allow")}},
+        }
+        for name, spec in json.loads(os.environ.get("SB_SCHEDULE", "{}")).items()
+    },
+    result_expires=None,
+    task_acks_late=True,
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+)
+TRACES = Path(os.environ.get("SB_TRACES", "traces"))
+
+
+@app.task(name="workers.record", bind=True)
+def record(self: object, sleep: float = 0.0) -> None:
+    """Run for `sleep` seconds and leave a trace of this execution."""
+    started = time.time()
+    time.sleep(sleep)
+    window = safebeat.current_window()
+    trace = {
+        "task_id": self.request.id,  # type: ignore[attr-defined]
+        "entry": window.entry if window else None,
+        "window": format_window(window.window) if window else None,
+        "pid": os.getpid(),
+        "started": started,
+        "finished": time.time(),
+    }
+    (TRACES / f"{uuid.uuid4().hex}.json").write_text(json.dumps(trace))

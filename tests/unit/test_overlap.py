@@ -1,0 +1,180 @@
+"""`overlap="forbid"`: the policy on its own, its settings, and beat ticking on a fake clock."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from safebeat.config import Config, load_config
+from safebeat.entries import compile_entry
+from safebeat.errors import ConfigError
+from safebeat.overlap import running_timeout
+from safebeat.stores.base import Outcome, Status
+from safebeat.testing import FakeClock, memory_scheduler
+from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, forbid_overlap
+from tests.unit.test_scheduler import drain, make_app, windows_sent
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+S = timedelta(seconds=1)
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+def due(*dispatch: datetime) -> Due:
+    return Due(dispatch, (), dispatch[-1] + MINUTE if dispatch else None)
+
+
+def test_a_running_previous_window_blocks_every_due_window() -> None:
+    """While the previous run is younger than the timeout, due windows become overlap skips."""
+    decided = forbid_overlap(
+        due(T0, T0 + MINUTE), running_since=T0 + 30 * S, now=T0 + MINUTE, timeout=MINUTE
+    )
+    assert decided.dispatch == ()
+    assert decided.skipped == (SkippedSpan(T0, T0 + MINUTE, 2, SkipReason.OVERLAP),)
+    assert decided.last_window == T0 + MINUTE
+
+
+def test_without_a_running_window_only_the_newest_is_dispatched() -> None:
+    """Nothing running: one window goes out, since two at once would overlap each other."""
+    decided = forbid_overlap(
+        due(T0, T0 + MINUTE, T0 + 2 * MINUTE), running_since=None, now=T0, timeout=MINUTE
+    )
+    assert decided.dispatch == (T0 + 2 * MINUTE,)
+    assert decided.skipped == (SkippedSpan(T0, T0 + MINUTE, 2, SkipReason.OVERLAP),)
+    single = due(T0)
+    assert forbid_overlap(single, running_since=None, now=T0, timeout=MINUTE) == single
+
+
+def test_a_run_older_than_the_timeout_blocks_nothing() -> None:
+    """A run started longer ago than the timeout is presumed over: the window is dispatched."""
+    decided = forbid_overlap(due(T0), running_since=T0 - MINUTE, now=T0, timeout=MINUTE)
+    assert decided.dispatch == (T0,)
+    assert decided.skipped == ()
+
+
+def test_running_timeout_prefers_the_hard_time_limit() -> None:
+    """The first positive time limit wins; without one, safebeat_overlap_timeout decides."""
+    config = Config(overlap_timeout=timedelta(minutes=10))
+    assert running_timeout(config, None, 90, 300) == timedelta(seconds=90)
+    assert running_timeout(config, None, None, 300.5) == timedelta(seconds=300.5)
+    assert running_timeout(config, 0, "soon", True, None) == timedelta(minutes=10)
+
+
+def test_overlap_settings_default_and_validate() -> None:
+    """overlap defaults to allow and overlap_timeout to an hour; bad values stop startup."""
+    assert load_config({}, environ={}).overlap is Overlap.ALLOW
+    assert load_config({}, environ={}).overlap_timeout == timedelta(hours=1)
+    config = load_config(
+        {}, environ={"SAFEBEAT_OVERLAP": "Forbid", "SAFEBEAT_OVERLAP_TIMEOUT": "5m"}
+    )
+    assert (config.overlap, config.overlap_timeout) == (Overlap.FORBID, timedelta(minutes=5))
+    with pytest.raises(ConfigError, match="safebeat_overlap='never': expected one of"):
+        load_config({"safebeat_overlap": "never"}, environ={})
+    with pytest.raises(ConfigError, match="safebeat_overlap_timeout=0: must be greater than zero"):
+        load_config({"safebeat_overlap_timeout": 0}, environ={})
+
+
+def test_entries_take_forbid_from_their_options_or_the_default() -> None:
+    """An entry's own overlap wins over safebeat_overlap; allow leaves the digest as it was."""
+
+    def compile_with(options: dict[str, object], config: Config) -> object:
+        raw = {"task": "t", "schedule": 10, "options": {"safebeat": options}}
+        return compile_entry("e", raw, app_timezone=timezone.utc, config=config)
+
+    forbid_default = Config(overlap=Overlap.FORBID)
+    assert compile_with({}, forbid_default).overlap is Overlap.FORBID  # type: ignore[attr-defined]
+    assert compile_with({"overlap": "allow"}, forbid_default).overlap is Overlap.ALLOW  # type: ignore[attr-defined]
+    allowed, forbidden = compile_with({}, Config()), compile_with({"overlap": "forbid"}, Config())
+    assert (
+        allowed.digest
+        == compile_entry(  # type: ignore[attr-defined]
+            "e", {"task": "t", "schedule": 10}, app_timezone=timezone.utc, config=Config()
+        ).digest
+    )
+    assert forbidden.digest != allowed.digest  # type: ignore[attr-defined]
+
+
+def test_beat_skips_windows_while_the_previous_run_runs(queue: str) -> None:
+    """With forbid, a window due while the last run is unfinished is skipped as overlap."""
+    clock = FakeClock(T0)
+    app = make_app(
+        queue,
+        {
+            "sync": {
+                "task": "t.sync",
+                "schedule": 10.0,
+                "options": {"safebeat": {"overlap": "forbid"}},
+            }
+        },
+        safebeat_overlap_timeout="25s",
+    )
+    scheduler = memory_scheduler(app, clock)
+    store = scheduler.store
+
+    def tick_at(seconds: int) -> list[tuple[str, str]]:
+        clock.set(T0 + seconds * S)
+        scheduler.tick()
+        return sorted(windows_sent(drain(app, queue)))
+
+    def run(window_seconds: int, finish: bool) -> None:
+        window = T0 + window_seconds * S
+        kwargs = {"worker": "w1@host:1", "retries": 0}
+        store.start_execution("unit", "sync", window, stale_after=MINUTE, **kwargs)  # type: ignore[arg-type]
+        if finish:
+            store.finish_execution(
+                "unit",
+                "sync",
+                window,
+                outcome=Outcome.SUCCESS,
+                runtime=S,
+                **kwargs,  # type: ignore[arg-type]
+            )
+
+    scheduler.tick()
+    assert tick_at(10) == [("sync", "2026-03-01T12:00:10Z")]
+    run(10, finish=False)
+    assert tick_at(20) == []  # the 12:00:10 run is still running
+    run(10, finish=True)
+    assert tick_at(30) == [("sync", "2026-03-01T12:00:30Z")]
+    run(30, finish=False)  # never finishes: its worker died
+    assert tick_at(40) == []
+    assert tick_at(50) == []
+    assert tick_at(60) == [("sync", "2026-03-01T12:01:00Z")]  # 30 s > the 25 s timeout
+    rows = {r.window: r for r in store.history("unit", "sync")}
+    assert {w.second for w, r in rows.items() if r.reason == "overlap"} == {20, 40, 50}
+    assert all(r.status is Status.SKIPPED for r in rows.values() if r.reason == "overlap")
+
+
+def test_the_task_time_limit_bounds_how_long_a_run_blocks(queue: str) -> None:
+    """Without safebeat_overlap_timeout, a run blocks for the task's hard time limit at most."""
+    clock = FakeClock(T0)
+    app = make_app(
+        queue,
+        {
+            "sync": {
+                "task": "t.sync",
+                "schedule": 10.0,
+                "options": {"safebeat": {"overlap": "forbid"}},
+            }
+        },
+        task_time_limit=15,
+    )
+    scheduler = memory_scheduler(app, clock)
+    scheduler.tick()
+    clock.set(T0 + 10 * S)
+    scheduler.tick()
+    scheduler.store.start_execution(
+        "unit", "sync", T0 + 10 * S, worker="w", retries=0, stale_after=MINUTE
+    )
+    sent = []
+    for seconds in (20, 30):
+        clock.set(T0 + seconds * S)
+        scheduler.tick()
+        sent.append(sorted(windows_sent(drain(app, queue))))
+    assert sent == [[("sync", "2026-03-01T12:00:10Z")], [("sync", "2026-03-01T12:00:30Z")]]
