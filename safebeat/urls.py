@@ -19,6 +19,7 @@ SCHEMES = {
     "redis+cluster": "redis",
     "rediss+cluster": "redis",
     "memory": "memory",
+    "django": "django",
 }
 
 _PASSWORD_IN_QUERY = re.compile(r"(?i)(password=)[^&\s]*")

@@ -64,3 +64,39 @@ def namespace() -> str:
 @pytest.fixture
 def sqlite_url(tmp_path: object) -> str:
     return f"sqlite:///{tmp_path}/safebeat.sqlite3"
+
+
+@pytest.fixture(scope="session")
+def django_aliases(
+    pg_admin_url: str, worker_id: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Django set up with one alias per real database of this worker's own; vendor -> alias.
+
+    `sqlite` and `postgres` always; `mariadb` where a MariaDB/MySQL server is reachable.
+    safebeat's tables are migrated on each (other apps: `djangosite.migrate`).
+    """
+    from tests import djangosite
+
+    name = f"safebeat_django_{worker_id}"
+    folder = tmp_path_factory.mktemp("django")
+    databases: dict[str, dict[str, object]] = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(folder / "default.sqlite3"),
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;"},
+        },
+        "postgres": djangosite.postgres_database(services.create_database(pg_admin_url, name)),
+    }
+    databases["sqlite"] = {**databases["default"], "NAME": str(folder / "store.sqlite3")}
+    databases["unmigrated"] = {**databases["default"], "NAME": str(folder / "empty.sqlite3")}
+    mysql = djangosite.mysql_url()
+    if mysql is not None:
+        djangosite.create_mysql_database(mysql, name)
+        databases["mariadb"] = djangosite.mysql_database(mysql, name)
+    djangosite.configure(databases)
+    aliases = {
+        vendor: vendor for vendor in ("sqlite", "postgres", "mariadb") if vendor in databases
+    }
+    for alias in aliases.values():
+        djangosite.migrate(alias, "safebeat")
+    return aliases

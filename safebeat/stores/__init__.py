@@ -37,6 +37,10 @@ def open_store(
         from safebeat.stores.sqlite import SqliteStore  # noqa: PLC0415
 
         return SqliteStore(url)
+    if backend == "django":
+        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+
+        return DjangoStore(url, lock_timeout=lock_timeout)
     from safebeat.stores.memory import MemoryStore  # noqa: PLC0415
 
     # One memory store per URL and process, so schedulers in one process share it.

@@ -31,9 +31,9 @@ class Migration:
     sql: str
 
 
-def load_migrations(package: str) -> list[Migration]:
-    """Return a package's `migrations/NNNN_name.sql` files in version order."""
-    folder = resources.files(package).joinpath("migrations")
+def load_migrations(package: str, folder_name: str = "migrations") -> list[Migration]:
+    """Return a package's `migrations/NNNN_name.sql` files (or `folder_name`'s) in version order."""
+    folder = resources.files(package).joinpath(folder_name)
     migrations = []
     for item in folder.iterdir():
         match = _MIGRATION.match(item.name)

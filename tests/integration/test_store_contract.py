@@ -1,8 +1,10 @@
-"""The Store contract, run unchanged against every backend (memory, SQLite, PostgreSQL, Redis)."""
+"""The Store contract, run unchanged against every backend (memory, SQLite, PostgreSQL, Redis,
+and the Django store on PostgreSQL, MariaDB and SQLite)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -14,15 +16,19 @@ from safebeat.stores.base import (
     EntryState,
     NewClaim,
     NewSkip,
+    Outcome,
     Reclaim,
+    Start,
     Status,
     Store,
     TickPlan,
 )
+from safebeat.stores.django import DjangoStore
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
+from tests import djangosite
 
 REPLICA = Replica("host-a", 101, "aaaaaa")
 OTHER = Replica("host-b", 202, "bbbbbb")
@@ -39,6 +45,9 @@ StoreFactory = Callable[[], Store]
         pytest.param("redis", marks=pytest.mark.redis),
         pytest.param("redis-cluster", marks=pytest.mark.redis),
         pytest.param("redis-sentinel", marks=pytest.mark.redis),
+        pytest.param("django-postgres", marks=[pytest.mark.django, pytest.mark.postgres]),
+        pytest.param("django-mariadb", marks=[pytest.mark.django, pytest.mark.mariadb]),
+        pytest.param("django-sqlite", marks=pytest.mark.django),
     ]
 )
 def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[StoreFactory]:
@@ -54,6 +63,9 @@ def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Sto
             store = SqliteStore(
                 f"sqlite:///{tmp_path}/contract.sqlite3", busy_timeout=timedelta(seconds=0.2)
             )
+        elif request.param.startswith("django-"):
+            alias = djangosite.alias_for(request, request.param.removeprefix("django-"))
+            store = DjangoStore(f"django://{alias}", lock_timeout=timedelta(seconds=2))
         elif request.param == "postgres":
             store = PostgresStore(
                 request.getfixturevalue("pg_url"), lock_timeout=timedelta(seconds=2)
@@ -278,7 +290,7 @@ def test_other_namespaces_do_not_share_the_tick_lock(
 ) -> None:
     """Two apps in one store (different namespaces) never wait for each other's lock."""
     holder, other = open_store(), open_store()
-    if isinstance(holder, SqliteStore):
+    if isinstance(holder, SqliteStore) or getattr(holder, "vendor", None) == "sqlite":
         pytest.skip("SQLite has one write lock per file: namespaces share it by design")
     inside, release = threading.Event(), threading.Event()
 
@@ -457,3 +469,253 @@ def test_instants_round_trip_exactly(store: Store, namespace: str) -> None:
     [row] = store.history(namespace, "a")
     assert row.window == window
     assert row.window.astimezone(timezone.utc) == window
+
+
+# --- executions (the worker hook) -------------------------------------------------------
+
+HOUR = timedelta(hours=1)
+EXECUTION_METHODS = ("start_execution", "finish_execution", "claim_effect", "release_effect")
+
+
+@pytest.fixture(autouse=True)
+def _skip_stores_without_execution_methods(request: pytest.FixtureRequest) -> None:
+    """Skip the tests below for a backend that does not implement these methods yet."""
+    if request.node.get_closest_marker("executions") is None:
+        return
+    store = request.getfixturevalue("open_store")()
+    missing = [m for m in EXECUTION_METHODS if not hasattr(store, m)]
+    if missing:
+        pytest.skip(f"{type(store).__name__} does not implement {', '.join(missing)} yet")
+
+
+def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
+    """Register entry "a", claim its window `seconds` after the anchor; return the window."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = window_after(state, seconds)
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
+    return window
+
+
+def start(store: Store, namespace: str, window: datetime, **overrides: object) -> Start:
+    options: dict[str, object] = {"worker": "w1@host:1", "retries": 0, "stale_after": HOUR}
+    options.update(overrides)
+    return store.start_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+
+
+def row_of(store: Store, namespace: str, window: datetime) -> object:
+    [row] = [r for r in store.history(namespace, "a") if r.window == window]
+    return row
+
+
+@pytest.mark.executions
+def test_first_delivery_runs_and_a_second_is_a_duplicate(store: Store, namespace: str) -> None:
+    """The first start of a window records it; a second delivery is counted as a duplicate."""
+    window = dispatched(store, namespace)
+    before = store.clock()
+    assert start(store, namespace, window) is Start.RUN
+    assert start(store, namespace, window, worker="w2@host:2") is Start.DUPLICATE
+    row = row_of(store, namespace, window)
+    assert row.started_at is not None  # type: ignore[attr-defined]
+    assert row.started_at >= before  # type: ignore[attr-defined]
+    assert (row.worker, row.retries, row.runs, row.duplicates) == ("w1@host:1", 0, 1, 1)  # type: ignore[attr-defined]
+    assert row.finished_at is None  # type: ignore[attr-defined]
+    assert row.status is Status.CLAIMED  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
+def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
+    store: Store, namespace: str
+) -> None:
+    """finish_execution records outcome and runtime; a delivery after it is a duplicate."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    runtime = timedelta(seconds=1, microseconds=500)
+    store.finish_execution(
+        namespace,
+        "a",
+        window,
+        worker="w1@host:1",
+        retries=0,
+        outcome=Outcome.SUCCESS,
+        runtime=runtime,
+    )
+    row = row_of(store, namespace, window)
+    assert row.outcome is Outcome.SUCCESS  # type: ignore[attr-defined]
+    assert row.runtime == runtime  # type: ignore[attr-defined]
+    assert row.finished_at >= row.started_at  # type: ignore[attr-defined]
+    stale = start(store, namespace, window, worker="w2@host:2", stale_after=timedelta(0))
+    assert stale is Start.DUPLICATE  # finished runs are never taken over
+    assert row_of(store, namespace, window).duplicates == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
+def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None:
+    """A delivery with a higher retry number runs; a redelivery of that retry does not."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    store.finish_execution(
+        namespace,
+        "a",
+        window,
+        worker="w1@host:1",
+        retries=0,
+        outcome=Outcome.RETRY,
+        runtime=timedelta(seconds=1),
+    )
+    assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.RUN
+    assert start(store, namespace, window, worker="w1@host:1", retries=1) is Start.DUPLICATE
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.retries, row.runs) == ("w2@host:2", 1, 2)  # type: ignore[attr-defined]
+    assert (row.outcome, row.finished_at, row.runtime) == (None, None, None)  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
+def test_an_unfinished_run_older_than_stale_after_is_taken_over(
+    store: Store, namespace: str
+) -> None:
+    """A run that never finished is taken over after stale_after; its late finish is ignored."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    time.sleep(0.01)
+    taken = start(store, namespace, window, worker="w2@host:2", stale_after=timedelta(0))
+    assert taken is Start.TAKEOVER
+    for worker in ("w1@host:1", "w2@host:2"):
+        store.finish_execution(
+            namespace,
+            "a",
+            window,
+            worker=worker,
+            retries=0,
+            outcome=Outcome.FAILURE if worker == "w1@host:1" else Outcome.SUCCESS,
+            runtime=timedelta(seconds=2),
+        )
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.runs, row.outcome) == ("w2@host:2", 2, Outcome.SUCCESS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
+def test_a_window_without_a_dispatch_is_unknown(store: Store, namespace: str) -> None:
+    """Windows never claimed, or skipped, are UNKNOWN and nothing is written for them."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    skipped = window_after(state, 3)
+    skip = NewSkip("a", skipped, skipped, 1, "missed")
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
+    assert start(store, namespace, window_after(state, 1)) is Start.UNKNOWN
+    assert start(store, namespace, skipped) is Start.UNKNOWN
+    [row] = store.history(namespace, "a")
+    assert (row.started_at, row.runs, row.duplicates) == (None, 0, 0)
+
+
+@pytest.mark.executions
+def test_concurrent_deliveries_start_a_window_once(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Deliveries of one window racing from several workers: exactly one runs."""
+    stores = [open_store() for _ in range(6)]
+    window = dispatched(stores[0], namespace)
+    verdicts: list[Start] = []
+    barrier = threading.Barrier(len(stores))
+
+    def deliver(store: Store, index: int) -> None:
+        barrier.wait(10)
+        verdict = start(store, namespace, window, worker=f"w{index}@host:{index}")
+        verdicts.append(verdict)
+
+    threads = [threading.Thread(target=deliver, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(verdicts) == sorted([Start.RUN] + [Start.DUPLICATE] * 5)
+    row = row_of(stores[0], namespace, window)
+    assert (row.runs, row.duplicates) == (1, 5)  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
+def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace: str) -> None:
+    """Ticks see when the entry's unfinished run started, and None once it finished."""
+    window = dispatched(store, namespace)
+
+    def running_since() -> datetime | None:
+        result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+        assert result is not None
+        assert store.states(namespace)["a"].running_since == result.states["a"].running_since
+        return result.states["a"].running_since
+
+    assert running_since() is None
+    start(store, namespace, window)
+    started = row_of(store, namespace, window).started_at  # type: ignore[attr-defined]
+    assert started is not None
+    assert running_since() == started
+    store.finish_execution(
+        namespace,
+        "a",
+        window,
+        worker="w1@host:1",
+        retries=0,
+        outcome=Outcome.FAILURE,
+        runtime=timedelta(seconds=1),
+    )
+    assert running_since() is None
+
+
+# --- effect keys (safebeat.claim) --------------------------------------------------------
+
+
+def claim_key(store: Store, namespace: str, owner: str, keep_for: timedelta = HOUR) -> bool:
+    return store.claim_effect(
+        namespace, '["report",17,"2026-03-02"]', owner=owner, keep_for=keep_for, task_id="t-1"
+    )
+
+
+@pytest.mark.executions
+def test_an_effect_key_is_claimed_once_until_released(store: Store, namespace: str) -> None:
+    """A key is claimed once; only its owner releases it, and then it can be claimed again."""
+    assert claim_key(store, namespace, "owner-1") is True
+    assert claim_key(store, namespace, "owner-2") is False
+    assert store.release_effect(namespace, '["report",17,"2026-03-02"]', owner="owner-2") is False
+    assert claim_key(store, namespace, "owner-2") is False
+    assert store.release_effect(namespace, '["report",17,"2026-03-02"]', owner="owner-1") is True
+    assert claim_key(store, namespace, "owner-2") is True
+    assert claim_key(store, namespace + "-other", "owner-3") is True  # namespaces are apart
+
+
+@pytest.mark.executions
+def test_an_expired_effect_key_can_be_claimed_again(store: Store, namespace: str) -> None:
+    """After keep_for, a key is free again, and its first owner can no longer release it."""
+    assert claim_key(store, namespace, "owner-1", keep_for=timedelta(milliseconds=50))
+    time.sleep(0.1)
+    assert claim_key(store, namespace, "owner-2") is True
+    assert store.release_effect(namespace, '["report",17,"2026-03-02"]', owner="owner-1") is False
+    assert claim_key(store, namespace, "owner-3") is False
+
+
+@pytest.mark.executions
+def test_concurrent_effect_claims_have_one_winner(open_store: StoreFactory, namespace: str) -> None:
+    """Claims of one key racing from several store instances: exactly one wins."""
+    stores = [open_store() for _ in range(6)]
+    wins: list[bool] = []
+    barrier = threading.Barrier(len(stores))
+
+    def contend(store: Store, index: int) -> None:
+        barrier.wait(10)
+        wins.append(claim_key(store, namespace, f"owner-{index}"))
+
+    threads = [threading.Thread(target=contend, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(wins) == [False] * 5 + [True]
+
+
+@pytest.mark.executions
+def test_prune_deletes_expired_effect_keys_only(store: Store, namespace: str) -> None:
+    """Prune deletes effect keys past their expiry and keeps live ones claimed."""
+    store.claim_effect(
+        namespace, "old", owner="o", keep_for=timedelta(milliseconds=50), task_id=None
+    )
+    store.claim_effect(namespace, "live", owner="o", keep_for=HOUR, task_id=None)
+    time.sleep(0.1)
+    assert store.prune(namespace, store.clock() - HOUR) == 1
+    assert store.claim_effect(namespace, "live", owner="p", keep_for=HOUR, task_id=None) is False

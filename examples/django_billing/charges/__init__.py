@@ -1,0 +1,1 @@
+"""Subscriptions and their daily charges."""

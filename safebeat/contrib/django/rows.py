@@ -1,0 +1,186 @@
+"""django-celery-beat `PeriodicTask` rows -> safebeat entries, or an error naming the row.
+
+A row is read as plain values (`ROW_FIELDS`), never as a model instance, so a bad value
+in one row (invalid JSON, an unknown time zone) is that row's error and not the query's.
+It becomes a `beat_schedule`-style item compiled by `safebeat.entries.compile_entry`, so
+rows and settings entries get the same rules and checks; then the row's own fields are
+applied: `start_time` (the earliest window, and the origin of interval windows), the
+last edit (no catch-up of windows missed before it, e.g. while disabled), `expires` /
+`expire_seconds`, queue, exchange, routing key, priority and headers. safebeat's own
+per-entry policy sits in the row's headers, under `"safebeat"`, exactly as in
+`options["safebeat"]` of a `beat_schedule` entry: `{"safebeat": {"misfire": "skip"}}`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any
+
+from celery import schedules
+
+from safebeat.config import Config
+from safebeat.entries import Entry, compile_entry, describe
+from safebeat.errors import EntryError
+from safebeat.windows import CrontabRule, IntervalRule, next_window
+
+#: The values of a row that decide its entry (`crontab_tz` is the raw time zone text).
+ROW_FIELDS = (
+    "id",
+    "name",
+    "task",
+    "enabled",
+    "one_off",
+    "total_run_count",
+    "start_time",
+    "expires",
+    "expire_seconds",
+    "date_changed",
+    "args",
+    "kwargs",
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "headers",
+    "interval__every",
+    "interval__period",
+    "crontab__minute",
+    "crontab__hour",
+    "crontab__day_of_week",
+    "crontab__day_of_month",
+    "crontab__month_of_year",
+    "crontab_tz",
+    "solar__event",
+    "solar__latitude",
+    "solar__longitude",
+    "clocked__clocked_time",
+)
+_PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
+_ROW_POLICY_KEYS = frozenset({"misfire", "grace", "catchup_limit", "overlap"})
+
+
+def compile_row(
+    row: Mapping[str, Any],
+    *,
+    app: Any,
+    config: Config,
+    now: datetime,
+    row_time_zones: bool = True,
+) -> Entry:
+    """Compile one enabled row into an entry; raise EntryError naming the row.
+
+    `now` is when the row is read (to tell a crontab that can never match).
+    `row_time_zones` False ignores crontab time zones, as django-celery-beat does with
+    `DJANGO_CELERY_BEAT_TZ_AWARE = False`.
+    """
+    name = str(row["name"])
+    task = row["task"]
+    if task not in app.tasks:
+        raise EntryError(
+            name,
+            f"unknown task {task!r}: beat does not know it (a typo, or its module is not "
+            "imported by the Celery app)",
+        )
+    headers = _json(name, "headers", row["headers"] or "{}", dict)
+    policy = headers.pop("safebeat", None) or {}
+    if not isinstance(policy, dict):
+        raise EntryError(name, f"headers['safebeat'] must be an object, got {policy!r}")
+    unknown = set(policy) - _ROW_POLICY_KEYS
+    if unknown:
+        raise EntryError(
+            name,
+            f"unknown headers['safebeat'] key(s) {sorted(unknown)}; known: "
+            f"{sorted(_ROW_POLICY_KEYS)} (a crontab's time zone is its own field)",
+        )
+    schedule, zone = _schedule(name, row)
+    if zone is not None and row_time_zones:
+        policy["timezone"] = zone
+    options: dict[str, Any] = {"safebeat": policy}
+    for option in ("queue", "exchange", "routing_key", "priority"):
+        if row[option] not in (None, ""):
+            options[option] = row[option]
+    if headers:
+        options["headers"] = headers
+    if row["expire_seconds"] is not None:
+        options["expires"] = int(row["expire_seconds"])
+    elif row["expires"] is not None:
+        options["expires"] = row["expires"]
+    item = {
+        "task": task,
+        "schedule": schedule,
+        "args": _json(name, "args", row["args"] or "[]", list),
+        "kwargs": _json(name, "kwargs", row["kwargs"] or "{}", dict),
+        "options": options,
+    }
+    entry = compile_entry(name, item, app_timezone=app.timezone, config=config)
+    return _with_row_fields(entry, row, now)
+
+
+def _json(name: str, field: str, text: str, kind: type) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise EntryError(name, f"{field} is not valid JSON ({exc}): {text[:80]!r}") from None
+    if not isinstance(value, kind):
+        expected = "a JSON array" if kind is list else "a JSON object"
+        raise EntryError(name, f"{field} must be {expected}, got {text[:80]!r}")
+    return value
+
+
+def _schedule(name: str, row: Mapping[str, Any]) -> tuple[object, str | None]:
+    """The row's schedule as a Celery schedule object, and a crontab's time zone name."""
+    try:
+        if row["interval__every"] is not None:
+            period = row["interval__period"]
+            if period not in _PERIODS:
+                raise EntryError(name, f"unknown interval period {period!r}")
+            return timedelta(**{period: int(row["interval__every"])}), None
+        if row["crontab__minute"] is not None:
+            crontab = schedules.crontab(
+                minute=row["crontab__minute"],
+                hour=row["crontab__hour"],
+                day_of_week=row["crontab__day_of_week"],
+                day_of_month=row["crontab__day_of_month"],
+                month_of_year=row["crontab__month_of_year"],
+            )
+            return crontab, str(row["crontab_tz"] or "UTC")
+        if row["solar__event"] is not None:
+            return schedules.solar(
+                row["solar__event"],
+                float(Decimal(row["solar__latitude"])),
+                float(Decimal(row["solar__longitude"])),
+            ), None
+        if row["clocked__clocked_time"] is not None:
+            from django_celery_beat.clockedschedule import clocked  # noqa: PLC0415
+
+            return clocked(row["clocked__clocked_time"]), None
+    except EntryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Celery raises several kinds for bad fields
+        raise EntryError(name, f"bad schedule: {exc}") from None
+    raise EntryError(name, "no schedule: set one of interval, crontab, solar or clocked")
+
+
+def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Entry:
+    """Apply start_time, the re-enable rule and one_off to a compiled entry."""
+    rule = entry.rule
+    start_time: datetime | None = row["start_time"]
+    if isinstance(rule, IntervalRule) and start_time is not None:
+        rule = IntervalRule(rule.every, anchor=start_time.astimezone(timezone.utc))
+    if isinstance(rule, CrontabRule) and next_window(rule, now) is None:
+        raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
+    # Windows missed before the row's last edit (a re-enable, say) are not caught up,
+    # as with django-celery-beat's own scheduler; windows after it are the row's.
+    not_before = max((f for f in (start_time, row["date_changed"]) if f is not None), default=None)
+    extra = {"not_before": str(not_before), "one_off": bool(row["one_off"])}
+    digest = hashlib.sha256(
+        json.dumps([entry.digest, describe(rule), extra], sort_keys=True).encode()
+    ).hexdigest()[:16]
+    return replace(
+        entry, rule=rule, schedule_text=describe(rule), digest=digest, not_before=not_before
+    )

@@ -1,0 +1,178 @@
+"""What differs between the databases Django speaks: the clock, the tick lock, write transactions.
+
+- PostgreSQL: `clock_timestamp()`; `pg_try_advisory_xact_lock` with the same key as the
+  `postgresql://` store, inside a transaction that bounds itself with
+  `idle_in_transaction_session_timeout`, so a replica frozen while it holds the lock loses
+  its session (and the lock) after `safebeat_lock_timeout`.
+- MySQL / MariaDB: `UTC_TIMESTAMP(6)`; `GET_LOCK(name, 0)`, which belongs to the session,
+  not the transaction, so it is released in a `finally` right after the commit. On
+  MariaDB the tick sets `idle_transaction_timeout`, which ends a frozen holder's session.
+- SQLite: this host's clock; the write lock, taken with `BEGIN IMMEDIATE` and waited for
+  only briefly by a tick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, suppress
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from django.db import DatabaseError, OperationalError, transaction
+
+from safebeat.errors import StoreError
+from safebeat.stores.base import system_clock
+from safebeat.stores.sql_common import advisory_key
+
+VENDORS = ("postgresql", "mysql", "sqlite")
+
+
+class LockBusy(Exception):
+    """Another replica holds the tick lock (or, for writes in SQLite, the write lock)."""
+
+
+def vendor_of(connection: Any, alias: str) -> str:
+    """Return the connection's vendor, or raise StoreError naming the alias."""
+    vendor = str(connection.vendor)
+    if vendor not in VENDORS:
+        raise StoreError(
+            f"django://{alias}: the {vendor!r} database is not supported; the django:// store "
+            "works on PostgreSQL, MySQL/MariaDB and SQLite"
+        )
+    return vendor
+
+
+def clock(connection: Any) -> datetime:
+    """The database server's "now" (SQLite: this host's), aware UTC."""
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        return system_clock()
+    sql = "SELECT clock_timestamp()" if vendor == "postgresql" else "SELECT UTC_TIMESTAMP(6)"
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        (now,) = cursor.fetchone()
+    return _utc(now)
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None:  # MySQL returns UTC_TIMESTAMP as a naive datetime
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+@contextmanager
+def write(connection: Any, *, busy_wait: timedelta | None = None) -> Iterator[None]:
+    """A transaction that commits on success; in SQLite it holds the write lock from its start.
+
+    SQLite: `BEGIN IMMEDIATE`, waiting `busy_wait` (default: the connection's own busy
+    timeout) for another writer, then Django's "database is locked" error. Inside a
+    transaction the caller already opened, it is a savepoint of that transaction.
+    """
+    with ExitStack() as stack:
+        if connection.vendor == "sqlite" and not connection.in_atomic_block:
+            stack.enter_context(_begin_immediate(connection, busy_wait))
+        stack.enter_context(transaction.atomic(using=connection.alias))
+        yield
+
+
+@contextmanager
+def _begin_immediate(connection: Any, busy_wait: timedelta | None) -> Iterator[None]:
+    """Make the next outermost transaction of a SQLite connection begin IMMEDIATE."""
+    connection.ensure_connection()
+    raw, mode = connection.connection, connection.transaction_mode
+    previous = None
+    if busy_wait is not None:
+        previous = raw.execute("PRAGMA busy_timeout").fetchone()[0]
+        raw.execute(f"PRAGMA busy_timeout = {int(busy_wait.total_seconds() * 1000)}")
+    connection.transaction_mode = "IMMEDIATE"  # Django's BEGIN becomes BEGIN IMMEDIATE
+    try:
+        yield
+    finally:
+        connection.transaction_mode = mode
+        if previous is not None:
+            with suppress(Exception):  # the connection may have been closed meanwhile
+                raw.execute(f"PRAGMA busy_timeout = {int(previous)}")
+
+
+@contextmanager
+def tick_transaction(
+    connection: Any, namespace: str, *, lock_timeout: timedelta, sqlite_wait: timedelta
+) -> Iterator[datetime]:
+    """Open the tick's transaction holding the namespace's tick lock; yield the store's now.
+
+    Raises LockBusy (before anything is written) when another replica holds the lock.
+    Commits when the block ends, rolls back if it raises.
+    """
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(write(connection, busy_wait=sqlite_wait))
+            except OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise LockBusy(str(exc)) from exc
+                raise
+            yield system_clock()
+        return
+    if vendor == "postgresql":
+        with transaction.atomic(using=connection.alias):
+            yield _postgres_lock(connection, namespace, lock_timeout)
+        return
+    name = _mysql_lock_name(connection, namespace)
+    locked = False
+    try:
+        with transaction.atomic(using=connection.alias):
+            locked, now = _mysql_lock(connection, name, lock_timeout)
+            if not locked:
+                raise LockBusy(name)
+            yield now
+    finally:
+        _mysql_release(connection, name, locked=locked)
+
+
+def _postgres_lock(connection: Any, namespace: str, lock_timeout: timedelta) -> datetime:
+    bound = f"{int(lock_timeout.total_seconds() * 1000)}ms"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
+            "set_config('lock_timeout', %s, true), set_config('statement_timeout', '60s', true)",
+            [bound, bound],
+        )
+        cursor.execute(
+            "SELECT pg_try_advisory_xact_lock(%s), clock_timestamp()",
+            [advisory_key("tick", namespace)],
+        )
+        locked, now = cursor.fetchone()
+    if not locked:
+        raise LockBusy(namespace)
+    return _utc(now)
+
+
+def _mysql_lock_name(connection: Any, namespace: str) -> str:
+    # GET_LOCK names are server-wide and at most 64 characters: hash the database in too.
+    database = str(connection.settings_dict.get("NAME") or "")
+    digest = hashlib.sha256(f"{database}\x1f{namespace}".encode()).hexdigest()
+    return f"safebeat:tick:{digest[:40]}"
+
+
+def _mysql_lock(connection: Any, name: str, lock_timeout: timedelta) -> tuple[bool, datetime]:
+    with connection.cursor() as cursor:
+        if connection.mysql_is_mariadb:
+            # Ends the session (and frees the lock) of a replica frozen inside its tick.
+            seconds = max(1, math.ceil(lock_timeout.total_seconds()))
+            cursor.execute(f"SET SESSION idle_transaction_timeout = {seconds}")
+        cursor.execute("SELECT GET_LOCK(%s, 0), UTC_TIMESTAMP(6)", [name])
+        locked, now = cursor.fetchone()
+    return locked == 1, _utc(now)
+
+
+def _mysql_release(connection: Any, name: str, *, locked: bool) -> None:
+    # The lock outlives the transaction: release it whatever happened; a session that is
+    # gone has released it already.
+    with suppress(DatabaseError), connection.cursor() as cursor:
+        if locked:
+            cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
+        if connection.mysql_is_mariadb:
+            cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")

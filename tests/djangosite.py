@@ -1,0 +1,164 @@
+"""Django for the tests: one settings object with an alias per real database, set up once.
+
+Aliases: `sqlite` (a file of this test worker's own), `postgres` (a database of this
+worker's own on the test PostgreSQL server) and, where a MariaDB/MySQL server is
+reachable, `mariadb` ($SAFEBEAT_TEST_MYSQL_URL, else mysql://root@127.0.0.1:3306/).
+`default` is the SQLite one. Each alias is migrated on first use, for the apps asked.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+
+from tests import services
+
+DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.admin",
+    "django_celery_beat",
+    "safebeat.contrib.django",
+]
+
+_mutex = threading.Lock()
+_migrated: set[tuple[str, str]] = set()
+
+
+def mysql_url() -> str | None:
+    """The MariaDB/MySQL server for the tests, or None where none is reachable."""
+    url = os.environ.get("SAFEBEAT_TEST_MYSQL_URL", DEFAULT_MYSQL)
+    return url if services.reachable(url, 3306) else None
+
+
+def postgres_database(url: str) -> dict[str, object]:
+    """Django's DATABASES entry for a libpq URL."""
+    parts = urlsplit(url)
+    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": parts.path.lstrip("/"),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": query.get("host", parts.hostname or ""),
+        "PORT": str(query.get("port", parts.port or "")),
+    }
+
+
+def mysql_database(url: str, name: str) -> dict[str, object]:
+    """Django's DATABASES entry for database `name` on the server of a mysql:// URL."""
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    parts = urlsplit(url)
+    return {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": name,
+        "USER": unquote(parts.username or "root"),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "127.0.0.1",
+        "PORT": str(parts.port or 3306),
+        "OPTIONS": {"charset": "utf8mb4"},
+        "TEST": {"CHARSET": "utf8mb4"},
+    }
+
+
+def create_mysql_database(url: str, name: str) -> None:
+    """(Re)create database `name` on the server of a mysql:// URL."""
+    import pymysql
+
+    parts = urlsplit(url)
+    conn = pymysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=unquote(parts.username or "root"),
+        password=unquote(parts.password or ""),
+    )
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+            cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    finally:
+        conn.close()
+
+
+def configure(databases: dict[str, dict[str, object]], **extra: object) -> None:
+    """Configure Django once for this process with `databases` and set it up."""
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    settings.configure(
+        DEBUG=False,
+        ALLOWED_HOSTS=["testserver"],
+        STATIC_URL="/static/",
+        SECRET_KEY="safebeat-tests",
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DATABASES=databases,
+        INSTALLED_APPS=INSTALLED_APPS,
+        ROOT_URLCONF="tests.djangourls",
+        MIDDLEWARE=[
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.AuthenticationMiddleware",
+            "django.contrib.messages.middleware.MessageMiddleware",
+        ],
+        TEMPLATES=[
+            {
+                "BACKEND": "django.template.backends.django.DjangoTemplates",
+                "APP_DIRS": True,
+                "OPTIONS": {
+                    "context_processors": [
+                        "django.template.context_processors.request",
+                        "django.contrib.auth.context_processors.auth",
+                        "django.contrib.messages.context_processors.messages",
+                    ]
+                },
+            }
+        ],
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        DATABASE_ROUTERS=["tests.djangosite.BeatRouter"],
+        **extra,
+    )
+    django.setup()
+
+
+def migrate(alias: str, app: str | None = None) -> None:
+    """Apply the migrations of `app` (all apps when None) to `alias`, once per process."""
+    from django.core.management import call_command
+
+    with _mutex:
+        if (alias, app or "") in _migrated:
+            return
+        args = [app] if app else []
+        call_command("migrate", *args, database=alias, verbosity=0, interactive=False)
+        _migrated.add((alias, app or ""))
+
+
+def alias_for(request: pytest.FixtureRequest, vendor: str) -> str:
+    """The alias of `vendor`'s database (see conftest's django_aliases), or skip saying why."""
+    aliases: dict[str, str] = request.getfixturevalue("django_aliases")
+    if vendor not in aliases:
+        pytest.skip(
+            "no MariaDB/MySQL server reachable (set SAFEBEAT_TEST_MYSQL_URL, default "
+            "mysql://root@127.0.0.1:3306/)"
+        )
+    return aliases[vendor]
+
+
+class BeatRouter:
+    """Sends django-celery-beat's models to the database a test picks (`BeatRouter.alias`)."""
+
+    alias = "default"
+
+    def db_for_read(self, model: type, **hints: object) -> str | None:
+        return self.alias if model._meta.app_label == "django_celery_beat" else None  # type: ignore[attr-defined]
+
+    db_for_write = db_for_read

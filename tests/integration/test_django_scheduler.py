@@ -1,0 +1,250 @@
+"""safebeat.contrib.django.DatabaseScheduler on django-celery-beat's tables in real databases.
+
+Each test runs on SQLite, PostgreSQL and MariaDB (where reachable): the rows live in that
+database, the schedulers share a memory store on a controlled clock and publish to
+kombu's memory broker, so every window can be counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from safebeat.stores.memory import MemoryStore
+from safebeat.testing import FakeClock
+from tests import djangosite
+
+pytestmark = pytest.mark.django
+
+
+TABLES = [
+    f"django_celery_beat_{name}"
+    for name in ("periodictask", "periodictasks", "intervalschedule", "crontabschedule")
+]
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def beat_db(request: pytest.FixtureRequest) -> Iterator[str]:
+    """django-celery-beat's tables in one real database, emptied after the test."""
+    alias = djangosite.alias_for(request, request.param)
+    djangosite.migrate(alias, "django_celery_beat")
+    djangosite.BeatRouter.alias = alias
+    yield alias
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        for table in TABLES:  # raw: the ORM would load a row with a bad time zone first
+            cursor.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+    djangosite.BeatRouter.alias = "default"
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime.now(timezone.utc).replace(microsecond=0))
+
+
+@pytest.fixture
+def app() -> Celery:
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    app = Celery("djangotests", broker="memory://", set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue,
+        beat_schedule={},
+        result_expires=None,
+        safebeat_url="memory://unused",
+        safebeat_namespace=f"ns-{uuid.uuid4().hex[:8]}",
+    )
+
+    @app.task(name="billing.charge", shared=False)
+    def charge(*args: object, **kwargs: object) -> None:
+        """A task beat can name."""
+
+    return app
+
+
+def scheduler(app: Celery, clock: FakeClock, store: MemoryStore) -> Any:
+    from safebeat.contrib.django import DatabaseScheduler
+
+    beat = DatabaseScheduler(app, store=store, monotonic=clock.monotonic)
+    beat.marker_interval = 0.0
+    beat.clock = clock.now
+    return beat
+
+
+def run(beats: list[Any], clock: FakeClock, seconds: float, step: float = 0.5) -> None:
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end:
+        for beat in beats:
+            beat.tick()
+        clock.advance(step)
+
+
+def drain(app: Celery, queue: str | None = None) -> list[dict[str, Any]]:
+    """Every message on the queue (default: the app's), as its headers and properties."""
+    messages = []
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        while (
+            m := channel.basic_get(queue or app.conf.task_default_queue, no_ack=True)
+        ) is not None:
+            messages.append({**m.headers, "priority": m.properties.get("priority")})
+    return messages
+
+
+def interval_task(name: str, seconds: int, **fields: Any) -> Any:
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    every, _ = IntervalSchedule.objects.get_or_create(every=seconds, period="seconds")
+    return PeriodicTask.objects.create(name=name, task="billing.charge", interval=every, **fields)
+
+
+def test_two_replicas_send_each_window_of_each_row_once(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """Two DatabaseSchedulers on one store send every window of every row exactly once."""
+    interval_task("every-2s", 2, kwargs=json.dumps({"plan": "pro"}), priority=3)
+    interval_task("every-5s", 5, headers=json.dumps({"tenant": "acme"}))
+    store = MemoryStore(clock=clock.now)
+    beats = [scheduler(app, clock, store), scheduler(app, clock, store)]
+    run(beats, clock, 20)
+    messages = drain(app)
+    sent = Counter((m["safebeat_entry"], m["safebeat_window"]) for m in messages)
+    assert set(sent.values()) == {1}
+    by_entry = Counter(entry for entry, _ in sent)
+    assert 9 <= by_entry["every-2s"] <= 10
+    assert 3 <= by_entry["every-5s"] <= 4
+    five = next(m for m in messages if m["safebeat_entry"] == "every-5s")
+    two = next(m for m in messages if m["safebeat_entry"] == "every-2s")
+    assert (five["tenant"], five["periodic_task_name"]) == ("acme", "every-5s")
+    assert two["priority"] == 3
+
+
+def test_an_edit_is_picked_up_and_only_that_row_is_compiled_again(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """Saving one row (as the admin does) reschedules it; the other rows' entries are kept."""
+    edited = interval_task("edited", 10)
+    interval_task("untouched", 10)
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 1)
+    untouched_before = beat.entries["untouched"]
+    assert beat.entries["edited"].schedule_text == "every 10s"
+    from django_celery_beat.models import IntervalSchedule
+
+    edited.interval = IntervalSchedule.objects.create(every=3, period="seconds")
+    edited.save()
+    run([beat], clock, 1)
+    assert beat.entries["edited"].schedule_text == "every 3s"
+    assert beat.entries["untouched"] is untouched_before  # not compiled again
+
+
+def test_runs_are_written_back_without_overwriting_admin_edits(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """After a window is sent, only last_run_at and total_run_count change in the row."""
+    from django_celery_beat.models import PeriodicTask, PeriodicTasks
+
+    task = interval_task("daily-charge", 2)
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 0.5)
+    # An admin edit the scheduler has not loaded yet:
+    PeriodicTask.objects.filter(pk=task.pk).update(description="edited in the admin")
+    marker = PeriodicTasks.last_change()
+    run([beat], clock, 4.5)
+    row = PeriodicTask.objects.get(pk=task.pk)
+    sent = [m for m in drain(app) if m["safebeat_entry"] == "daily-charge"]
+    assert row.total_run_count == len(sent) == 2
+    assert row.last_run_at == max(datetime.fromisoformat(m["safebeat_window"]) for m in sent)
+    assert row.description == "edited in the admin"
+    assert PeriodicTasks.last_change() == marker  # write-backs make no replica reload
+
+
+def test_bad_rows_are_reported_by_name_and_the_others_run(
+    beat_db: str, app: Celery, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Invalid JSON, an unknown task, a crontab that never matches or an unknown time zone
+    leave that row out, with its name in the error; the good row keeps running."""
+    from django.db import connections
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    interval_task("good", 2)
+    interval_task("bad-json", 2, args="[1, 2")
+    interval_task("bad-task", 2).__class__.objects.filter(name="bad-task").update(
+        task="billing.chrage"
+    )
+    never = CrontabSchedule.objects.create(
+        minute="0", hour="0", day_of_month="31", month_of_year="2"
+    )
+    PeriodicTask.objects.create(name="bad-crontab", task="billing.charge", crontab=never)
+    mars = CrontabSchedule.objects.create(minute="*", timezone="UTC")
+    with connections[beat_db].cursor() as cursor:  # the field itself refuses to store it
+        cursor.execute(
+            "UPDATE django_celery_beat_crontabschedule SET timezone = %s WHERE id = %s",
+            ["Mars/Olympus_Mons", mars.pk],
+        )
+    PeriodicTask.objects.create(name="bad-zone", task="billing.charge", crontab=mars)
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    with caplog.at_level(logging.ERROR, logger="safebeat.scheduler"):
+        run([beat], clock, 4)
+    problems = {name: str(error) for name, error in beat.broken_entries.items()}
+    assert set(problems) == {"bad-json", "bad-task", "bad-crontab", "bad-zone"}
+    assert "args is not valid JSON" in problems["bad-json"]
+    assert "unknown task 'billing.chrage'" in problems["bad-task"]
+    assert "never" in problems["bad-crontab"]
+    assert "Mars/Olympus_Mons" in problems["bad-zone"]
+    assert all(f"'{name}'" in caplog.text for name in problems)
+    assert {m["safebeat_entry"] for m in drain(app)} == {"good"}
+
+
+def test_one_off_start_time_and_expires_are_honoured(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """A one_off row is sent once and disabled; no window before start_time or after expires."""
+    from django_celery_beat.models import PeriodicTask
+
+    now = clock.now()
+    interval_task("once", 1, one_off=True)
+    interval_task("later", 1, start_time=now + timedelta(seconds=3, microseconds=500000))
+    interval_task("expiring", 1, expires=now + timedelta(seconds=3))
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 6)
+    windows: dict[str, list[datetime]] = {}
+    for m in drain(app):
+        windows.setdefault(m["safebeat_entry"], []).append(
+            datetime.fromisoformat(m["safebeat_window"])
+        )
+    assert len(windows["once"]) == 1
+    assert PeriodicTask.objects.get(name="once").enabled is False
+    assert min(windows["later"]) == now + timedelta(seconds=3, microseconds=500000)
+    assert "expiring" not in beat.entries
+    assert max(windows["expiring"]) <= now + timedelta(seconds=3)
+
+
+def test_a_row_wins_over_a_beat_schedule_entry_of_its_name(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """A setting and a row named alike: the row (the admin's version) is what runs."""
+    app.conf.beat_schedule = {
+        "report": {"task": "billing.charge", "schedule": 60.0},
+        "from-settings": {"task": "billing.charge", "schedule": 60.0},
+    }
+    interval_task("report", 7, headers=json.dumps({"safebeat": {"misfire": "skip"}}))
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 1)
+    assert beat.entries["report"].schedule_text == "every 7s"
+    assert beat.entries["report"].policy.misfire.value == "skip"
+    assert beat.entries["from-settings"].schedule_text == "every 60s"

@@ -1,0 +1,134 @@
+"""One schema: the Django app's models and migrations against the PostgreSQL store's SQL files."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from safebeat.stores.postgres import PostgresStore
+
+pytestmark = pytest.mark.django
+
+
+def describe_schema(cursor: Any, schema: str) -> dict[str, set[tuple[object, ...]]]:
+    """Columns, constraints and indexes of the safebeat_* tables in `schema`, comparable."""
+    cursor.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, "
+        "CASE WHEN is_identity = 'YES' OR column_default LIKE 'nextval(%%' THEN 'auto' "
+        "ELSE column_default END "
+        "FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name LIKE 'safebeat\\_%%' "
+        "AND table_name <> 'safebeat_schema_version'",
+        [schema],
+    )
+    columns = set(cursor.fetchall())
+    cursor.execute(
+        "SELECT c.relname, k.contype, CASE WHEN k.contype = 'p' THEN '' ELSE k.conname END, "
+        "pg_get_constraintdef(k.oid) "
+        "FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname LIKE 'safebeat\\_%%' "
+        "AND c.relname <> 'safebeat_schema_version'",
+        [schema],
+    )
+    constraints = set(cursor.fetchall())
+    cursor.execute(
+        "SELECT tablename, indexname, indexdef FROM pg_indexes "
+        "WHERE schemaname = %s AND tablename LIKE 'safebeat\\_%%' "
+        "AND tablename <> 'safebeat_schema_version' AND indexname NOT LIKE '%%pkey' "
+        "AND indexname NOT IN ('safebeat_effect_key', 'safebeat_dispatch_window')",
+        [schema],
+    )
+    indexes = {
+        (table, name, re.sub(rf"\b{re.escape(schema)}\.", "", definition))
+        for table, name, definition in cursor.fetchall()
+    }
+    return {"columns": columns, "constraints": constraints, "indexes": indexes}
+
+
+def test_migrations_are_in_step_with_the_models(django_aliases: dict[str, str]) -> None:
+    """`makemigrations --check` finds nothing to add: migrations and models agree."""
+    from django.core.management import call_command
+
+    call_command("makemigrations", "safebeat", check=True, dry_run=True, verbosity=0)
+
+
+def test_one_django_migration_per_sql_migration(django_aliases: dict[str, str]) -> None:
+    """Each numbered SQL file of the PostgreSQL store has its Django migration, in order."""
+    from django.db import connections
+
+    from safebeat.contrib.django.schema import postgres_migrations
+    from safebeat.stores.django.setup import migration_state
+
+    _, known = migration_state(connections["sqlite"])
+    sql = [m.name.removesuffix(".sql") for m in postgres_migrations()]
+    assert known == sql
+
+
+@pytest.mark.postgres
+def test_tables_made_by_the_models_equal_the_sql_schema(django_aliases: dict[str, str]) -> None:
+    """On PostgreSQL, the tables the models create equal those the store's SQL files create:
+    same columns, types, nullability, defaults, keys, checks and indexes."""
+    from django.apps import apps
+    from django.db import connections
+
+    connection = connections[django_aliases["postgres"]]  # migrated: the SQL files ran
+    with connection.cursor() as cursor:
+        cursor.execute("DROP SCHEMA IF EXISTS models_check CASCADE")
+        cursor.execute("CREATE SCHEMA models_check")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET search_path TO models_check")
+        with connection.schema_editor() as editor:
+            for model in apps.get_app_config("safebeat").get_models():
+                editor.create_model(model)
+        with connection.cursor() as cursor:
+            cursor.execute("SET search_path TO public")
+            from_sql = describe_schema(cursor, "public")
+            from_models = describe_schema(cursor, "models_check")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET search_path TO public")
+            cursor.execute("DROP SCHEMA IF EXISTS models_check CASCADE")
+    assert from_sql["columns"], "the SQL schema has no safebeat tables"
+    for part in ("columns", "constraints", "indexes"):
+        differ = sorted(map(str, from_models[part] ^ from_sql[part]))
+        assert from_models[part] == from_sql[part], f"{part} differ: {differ}"
+
+
+@pytest.mark.postgres
+def test_a_database_migrated_by_django_is_a_migrated_postgres_store(
+    django_aliases: dict[str, str],
+) -> None:
+    """Django's migrations record the SQL versions: the postgresql:// store finds nothing to do."""
+    from django.db import connections
+
+    settings = connections[django_aliases["postgres"]].settings_dict
+    url = (
+        f"postgresql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
+        f"{settings['PORT']}/{settings['NAME']}"
+    )
+    store = PostgresStore(url)
+    try:
+        assert store.schema_version() == len(djangosite_sql_versions())
+        assert store.migrate() == len(djangosite_sql_versions())
+    finally:
+        store.close()
+
+
+def djangosite_sql_versions() -> list[int]:
+    from safebeat.contrib.django.schema import postgres_migrations
+
+    return [m.version for m in postgres_migrations()]
+
+
+def test_store_tells_which_command_creates_missing_tables(django_aliases: dict[str, str]) -> None:
+    """A database without the app's migrations gets an error naming `manage.py migrate`."""
+    from safebeat.errors import StoreError
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://unmigrated")
+    with pytest.raises(StoreError, match=r"manage\.py migrate safebeat --database unmigrated"):
+        store.migrate()
