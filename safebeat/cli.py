@@ -1,60 +1,397 @@
 """The `safebeat` command line (also `python -m safebeat`), configured like the scheduler.
 
-safebeat -A proj migrate          # settings of the Celery app `proj`
-safebeat --url postgresql://... migrate
-SAFEBEAT_URL=... safebeat migrate
+safebeat -A proj status           # settings (and schedule) of the Celery app `proj`
+safebeat --url postgresql://... history weekly-report
+SAFEBEAT_URL=... safebeat health
+
+Human tables by default, `--json` for scripts. Errors are one line and a non-zero exit;
+store URLs are always shown without their password.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import json
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
 
 import click
 
-from safebeat.config import Config, config_from_app, load_config
-from safebeat.errors import SafebeatError
+from safebeat import doctor
+from safebeat.config import Config, config_from_app, load_config, parse_duration
+from safebeat.entries import Entry, compile_schedule
+from safebeat.errors import ConfigError, EntryError, SafebeatError
+from safebeat.identity import format_window
+from safebeat.overview import EntryStatus, ReplicaStatus, entry_statuses, replica_statuses
 from safebeat.stores import Store, store_from_config
+from safebeat.stores.base import DispatchRecord
 
 
-@dataclass(frozen=True)
+@dataclass
 class Options:
-    app: str | None
-    url: str | None
+    """The global options; the app, config and store are loaded on first use."""
 
-    def config(self) -> Config:
-        if self.app:
+    app_name: str | None
+    url: str | None
+    namespace: str | None
+    _app: Any = field(default=None, repr=False)
+
+    @property
+    def app(self) -> Any | None:
+        if self.app_name and self._app is None:
             from celery.app.utils import find_app  # noqa: PLC0415 - only with -A
 
-            config = config_from_app(find_app(self.app))
-        else:
-            config = load_config({})
-        return dataclasses.replace(config, url=self.url) if self.url else config
+            self._app = find_app(self.app_name)
+        return self._app
+
+    def config(self) -> Config:
+        app = self.app
+        config = config_from_app(app) if app is not None else load_config({})
+        if self.url:
+            config = dataclasses.replace(config, url=self.url)
+        if self.namespace:
+            config = dataclasses.replace(config, namespace=self.namespace)
+        return config
 
     def store(self) -> tuple[Config, Store]:
         config = self.config()
         return config, store_from_config(config)
 
+    def entries(self, config: Config) -> tuple[dict[str, Entry], dict[str, EntryError]] | None:
+        """The app's compiled schedule (with -A), as beat would run it; else None."""
+        app = self.app
+        if app is None:
+            return None
+        from safebeat.scheduler import Scheduler  # noqa: PLC0415 - needs the app
+
+        source = Scheduler(app, lazy=True).schedule_source()
+        return compile_schedule(source, app_timezone=app.timezone, config=config)
+
+
+@contextmanager
+def _opened(options: Options) -> Iterator[tuple[Config, Store]]:
+    """The config and store; safebeat's errors become one line and exit code 1."""
+    try:
+        config, store = options.store()
+    except SafebeatError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        yield config, store
+    except SafebeatError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        store.close()
+
+
+def _when(instant: datetime | None) -> str:
+    return "-" if instant is None else format_window(instant)
+
+
+def _span(duration: timedelta | None) -> str:
+    if duration is None:
+        return "-"
+    seconds = duration.total_seconds()
+    if abs(seconds) >= 2 * 86400 and seconds % 86400 == 0:
+        return f"{int(seconds // 86400)}d"
+    if abs(seconds) < 60:
+        return f"{seconds:.1f}s"
+    if abs(seconds) < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_window(value)
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if hasattr(value, "value") and isinstance(value.value, str):  # enums
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(_jsonable(value), indent=2, sort_keys=True))
+
 
 @click.group()
-@click.option("-A", "--app", help="The Celery app whose settings to use, as for `celery -A`.")
+@click.option("-A", "--app", "app_name", help="The Celery app whose settings to use (`celery -A`).")
 @click.option("--url", help="Store URL; overrides safebeat_url and $SAFEBEAT_URL.", metavar="URL")
+@click.option("--namespace", help="Namespace; overrides safebeat_namespace.", metavar="NAME")
 @click.pass_context
-def main(ctx: click.Context, app: str | None, url: str | None) -> None:
-    """Operate safebeat's store."""
-    ctx.obj = Options(app, url)
+def main(ctx: click.Context, app_name: str | None, url: str | None, namespace: str | None) -> None:
+    """Operate safebeat: inspect the store, check the setup, migrate and prune."""
+    ctx.obj = Options(app_name, url, namespace)
 
 
 @main.command()
 @click.pass_obj
 def migrate(options: Options) -> None:
     """Create or upgrade safebeat's tables in the store (safe to run from many places)."""
+    with _opened(options) as (_, store):
+        version = store.migrate()
+    click.echo(f"{store.display_url}: schema at version {version}")
+
+
+def _status_row(s: EntryStatus) -> dict[str, Any]:
+    return {
+        "entry": s.name,
+        "schedule": s.schedule,
+        "next_window": s.next_window,
+        "last_window": s.last_window,
+        "last_sent_window": None if s.last_sent is None else s.last_sent.window,
+        "sent_by": s.sent_by,
+        "lag": s.lag,
+        "last_outcome": s.last_outcome,
+        "last_success": s.last_success,
+        "running_since": s.running_since,
+        "skipped_recently": s.skipped_recently,
+    }
+
+
+def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
+    return {
+        "replica": r.record.replica,
+        "version": r.record.version,
+        "started_at": r.record.started_at,
+        "heartbeat_at": r.record.heartbeat_at,
+        "heartbeat_age": r.age,
+        "entries": len(r.record.definitions),
+    }
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.pass_obj
+def status(options: Options, as_json: bool) -> None:
+    """Every entry (next and last window, who sent it, lag, outcome) and the live replicas."""
+    with _opened(options) as (config, store):
+        compiled = options.entries(config)
+        statuses = entry_statuses(
+            store, config.namespace, None if compiled is None else compiled[0]
+        )
+        replicas = replica_statuses(store, config.namespace)
+    if as_json:
+        _emit_json(
+            {
+                "store": store.display_url,
+                "namespace": config.namespace,
+                "entries": [_status_row(s) for s in statuses],
+                "replicas": [_replica_row(r) for r in replicas],
+            }
+        )
+        return
+    click.echo(f"store {store.display_url}, namespace {config.namespace!r}\n")
+    click.echo(
+        _table(
+            ["entry", "schedule", "next window", "last sent", "sent by", "lag", "outcome",
+             "last success", "running since"],
+            [
+                [
+                    s.name,
+                    s.schedule,
+                    _when(s.next_window) if compiled is not None else "(needs -A)",
+                    _when(None if s.last_sent is None else s.last_sent.window),
+                    s.sent_by or "-",
+                    _span(s.lag),
+                    "-" if s.last_outcome is None else s.last_outcome.value,
+                    _when(s.last_success),
+                    _when(s.running_since),
+                ]
+                for s in statuses
+            ],
+        )
+    )  # fmt: skip
+    click.echo("\nreplicas:")
+    click.echo(
+        _table(
+            ["replica", "version", "started", "heartbeat age"],
+            [
+                [r.record.replica, r.record.version, _when(r.record.started_at), _span(r.age)]
+                for r in replicas
+            ],
+        )
+    )
+
+
+def _history_row(r: DispatchRecord) -> dict[str, Any]:
+    return {
+        "window": r.window,
+        "status": r.status,
+        "reason": r.reason,
+        "skipped_from": r.skipped_from,
+        "skipped_count": r.skipped_count,
+        "replica": r.replica,
+        "claimed_at": r.claimed_at,
+        "sent_at": r.sent_at,
+        "lag": None if r.sent_at is None else r.sent_at - r.window,
+        "attempts": r.attempts,
+        "task_id": r.task_id,
+        "started_at": r.started_at,
+        "finished_at": r.finished_at,
+        "outcome": r.outcome,
+        "runtime": r.runtime,
+        "worker": r.worker,
+        "duplicates": r.duplicates,
+        "error": r.error,
+    }
+
+
+@main.command()
+@click.argument("entry")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.pass_obj
+def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
+    """ENTRY's recent windows: who sent each, lag, outcome, and what was skipped and why."""
+    with _opened(options) as (config, store):
+        known = store.states(config.namespace)
+        if entry not in known:
+            raise click.ClickException(_unknown_entry(entry, known, config.namespace))
+        rows = store.history(config.namespace, entry, limit=limit)
+    if as_json:
+        _emit_json([_history_row(r) for r in rows])
+        return
+    click.echo(
+        _table(
+            ["window", "status", "replica", "lag", "attempts", "outcome", "runtime", "note"],
+            [
+                [
+                    _when(r.window),
+                    r.status.value,
+                    r.replica,
+                    _span(None if r.sent_at is None else r.sent_at - r.window),
+                    str(r.attempts),
+                    "-" if r.outcome is None else r.outcome.value,
+                    _span(r.runtime),
+                    _note(r),
+                ]
+                for r in rows
+            ],
+        )
+    )
+
+
+def _note(record: DispatchRecord) -> str:
+    if record.reason:
+        count = "many" if record.skipped_count is None else str(record.skipped_count)
+        return f"{record.reason}: {count} window(s) from {_when(record.skipped_from)}"
+    if record.error:
+        return record.error.splitlines()[0][:80]
+    if record.duplicates:
+        return f"{record.duplicates} duplicate delivery(ies) skipped"
+    return ""
+
+
+def _unknown_entry(entry: str, known: dict[str, Any], namespace: str) -> str:
+    import difflib  # noqa: PLC0415
+
+    close = difflib.get_close_matches(entry, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"no entry {entry!r} in namespace {namespace!r}{hint}"
+
+
+@main.command()
+@click.option("--any", "any_replica", is_flag=True, help="Pass if any replica is alive.")
+@click.option(
+    "--max-age",
+    default="30s",
+    show_default=True,
+    help="Oldest heartbeat that counts as alive (3 missed heartbeats by default).",
+)
+@click.pass_obj
+def health(options: Options, any_replica: bool, max_age: str) -> None:
+    """Exit 0 if a replica on this host (or any, with --any) heartbeated within --max-age.
+
+    For liveness probes: run it in the container that runs beat.
+    """
     try:
-        _, store = options.store()
-        try:
-            version = store.migrate()
-        finally:
-            store.close()
+        limit = parse_duration(max_age, "--max-age")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    host = socket.gethostname()
+    with _opened(options) as (config, store):
+        replicas = replica_statuses(store, config.namespace)
+    mine = replicas if any_replica else [r for r in replicas if r.record.host == host]
+    fresh = [r for r in mine if r.age <= limit]
+    if fresh:
+        best = min(fresh, key=lambda r: r.age)
+        click.echo(f"ok: {best.record.replica} heartbeated {_span(best.age)} ago")
+        return
+    where = "any host" if any_replica else f"host {host!r}"
+    last = min(mine, key=lambda r: r.age, default=None)
+    seen = f"; the latest was {_span(last.age)} ago" if last else ""
+    click.echo(
+        f"unhealthy: no replica of namespace {config.namespace!r} on {where} heartbeated "
+        f"within {_span(limit)}{seen}",
+        err=True,
+    )
+    sys.exit(1)
+
+
+@main.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@click.pass_obj
+def doctor_command(options: Options, as_json: bool) -> None:
+    """Check the setup for common mistakes; exit 1 if any check finds a problem."""
+    try:
+        config = options.config()
+        compiled = options.entries(config)
+        store = store_from_config(config)
     except SafebeatError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"{store.display_url}: schema at version {version}")
+    try:
+        findings = doctor.run_checks(
+            doctor.Context(
+                store=store,
+                config=config,
+                app=options.app,
+                entries=None if compiled is None else compiled[0],
+                broken=None if compiled is None else compiled[1],
+            )
+        )
+    finally:
+        store.close()
+    if as_json:
+        _emit_json([dataclasses.asdict(f) for f in findings])
+    else:
+        for finding in findings:
+            click.echo(f"{finding.level.value:8} {finding.check}: {finding.message}")
+    if any(f.level is doctor.Level.PROBLEM for f in findings):
+        sys.exit(1)
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    help="Delete history older than this (default: safebeat_retention).",
+    metavar="DURATION",
+)
+@click.pass_obj
+def prune(options: Options, older_than: str | None) -> None:
+    """Delete dispatch history and silent replicas past the retention, and expired effect keys."""
+    with _opened(options) as (config, store):
+        keep = (
+            config.retention if older_than is None else parse_duration(older_than, "--older-than")
+        )
+        deleted = store.prune(config.namespace, store.clock() - keep)
+    click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {_span(keep)}")

@@ -29,6 +29,8 @@ from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
+from safebeat.metrics import BeatMetrics
+from safebeat.overlap import running_timeout
 from safebeat.publishing import send
 from safebeat.stores import Store, store_from_config
 from safebeat.stores.base import (
@@ -41,6 +43,7 @@ from safebeat.stores.base import (
     TickResult,
 )
 from safebeat.urls import redact
+from safebeat.windows import Overlap
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -120,6 +123,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.stats = Stats()
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
+        self._overlap_timeouts: dict[str, timedelta] = {}
         self._store = store
         self._monotonic = monotonic or time.monotonic
         self._ready = False
@@ -134,6 +138,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._next_reclaim = 0.0
         self._next_prune = 0.0
         self._last_store_now: datetime | None = None
+        self.metrics = BeatMetrics(
+            self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
+        )
+        self._metrics_served = False
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # --- Celery's Scheduler interface -----------------------------------------------------
@@ -146,14 +154,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def setup_schedule(self) -> None:
         """Compile the entries and try to reach the store; a store that is down is retried."""
-        beat_schedule = {**self._default_entries(), **self.app.conf.beat_schedule}
-        self.entries, self.broken_entries = compile_schedule(
-            beat_schedule, app_timezone=self.app.timezone, config=self.safebeat_config
+        self.use_entries(
+            *compile_schedule(
+                self.schedule_source(),
+                app_timezone=self.app.timezone,
+                config=self.safebeat_config,
+            )
         )
-        for error in self.broken_entries.values():
-            self.stats.entry_errors += 1
-            logger.error("safebeat: %s; this entry is skipped, the others run", error)
-        self.data = dict(self.entries)
         config = self.safebeat_config
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
@@ -162,13 +169,71 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             config.namespace,
             self.replica.id,
         )
-        if config.metrics_port is not None:
-            logger.warning(
-                "safebeat: safebeat_metrics_port=%s is set, but this version of safebeat "
-                "does not serve metrics yet",
-                config.metrics_port,
-            )
+        if config.metrics_port is not None and not self._metrics_served:
+            self._serve_metrics(config.metrics_port)
         self._try(self._bootstrap)
+
+    def _serve_metrics(self, port: int) -> None:
+        try:
+            self.metrics.serve(port)
+        except OSError as exc:
+            logger.error(
+                "safebeat: cannot serve metrics on port %d (%s); beat runs without them",
+                port,
+                exc,
+            )
+        else:
+            self._metrics_served = True
+
+    def schedule_source(self) -> dict[str, Any]:
+        """The `beat_schedule` items to compile: stock beat's own and the app's.
+
+        A subclass that reads schedules from elsewhere extends this (see
+        `safebeat.contrib.django.DatabaseScheduler`).
+        """
+        return {**self._default_entries(), **self.app.conf.beat_schedule}
+
+    def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
+        """Run exactly these compiled entries from now on; report the broken ones (once each).
+
+        Entries that changed are registered again before the next tick claims anything.
+        """
+        for name, error in broken.items():
+            previous = self.broken_entries.get(name)
+            if previous is None or str(previous) != str(error):
+                self.stats.entry_errors += 1
+                self.metrics.entry_error(name)
+                logger.error("safebeat: %s; this entry is skipped, the others run", error)
+        self.entries, self.broken_entries = entries, broken
+        self.data = dict(self.entries)
+        self.metrics.entries(len(entries))
+        for name, entry in entries.items():
+            period = windows.typical_period(entry.rule)
+            if period is not None:
+                self.metrics.entry_period(name, period.total_seconds())
+        self._overlap_timeouts = {
+            name: self._overlap_timeout(entry)
+            for name, entry in self.entries.items()
+            if entry.overlap is Overlap.FORBID
+        }
+        self._ready = False
+
+    def refresh_entries(self) -> None:
+        """Called at the start of every tick; a subclass whose entries change while beat
+        runs calls `use_entries` from here. Does nothing by default."""
+
+    def published(self, claims: Sequence[Claim]) -> None:
+        """Called with the claims just published and recorded as sent. Does nothing by default."""
+
+    def _overlap_timeout(self, entry: Entry) -> timedelta:
+        """How long a started run of `entry` blocks the next (see safebeat.overlap)."""
+        task = self.app.tasks.get(entry.task)
+        return running_timeout(
+            self.safebeat_config,
+            entry.options.get("time_limit"),
+            getattr(task, "time_limit", None),
+            self.app.conf.task_time_limit,
+        )
 
     def _default_entries(self) -> dict[str, Any]:
         """The entries stock beat adds by itself (result cleanup), compiled like the others."""
@@ -192,6 +257,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         finally:
             self.stats.ticks += 1
             self.stats.last_tick_seconds = self._monotonic() - started
+            self.metrics.tick(self.stats.last_tick_seconds)
 
     def should_sync(self) -> bool:
         return False  # all state lives in the store, written as it changes
@@ -229,8 +295,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         try:
             delay = step()
         except StoreUnavailable as exc:
+            self.metrics.store_error("unavailable")
             return self._failed(exc, "store unreachable", logging.WARNING)
         except StoreError as exc:
+            self.metrics.store_error("error")
             return self._failed(exc, "store error", logging.ERROR)
         except Exception as exc:
             logger.exception("safebeat: unexpected error in tick: %s", exc)
@@ -280,6 +348,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _tick(self) -> float:
         now = self._monotonic()
+        self.refresh_entries()
         if not self._ready:
             self._bootstrap()
         # The most overdue first: with more due entries than one tick claims, entries that
@@ -298,6 +367,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             result = self._locked_tick(due, reclaim=reclaim)
             if result is None:
                 self.stats.lock_busy += 1
+                self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
         if now >= self._next_heartbeat:
             self._heartbeat()
@@ -336,6 +406,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
         if result.reclaimed:
             self.stats.republished += len(result.reclaimed)
+            for claim in result.reclaimed:
+                self.metrics.republished(claim.entry)
             logger.warning(
                 "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
                 "(same task ids)",
@@ -356,9 +428,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             if entry is None:
                 continue
             try:
+                after = state.decided_until
+                if entry.not_before is not None:  # no window before the entry's start
+                    after = max(after, entry.not_before - timedelta(microseconds=1))
                 decision = windows.due(
                     entry.rule,
-                    after=state.decided_until,
+                    after=after,
                     now=now,
                     policy=entry.policy,
                     anchor=state.anchor,
@@ -367,6 +442,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 self._entry_failed(name, exc)
                 self._upcoming[name] = now + timedelta(seconds=self.max_interval)
                 continue
+            if entry.overlap is Overlap.FORBID:
+                decision = windows.forbid_overlap(
+                    decision,
+                    running_since=state.running_since,
+                    now=now,
+                    timeout=self._overlap_timeouts[name],
+                )
             for window in decision.dispatch:
                 claims.append(
                     NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
@@ -385,6 +467,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 advances[name] = decision.last_window
             self._upcoming[name] = decision.next_window
         self.stats.skipped_windows += sum(s.count or 0 for s in skips)
+        for skip in skips:
+            self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
         if skips:
             self._log_skips(skips)
         return TickPlan(claims, skips, advances)
@@ -408,6 +492,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _entry_failed(self, name: str, exc: Exception) -> None:
         self.stats.entry_errors += 1
+        self.metrics.entry_error(name)
         self.stats.errors_by_entry[name] = str(exc)
         logger.error(
             "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
@@ -462,6 +547,23 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 self._broker_backoff.reset()
         self.stats.sent += len(sent)
         self.store.record_publish(self.safebeat_config.namespace, sent, failed)
+        self._measure_publish(claims, sent, failed, claimed_at)
+        if sent:
+            done = set(sent)
+            self.published([claim for claim in claims if claim.id in done])
+
+    def _measure_publish(
+        self, claims: Sequence[Claim], sent: Sequence[int], failed: Mapping[int, str], at: float
+    ) -> None:
+        """Feed the metrics: dispatches and their lag on the store's clock, and what is owed."""
+        self.metrics.claims_left_unsent(len(claims) - len(sent) - len(failed))
+        if self._last_store_now is None:
+            return
+        published = self._last_store_now + timedelta(seconds=self._monotonic() - at)
+        done = set(sent)
+        for claim in claims:
+            if claim.id in done and claim.attempts == 1:
+                self.metrics.dispatched(claim.entry, claim.window, published)
 
     def _can_batch(self) -> bool:
         producer = self.producer
@@ -494,6 +596,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 raise
             except Exception as exc:
                 self.stats.publish_errors += 1
+                self.metrics.publish_failed("message")
                 failed[claim.id] = f"{type(exc).__name__}: {exc}"
                 logger.error(
                     "safebeat: entry %r: publishing window %s failed: %s",
@@ -508,6 +611,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
         self.stats.publish_errors += 1
+        self.metrics.publish_failed("broker")
         pause = self._broker_backoff.next_delay()
         self._broker_retry_at = self._monotonic() + pause
         logger.warning(
@@ -541,12 +645,21 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             {name: entry.digest for name, entry in self.entries.items()},
         )
         self._next_heartbeat = self._monotonic() + self.heartbeat_interval
+        if self._metrics_served:
+            replicas = self.store.replicas(config.namespace)
+            newest = max(r.heartbeat_at for r in replicas)
+            alive_after = newest - timedelta(seconds=3 * self.heartbeat_interval)
+            self.metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
 
     def _prune(self, now: datetime) -> None:
         config = self.safebeat_config
         deleted = self.store.prune(config.namespace, now - config.retention)
         if deleted:
-            logger.info("safebeat: pruned %d dispatch row(s) older than the retention", deleted)
+            logger.info(
+                "safebeat: pruned %d row(s): dispatches older than the retention, expired "
+                "effect keys",
+                deleted,
+            )
         self._next_prune = self._monotonic() + self.prune_interval
 
     def _sleep_time(self) -> float:

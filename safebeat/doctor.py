@@ -1,0 +1,272 @@
+"""`safebeat doctor`: the common mistakes we can see from the store and the settings.
+
+Each check returns findings: `problem` (something is wrong now: the command exits
+non-zero), `warning` (worth a look) or `ok`. Checks never raise; a check that cannot run
+says why.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
+
+from safebeat.config import Config
+from safebeat.entries import Entry
+from safebeat.errors import EntryError, SafebeatError
+from safebeat.stores.base import Status, Store
+
+#: A replica whose heartbeat is older than this counts as gone (three missed heartbeats).
+ALIVE_FOR = timedelta(seconds=30)
+#: Store clock vs this host's clock: beyond this, logs and the store disagree visibly.
+SKEW_WARNING = timedelta(seconds=2)
+#: History rows scanned for claims left unsent.
+UNSENT_SCAN = 5000
+
+
+class Level(str, enum.Enum):
+    OK = "ok"
+    WARNING = "warning"
+    PROBLEM = "problem"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the checks look at: the store, the settings and, with `-A`, the app."""
+
+    store: Store
+    config: Config
+    app: Any | None = None
+    entries: Mapping[str, Entry] | None = None
+    broken: Mapping[str, EntryError] | None = None
+
+
+Check = Callable[[Context], list[Finding]]
+
+
+def run_checks(context: Context) -> list[Finding]:
+    """Run every check; the store check first, and the others only if the store answers."""
+    findings = check_store(context)
+    if any(f.level is Level.PROBLEM for f in findings):
+        return findings
+    for check in (
+        check_clock,
+        check_time_zones,
+        check_redis_eviction,
+        check_entries,
+        check_replicas,
+        check_unsent_claims,
+    ):
+        try:
+            findings += check(context)
+        except SafebeatError as exc:
+            findings.append(Finding(check.__name__.removeprefix("check_"), Level.PROBLEM, str(exc)))
+    return findings
+
+
+def _expected_schema(store: Store) -> int | None:
+    """The schema (or key layout) version this safebeat writes for the store's backend."""
+    module = type(store).__module__
+    if module.startswith("safebeat.stores.postgres"):
+        from safebeat.stores.postgres import MIGRATIONS  # noqa: PLC0415
+
+        return len(MIGRATIONS)
+    if module.startswith("safebeat.stores.sqlite"):
+        from safebeat.stores.sqlite import MIGRATIONS as SQLITE_MIGRATIONS  # noqa: PLC0415
+
+        return len(SQLITE_MIGRATIONS)
+    if module.startswith("safebeat.stores.redis"):
+        from safebeat.stores.redis import LAYOUT_VERSION  # noqa: PLC0415
+
+        return LAYOUT_VERSION
+    return None
+
+
+def check_store(context: Context) -> list[Finding]:
+    """The store answers, and its schema is the one this safebeat writes."""
+    store = context.store
+    try:
+        store.clock()
+    except SafebeatError as exc:
+        return [Finding("store", Level.PROBLEM, f"cannot reach the store: {exc}")]
+    expected = _expected_schema(store)
+    reader = getattr(store, "schema_version", None)
+    if expected is None or reader is None:
+        return [Finding("store", Level.OK, f"{store.display_url} answers")]
+    try:
+        version = int(reader())
+    except SafebeatError as exc:
+        return [Finding("store", Level.PROBLEM, f"cannot read the schema version: {exc}")]
+    if version < expected:
+        return [
+            Finding(
+                "store",
+                Level.PROBLEM,
+                f"{store.display_url} is at schema version {version}, this safebeat needs "
+                f"{expected}: run `safebeat migrate` (or start beat with safebeat_auto_migrate)",
+            )
+        ]
+    return [Finding("store", Level.OK, f"{store.display_url} answers, schema version {version}")]
+
+
+def check_clock(context: Context) -> list[Finding]:
+    """This host's clock against the store's: windows follow the store's."""
+    before = datetime.now(timezone.utc)
+    store_now = context.store.clock()
+    after = datetime.now(timezone.utc)
+    skew = store_now - (before + (after - before) / 2)
+    text = f"store clock is {skew.total_seconds():+.3f} s from this host's"
+    if abs(skew) > SKEW_WARNING:
+        return [
+            Finding(
+                "clock",
+                Level.WARNING,
+                f"{text}: windows follow the store's clock, so log times here will look "
+                "early or late; sync this host (or the store's) with NTP",
+            )
+        ]
+    return [Finding("clock", Level.OK, text)]
+
+
+def _zone_name(zone: tzinfo | None) -> str:
+    key = getattr(zone, "key", None)
+    return str(key) if key else str(zone)
+
+
+def _system_zone() -> str:
+    if os.environ.get("TZ"):
+        return os.environ["TZ"]
+    try:
+        target = os.readlink("/etc/localtime")
+    except OSError:
+        return _zone_name(datetime.now().astimezone().tzinfo)
+    return target.split("zoneinfo/", 1)[-1]
+
+
+def check_time_zones(context: Context) -> list[Finding]:
+    """Celery's time zone against the system's and Django's: crontab entries follow Celery's."""
+    if context.app is None:
+        return [Finding("time zones", Level.OK, "skipped: needs -A to know Celery's time zone")]
+    celery_zone = _zone_name(context.app.timezone)
+    findings: list[Finding] = []
+    system = _system_zone()
+    if system not in {celery_zone, "UTC", "Etc/UTC"} or (
+        celery_zone in {"UTC", "Etc/UTC"} and system not in {"UTC", "Etc/UTC"}
+    ):
+        findings.append(
+            Finding(
+                "time zones",
+                Level.WARNING,
+                f"Celery's time zone is {celery_zone} but this host's is {system}: crontab "
+                f"entries fire in {celery_zone} (or their own zone), not in the host's",
+            )
+        )
+    django_zone = _django_time_zone()
+    if django_zone and django_zone != celery_zone:
+        findings.append(
+            Finding(
+                "time zones",
+                Level.WARNING,
+                f"Django's TIME_ZONE is {django_zone} but Celery's timezone is {celery_zone}: "
+                "set CELERY_TIMEZONE = TIME_ZONE unless you mean it",
+            )
+        )
+    return findings or [Finding("time zones", Level.OK, f"Celery's time zone is {celery_zone}")]
+
+
+def _django_time_zone() -> str | None:
+    try:
+        from django.conf import settings  # noqa: PLC0415 - only where Django is installed
+    except ImportError:
+        return None
+    if not settings.configured:
+        return None
+    zone = getattr(settings, "TIME_ZONE", None)
+    return str(zone) if zone else None
+
+
+def check_redis_eviction(context: Context) -> list[Finding]:
+    """A Redis store on an eviction policy that can delete claims."""
+    if not type(context.store).__module__.startswith("safebeat.stores.redis"):
+        return []
+    from safebeat.stores.redis import RedisStore  # noqa: PLC0415
+    from safebeat.stores.redis.checks import eviction_hazard  # noqa: PLC0415
+
+    assert isinstance(context.store, RedisStore)  # noqa: S101 - checked by module above
+    policy, maxmemory = context.store.memory_policy()
+    hazard = eviction_hazard(policy, maxmemory)
+    if hazard:
+        return [Finding("redis eviction", Level.PROBLEM, hazard)]
+    return [Finding("redis eviction", Level.OK, f"maxmemory-policy is {policy}")]
+
+
+def check_entries(context: Context) -> list[Finding]:
+    """Entries of the app that cannot be scheduled (with -A)."""
+    if not context.broken:
+        return []
+    return [Finding("entries", Level.PROBLEM, str(error)) for error in context.broken.values()]
+
+
+def check_replicas(context: Context) -> list[Finding]:
+    """Live replicas, and replicas that run different definitions of one entry."""
+    store, namespace = context.store, context.config.namespace
+    now = store.clock()
+    alive = [r for r in store.replicas(namespace) if now - r.heartbeat_at <= ALIVE_FOR]
+    if not alive:
+        return [
+            Finding(
+                "replicas",
+                Level.WARNING,
+                f"no replica of namespace {namespace!r} heartbeated in the last "
+                f"{int(ALIVE_FOR.total_seconds())} s: is beat running (with this namespace)?",
+            )
+        ]
+    findings = [Finding("replicas", Level.OK, f"{len(alive)} replica(s) alive")]
+    digests: dict[str, set[str]] = {}
+    for replica in alive:
+        for entry, digest in replica.definitions.items():
+            digests.setdefault(entry, set()).add(digest)
+    for entry, seen in sorted(digests.items()):
+        if len(seen) > 1:
+            findings.append(
+                Finding(
+                    "definitions",
+                    Level.WARNING,
+                    f"live replicas run {len(seen)} different definitions of entry {entry!r} "
+                    "(expected during a rolling deploy; each window is still sent once)",
+                )
+            )
+    return findings
+
+
+def check_unsent_claims(context: Context) -> list[Finding]:
+    """Claims older than safebeat_claim_timeout that were never confirmed as sent."""
+    store, config = context.store, context.config
+    now = store.clock()
+    stale = [
+        r
+        for r in store.history(config.namespace, limit=UNSENT_SCAN)
+        if r.status is Status.CLAIMED and now - r.claimed_at > 2 * config.claim_timeout
+    ]
+    if not stale:
+        return [Finding("unsent claims", Level.OK, "no claim is left unsent")]
+    oldest = min(stale, key=lambda r: r.claimed_at)
+    return [
+        Finding(
+            "unsent claims",
+            Level.PROBLEM,
+            f"{len(stale)} claim(s) unsent for more than twice safebeat_claim_timeout, the "
+            f"oldest {oldest.entry!r} at {oldest.window.isoformat()}: is the broker reachable "
+            "from any replica, and is any replica running?",
+        )
+    ]

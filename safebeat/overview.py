@@ -1,0 +1,102 @@
+"""What the store says about each entry and replica, gathered for `safebeat status`.
+
+Read-only: it calls `states`, `history` and `replicas` on the store, so it works on every
+backend and while beat runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from safebeat import windows
+from safebeat.entries import Entry
+from safebeat.stores.base import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status, Store
+
+#: Rows of each entry's history read to find its latest dispatch, outcome and success.
+HISTORY_DEPTH = 50
+
+
+@dataclass(frozen=True)
+class EntryStatus:
+    """One entry as the store sees it, with its next window where the schedule is known."""
+
+    name: str
+    schedule: str
+    next_window: datetime | None
+    last_window: datetime | None
+    last_sent: DispatchRecord | None
+    last_outcome: Outcome | None
+    last_success: datetime | None
+    running_since: datetime | None
+    skipped_recently: int
+
+    @property
+    def sent_by(self) -> str | None:
+        return None if self.last_sent is None else self.last_sent.replica
+
+    @property
+    def lag(self) -> timedelta | None:
+        """Time from the latest sent window to its publish."""
+        sent = self.last_sent
+        if sent is None or sent.sent_at is None:
+            return None
+        return sent.sent_at - sent.window
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """A replica's last heartbeat and how old it is (store clock)."""
+
+    record: ReplicaRecord
+    age: timedelta
+
+
+def entry_status(
+    state: EntryState, rows: Sequence[DispatchRecord], entry: Entry | None, now: datetime
+) -> EntryStatus:
+    """Summarise one entry from its shared state and its newest history rows."""
+    sent = next((r for r in rows if r.status is Status.SENT), None)
+    finished = next((r for r in rows if r.outcome is not None), None)
+    success = next(
+        (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
+    )
+    upcoming = None
+    if entry is not None:
+        after = max(now, state.decided_until)
+        upcoming = windows.next_window(entry.rule, after, state.anchor)
+    return EntryStatus(
+        name=state.name,
+        schedule=state.schedule,
+        next_window=upcoming,
+        last_window=state.last_window,
+        last_sent=sent,
+        last_outcome=None if finished is None else finished.outcome,
+        last_success=None if success is None else success.finished_at,
+        running_since=state.running_since,
+        skipped_recently=sum(r.skipped_count or 1 for r in rows if r.status is Status.SKIPPED),
+    )
+
+
+def entry_statuses(
+    store: Store, namespace: str, entries: Mapping[str, Entry] | None = None
+) -> list[EntryStatus]:
+    """Every registered entry of `namespace`, by name; `entries` adds next windows."""
+    now = store.clock()
+    states = store.states(namespace)
+    return [
+        entry_status(
+            state,
+            store.history(namespace, name, limit=HISTORY_DEPTH),
+            None if entries is None else entries.get(name),
+            now,
+        )
+        for name, state in sorted(states.items())
+    ]
+
+
+def replica_statuses(store: Store, namespace: str) -> list[ReplicaStatus]:
+    """Every replica that heartbeated within the retention, newest heartbeat first."""
+    now = store.clock()
+    return [ReplicaStatus(r, now - r.heartbeat_at) for r in store.replicas(namespace)]

@@ -1,0 +1,52 @@
+"""docs/cli.md is the `--help` of every command; run this file to rewrite it after a change."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from safebeat.cli import main
+
+DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
+COMMANDS = ["status", "history", "health", "doctor", "migrate", "prune"]
+INTRO = """# Command line
+
+The `safebeat` command (also `python -m safebeat`) reads the same settings as beat.
+`-A proj` loads the Celery app's `safebeat_*` settings (and, for `status` and `doctor`,
+its schedule). `--url` names the store directly, and `SAFEBEAT_*` environment variables
+apply as they do for beat. Every command prints tables or lines for people; `status`,
+`history` and `doctor` also take `--json`, for scripts. An error is one line and exit code
+1, and store URLs never show a password.
+
+This page is the output of `--help`; a test keeps the two identical.
+"""
+
+
+def help_text(*command: str) -> str:
+    result = CliRunner().invoke(
+        main, [*command, "--help"], prog_name="safebeat", terminal_width=100
+    )
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def reference() -> str:
+    sections = [f"## safebeat\n\n```\n{help_text()}```\n"]
+    sections += [f"## safebeat {name}\n\n```\n{help_text(name)}```\n" for name in COMMANDS]
+    return "\n".join([INTRO, *sections])
+
+
+def test_every_command_is_documented() -> None:
+    """Every command of the CLI has a section in docs/cli.md."""
+    listed = set(main.commands)
+    assert listed == set(COMMANDS), "add new commands to COMMANDS"
+
+
+def test_docs_show_the_current_help_of_every_command() -> None:
+    """docs/cli.md matches `--help`; regenerate with `python tests/unit/test_cli_reference.py`."""
+    assert DOCS.read_text(encoding="utf-8") == reference()
+
+
+if __name__ == "__main__":
+    DOCS.write_text(reference(), encoding="utf-8")
