@@ -145,6 +145,7 @@ class Config:
     claim_timeout: timedelta = timedelta(seconds=30)
     retention: timedelta = timedelta(days=30)
     metrics_port: int | None = None
+    worker_metrics_port: int | None = None
     auto_migrate: bool = True
     lock_timeout: timedelta = timedelta(seconds=5)
     overlap: Overlap = Overlap.ALLOW
@@ -167,6 +168,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "claim_timeout": _positive_duration,
     "retention": _positive_duration,
     "metrics_port": _port,
+    "worker_metrics_port": _port,
     "auto_migrate": _boolean,
     "lock_timeout": _positive_duration,
     "overlap": parse_overlap,

@@ -1,0 +1,387 @@
+"""The Helm chart charts/safebeat, rendered and linted by Helm's own Go code, offline."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from safebeat.cli import main as safebeat_cli
+from safebeat.config import SETTINGS, parse_duration
+from safebeat.scheduler import Scheduler
+from tests.chart.rendering import (
+    CHART,
+    CRD_KINDS,
+    KUBE_VERSIONS,
+    ROOT,
+    ci_values,
+    container,
+    env,
+    kinds,
+    lint,
+    merged,
+    notes,
+    one,
+    pod_specs,
+    render,
+    validate,
+)
+
+VALUE_SETS = ("standalone", "all-features", "sidecar", "no-migrate")
+TMP = "/tmp"  # noqa: S108 - the mount point of the emptyDir, not a file we create
+STANDALONE = ci_values("standalone")
+
+
+def beat(values: dict[str, Any]) -> dict[str, Any]:
+    """The beat container of the standalone Deployment."""
+    deployment = one(render(CHART, values), "Deployment")
+    return container(deployment["spec"]["template"]["spec"], "beat")
+
+
+@pytest.mark.parametrize("value_set", ["defaults", *VALUE_SETS])
+def test_lint_is_clean(value_set: str) -> None:
+    """`helm lint --strict` finds nothing in the chart, bare or with each value set of ci/."""
+    assert lint(CHART, None if value_set == "defaults" else ci_values(value_set)) == []
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_every_manifest_is_valid_kubernetes(value_set: str, kube_version: str) -> None:
+    """Every manifest rendered with each value set passes Kubernetes' strict schema check."""
+    manifests = render(CHART, ci_values(value_set))
+    assert manifests
+    for manifest in manifests:
+        validate(manifest, kube_version)
+
+
+def test_validation_catches_a_broken_manifest() -> None:
+    """The schema check rejects a rendered Deployment with a misspelled field."""
+    deployment = one(render(CHART, STANDALONE), "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["comand"] = ["celery"]
+    with pytest.raises(kubernetes_validate.ValidationError, match="comand"):
+        validate(deployment, KUBE_VERSIONS[-1])
+
+
+def test_the_value_sets_render_what_they_promise() -> None:
+    """Standalone renders beats, a PDB and the hook; every option adds the monitoring objects."""
+    assert kinds(render(CHART, STANDALONE)) == ["Deployment", "Job", "PodDisruptionBudget"]
+    assert kinds(render(CHART, ci_values("all-features"))) == [
+        "ConfigMap",
+        "Deployment",
+        "Job",
+        "PodDisruptionBudget",
+        "PrometheusRule",
+        "Service",
+        "ServiceMonitor",
+    ]
+    # Sidecar mode: the beats live in the application's pods, not here.
+    assert kinds(render(CHART, ci_values("sidecar"))) == [
+        "ConfigMap",
+        "Job",
+        "PrometheusRule",
+        "Service",
+        "ServiceMonitor",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({}, "image.repository"),
+        (merged(STANDALONE, {"app": ""}), "set app"),
+        (merged(STANDALONE, {"image": {"repository": ""}}), "image.repository"),
+        (merged(STANDALONE, {"store": {"existingSecret": ""}}), "store.existingSecret"),
+    ],
+)
+def test_a_missing_required_value_is_named(values: dict[str, Any], named: str) -> None:
+    """Rendering without the app, the image or the Secret fails with a message naming it."""
+    with pytest.raises(helm.HelmRenderError, match=re.escape(named)):
+        render(CHART, values)
+
+
+def test_beat_runs_celery_beat_with_the_safebeat_scheduler() -> None:
+    """The beat container runs `celery -A <app> beat -S safebeat.Scheduler`, extra args last."""
+    assert beat(STANDALONE)["command"] == [
+        "celery",
+        "-A",
+        "proj",
+        "beat",
+        "-S",
+        "safebeat.Scheduler",
+        "--loglevel",
+        "INFO",
+    ]
+    assert beat(ci_values("all-features"))["command"][-2:] == ["--max-interval", "5"]
+
+
+def test_store_url_comes_from_the_existing_secret() -> None:
+    """SAFEBEAT_URL is a secretKeyRef to the named Secret and key, in beat and in the Job."""
+    manifests = render(CHART, ci_values("all-features"))
+    expected = {"secretKeyRef": {"name": "proj-safebeat", "key": "safebeat-url"}}
+    for where, spec in pod_specs(manifests):
+        assert env(spec["containers"][0])["SAFEBEAT_URL"] == expected, where
+
+
+def test_settings_become_safebeat_environment_variables() -> None:
+    """Each `settings` key becomes its SAFEBEAT_* variable; big numbers keep every digit."""
+    variables = env(beat(ci_values("all-features")))
+    assert variables["SAFEBEAT_NAMESPACE"] == "proj-production"
+    assert variables["SAFEBEAT_CATCHUP_LIMIT"] == "1000000"
+    assert variables["SAFEBEAT_CLAIM_TIMEOUT"] == "45"
+    assert variables["SAFEBEAT_LOCK_TIMEOUT"] == "2.5s"
+    assert variables["SAFEBEAT_METRICS_PORT"] == "9100"
+    assert variables["DJANGO_SETTINGS_MODULE"] == "proj.settings"
+
+
+def test_schema_settings_are_exactly_the_safebeat_settings() -> None:
+    """`settings` accepts every safebeat setting but the URL, the metrics port and the
+    workers' metrics port (the chart runs beat, not workers), and nothing else."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    accepted = set(schema["properties"]["settings"]["properties"])
+    known = {name.removeprefix("safebeat_") for name in SETTINGS}
+    assert accepted == known - {"url", "metrics_port", "worker_metrics_port"}
+
+
+def test_probes_run_safebeat_health_for_the_app() -> None:
+    """Startup, liveness and readiness probes all exec `safebeat -A <app> health --max-age`."""
+    container_spec = beat(STANDALONE)
+    expected = ["safebeat", "-A", "proj", "health", "--max-age", "30s"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container_spec[probe]["exec"]["command"] == expected, probe
+
+
+def test_probe_command_is_accepted_by_the_cli_and_checks_the_apps_namespace() -> None:
+    """The probe's exact arguments run `safebeat health` in the app's namespace, not `default`."""
+    values = merged(STANDALONE, {"app": "tests.chart.probe_app"})
+    command = beat(values)["livenessProbe"]["exec"]["command"]
+    result = CliRunner().invoke(safebeat_cli, command[1:], env={"SAFEBEAT_URL": "memory://"})
+    # No beat heartbeats in this empty store: unhealthy (1), not a usage error (2).
+    assert result.exit_code == 1, result.output
+    assert "'probe-app'" in result.output
+
+
+def test_probe_timings_fit_the_heartbeat() -> None:
+    """Max-age spans three heartbeats; liveness tolerates a slow start and several failed probes."""
+    container_spec = beat(STANDALONE)
+    max_age = parse_duration(container_spec["livenessProbe"]["exec"]["command"][-1], "max-age")
+    assert max_age.total_seconds() >= 3 * Scheduler.heartbeat_interval
+    startup, liveness = container_spec["startupProbe"], container_spec["livenessProbe"]
+    # Importing the app, migrating and registering get two minutes or more.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
+    # A restart needs several failures in a row, over longer than max-age itself.
+    assert liveness["failureThreshold"] >= 3
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] > max_age.total_seconds()
+    # Each probe starts Python and imports the app: allow it more than a second.
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert container_spec[probe]["timeoutSeconds"] >= 5, probe
+
+
+@pytest.mark.parametrize("value_set", VALUE_SETS)
+def test_containers_run_as_non_root_with_a_read_only_root_filesystem(value_set: str) -> None:
+    """Every pod runs non-root, read-only, without privileges, service links or API token."""
+    manifests = render(CHART, ci_values(value_set))
+    for where, spec in pod_specs(manifests):
+        assert spec["enableServiceLinks"] is False, where
+        assert spec["automountServiceAccountToken"] is False, where
+        assert spec["securityContext"]["runAsNonRoot"] is True, where
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for container_spec in spec["containers"]:
+            security = container_spec["securityContext"]
+            assert security["runAsNonRoot"] is True, where
+            assert security["runAsUser"] != 0, where
+            assert security["readOnlyRootFilesystem"] is True, where
+            assert security["allowPrivilegeEscalation"] is False, where
+            assert security["capabilities"]["drop"] == ["ALL"], where
+            mounts = {m["mountPath"]: m["name"] for m in container_spec["volumeMounts"]}
+            assert "emptyDir" in volumes[mounts[TMP]], where
+
+
+def test_migrate_job_is_a_pre_install_and_pre_upgrade_hook() -> None:
+    """`safebeat migrate` runs as a hook before install and upgrade; beat then never migrates."""
+    manifests = render(CHART, STANDALONE)
+    job = one(manifests, "Job")
+    annotations = job["metadata"]["annotations"]
+    assert set(annotations["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
+    assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"].split(",")
+    migrate = container(job["spec"]["template"]["spec"], "migrate")
+    assert migrate["command"] == ["safebeat", "migrate"]
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert env(beat(STANDALONE))["SAFEBEAT_AUTO_MIGRATE"] == "false"
+
+
+def test_without_the_migrate_job_beat_migrates_itself() -> None:
+    """With `migrate.enabled: false` there is no Job, and beat keeps auto-migration on."""
+    values = ci_values("no-migrate")
+    assert "Job" not in kinds(render(CHART, values))
+    assert env(beat(values))["SAFEBEAT_AUTO_MIGRATE"] == "true"
+
+
+def test_auto_migrate_beside_the_migrate_job_is_refused() -> None:
+    """Asking for auto-migration while the Job migrates is an error naming both values."""
+    values = merged(STANDALONE, {"settings": {"auto_migrate": True}})
+    with pytest.raises(helm.HelmRenderError, match=r"settings\.auto_migrate.*migrate\.enabled"):
+        render(CHART, values)
+
+
+@pytest.mark.parametrize("value_set", ["standalone", "all-features"])
+def test_selectors_match_the_beat_pods_and_only_them(value_set: str) -> None:
+    """The PDB and the metrics Service select the beat pods, never the migration Job's pod."""
+    manifests = render(CHART, ci_values(value_set))
+    deployment, job = one(manifests, "Deployment"), one(manifests, "Job")
+    beat_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    job_labels = job["spec"]["template"]["metadata"]["labels"]
+    selectors = [
+        deployment["spec"]["selector"]["matchLabels"],
+        one(manifests, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+    ]
+    services = [m for m in manifests if m["kind"] == "Service"]
+    selectors += [s["spec"]["selector"] for s in services]
+    for selector in selectors:
+        assert selector.items() <= beat_labels.items()
+        assert not selector.items() <= job_labels.items()
+
+
+def test_pdb_takes_min_available_instead_of_max_unavailable() -> None:
+    """Setting minAvailable gives a PDB with only minAvailable, as Kubernetes requires."""
+    pdb = one(render(CHART, ci_values("all-features")), "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 2
+    assert "maxUnavailable" not in pdb["spec"]
+
+
+def test_service_monitor_scrapes_the_beat_metrics_port() -> None:
+    """The ServiceMonitor selects the metrics Service, whose port targets beat's metrics port."""
+    manifests = render(CHART, ci_values("all-features"))
+    monitor, service = one(manifests, "ServiceMonitor"), one(manifests, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["apps"]
+    [endpoint] = monitor["spec"]["endpoints"]
+    [port] = service["spec"]["ports"]
+    assert endpoint["port"] == port["name"] == port["targetPort"]
+    [container_port] = beat(ci_values("all-features"))["ports"]
+    assert (container_port["name"], container_port["containerPort"]) == ("beat-metrics", 9100)
+
+
+def test_sidecar_mode_metrics_service_selects_the_application_pods() -> None:
+    """In sidecar mode the metrics Service selects `metrics.podSelector`, its templates rendered."""
+    service = one(render(CHART, ci_values("sidecar"), release="web"), "Service")
+    assert service["spec"]["selector"] == {
+        "app.kubernetes.io/name": "helm-app",
+        "app.kubernetes.io/instance": "web",
+    }
+
+
+def test_sidecar_mode_service_monitor_without_pod_selector_is_refused() -> None:
+    """A ServiceMonitor in sidecar mode without `metrics.podSelector` is an error naming it."""
+    values = ci_values("sidecar")
+    values["metrics"]["podSelector"] = {}
+    with pytest.raises(helm.HelmRenderError, match=r"metrics\.podSelector"):
+        render(CHART, values)
+
+
+def test_prometheus_rule_holds_the_alert_rules_of_monitoring() -> None:
+    """The PrometheusRule's groups are exactly the groups of monitoring/alerts.yaml."""
+    rule = one(render(CHART, ci_values("all-features")), "PrometheusRule")
+    alerts = yaml.safe_load((ROOT / "monitoring" / "alerts.yaml").read_text())
+    assert rule["spec"]["groups"] == alerts["groups"]
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_dashboard_configmap_holds_the_dashboard_for_grafana() -> None:
+    """The dashboard ConfigMap carries `grafana_dashboard: "1"` and monitoring/dashboard.json."""
+    configmap = one(render(CHART, ci_values("all-features")), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"] == {"grafana_folder": "safebeat"}
+    dashboard = json.loads((ROOT / "monitoring" / "dashboard.json").read_text())
+    assert json.loads(configmap["data"]["safebeat.json"]) == dashboard
+
+
+@pytest.mark.parametrize("name", ["alerts.yaml", "dashboard.json"])
+def test_chart_copies_of_the_monitoring_files_are_identical(name: str) -> None:
+    """The chart's files/ holds byte-identical copies of monitoring/, which Helm can't read."""
+    copy = (CHART / "files" / name).read_bytes()
+    assert copy == (ROOT / "monitoring" / name).read_bytes(), f"cp monitoring/{name} {CHART}/files/"
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"mode": "leader"}, "/mode"),
+        ({"replica": 3}, "'replica' not allowed"),
+        ({"replicas": -1}, "/replicas"),
+        ({"image": {"tag": 1.4}}, "/image/tag"),
+        ({"loglevel": "LOUD"}, "/loglevel"),
+        ({"metrics": {"port": 70000}}, "/metrics/port"),
+        ({"settings": {"misfire": "sometimes"}}, "/settings/misfire"),
+        ({"settings": {"claim_timout": "30s"}}, "'claim_timout' not allowed"),
+        ({"settings": {"claim_timeout": "30 seconds"}}, "/settings/claim_timeout"),
+        ({"store": {"existingSecret": "Proj_DB"}}, "/store/existingSecret"),
+        ({"probes": {"liveness": {"periodSeconds": 0}}}, "/probes/liveness/periodSeconds"),
+    ],
+)
+def test_schema_rejects_a_bad_value(bad: dict[str, Any], message: str) -> None:
+    """values.schema.json rejects a wrong value or an unknown key, naming where it is."""
+    with pytest.raises(helm.HelmValuesError, match=re.escape(message)):
+        render(CHART, merged(STANDALONE, bad))
+
+
+def _undeclared(values: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Keys of `values` that `schema` does not declare, walking declared objects."""
+    if not isinstance(values, dict) or "properties" not in schema:
+        return []
+    missing = []
+    for key, value in values.items():
+        if key not in schema["properties"]:
+            missing.append(f"{path}{key}")
+        else:
+            missing += _undeclared(value, schema["properties"][key], f"{path}{key}.")
+    return missing
+
+
+def test_schema_declares_every_value() -> None:
+    """Every key of values.yaml and of the ci/ value sets is declared in values.schema.json."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["additionalProperties"] is False
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+    for values in [defaults, *(ci_values(name) for name in VALUE_SETS)]:
+        assert _undeclared(values, schema, "") == []
+
+
+def test_chart_versions() -> None:
+    """The chart is version 0.1.0 and its appVersion is safebeat's version."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    version = re.search(r'__version__ = "(.+)"', (ROOT / "safebeat" / "_version.py").read_text())
+    assert version is not None
+    assert (chart["version"], chart["appVersion"]) == ("0.1.0", version.group(1))
+
+
+def test_notes_tell_what_was_installed() -> None:
+    """NOTES.txt names the mode, the replicas, the Secret, the hook and how to check on beat."""
+    standalone = notes(CHART, STANDALONE)
+    assert "Deployment `rel-safebeat` of 2 replica(s)" in standalone
+    assert "Secret `proj-safebeat`" in standalone
+    assert "rel-safebeat-migrate" in standalone
+    assert "exec deploy/rel-safebeat -c beat -- safebeat -A proj status" in standalone
+    sidecar = notes(CHART, ci_values("sidecar"))
+    assert "sidecar in your application's pods" in sidecar
+    assert "ServiceMonitor" in sidecar
+    assert "PrometheusRule" in sidecar
+
+
+def test_crd_kinds_are_the_only_ones_without_a_kubernetes_schema() -> None:
+    """kubernetes-validate knows every kind the chart renders except the two Operator CRDs."""
+    manifests = render(CHART, ci_values("all-features"))
+    unknown = set()
+    for manifest in manifests:
+        try:
+            kubernetes_validate.validate(manifest, KUBE_VERSIONS[-1], strict=True)
+        except kubernetes_validate.SchemaNotFoundError:
+            unknown.add(manifest["kind"])
+    assert unknown == CRD_KINDS
