@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from safebeat import doctor
+from safebeat import doctor, operations
 from safebeat.config import Config, config_from_app, load_config, parse_duration
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import ConfigError, EntryError, SafebeatError
@@ -165,6 +165,7 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
         "last_success": s.last_success,
         "running_since": s.running_since,
         "skipped_recently": s.skipped_recently,
+        "paused": s.paused,
     }
 
 
@@ -207,7 +208,7 @@ def status(options: Options, as_json: bool) -> None:
              "last success", "running since"],
             [
                 [
-                    s.name,
+                    s.name + (" (paused)" if s.paused else ""),
                     s.schedule,
                     _when(s.next_window) if compiled is not None else "(needs -A)",
                     _when(None if s.last_sent is None else s.last_sent.window),
@@ -395,3 +396,107 @@ def prune(options: Options, older_than: str | None) -> None:
         )
         deleted = store.prune(config.namespace, store.clock() - keep)
     click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {_span(keep)}")
+
+
+@main.command()
+@click.argument("entry")
+@click.pass_obj
+def pause(options: Options, entry: str) -> None:
+    """Pause ENTRY for every replica: its windows are skipped (reason `paused`) until resumed."""
+    with _opened(options) as (config, store):
+        operations.set_paused(store, config.namespace, entry, True)
+    click.echo(
+        f"paused {entry!r} in namespace {config.namespace!r}; every replica skips its windows"
+    )
+
+
+@main.command()
+@click.argument("entry")
+@click.pass_obj
+def resume(options: Options, entry: str) -> None:
+    """Resume ENTRY: its next window is dispatched; windows that passed while paused are not."""
+    with _opened(options) as (config, store):
+        operations.set_paused(store, config.namespace, entry, False)
+    click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
+
+
+def _compiled_entry(options: Options, config: Config, name: str, command: str) -> Entry:
+    compiled = options.entries(config)
+    if compiled is None:
+        raise click.UsageError(f"{command} publishes the task: give the app with -A")
+    entries, broken = compiled
+    if name in broken:
+        raise click.ClickException(str(broken[name]))
+    if name not in entries:
+        raise click.ClickException(_unknown_entry(name, entries, config.namespace))
+    return entries[name]
+
+
+def _report(published: operations.Published, what: str) -> None:
+    for claim in published.sent:
+        click.echo(f"{what}: window {_when(claim.window)} sent (task id {claim.task_id})")
+    for claim in published.unsent:
+        click.echo(
+            f"{what}: window {_when(claim.window)} claimed but the broker is unreachable; "
+            "a beat replica re-publishes it after safebeat_claim_timeout"
+        )
+    for window, error in published.failed.items():
+        click.echo(f"{what}: window {window} failed: {error}", err=True)
+    if published.already_claimed:
+        click.echo(f"{what}: {published.already_claimed} window(s) already had a row; left alone")
+    if published.failed:
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("entry")
+@click.pass_obj
+def trigger(options: Options, entry: str) -> None:
+    """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
+    with _opened(options) as (config, store):
+        compiled = _compiled_entry(options, config, entry, "trigger")
+        published = operations.trigger(options.app, store, config.namespace, compiled)
+    _report(published, f"triggered {entry!r}")
+
+
+def _instant(value: str, name: str) -> datetime:
+    try:
+        instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 date or time, e.g. 2026-03-01T06:00:00Z",
+            param_hint=name,
+        ) from None
+    if instant.tzinfo is None:
+        raise click.BadParameter(
+            f"{value!r} has no time zone; add Z (UTC) or an offset such as +03:00",
+            param_hint=name,
+        )
+    return instant
+
+
+@main.command()
+@click.argument("entry")
+@click.option("--from", "start", required=True, help="First instant (ISO 8601, with zone).")
+@click.option("--to", "end", required=True, help="Last instant (ISO 8601, with zone).")
+@click.option(
+    "--limit",
+    default=operations.BACKFILL_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, 100_000),
+    help="Refuse ranges with more windows than this.",
+)
+@click.pass_obj
+def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> None:
+    """Dispatch ENTRY's windows between --from and --to that were never sent. Needs -A.
+
+    Windows already sent, skipped or claimed are left alone; each new one is recorded with
+    reason `backfill` and keeps its own window (and task id).
+    """
+    first, last = _instant(start, "--from"), _instant(end, "--to")
+    with _opened(options) as (config, store):
+        compiled = _compiled_entry(options, config, entry, "backfill")
+        published = operations.backfill(
+            options.app, store, config.namespace, compiled, start=first, end=last, limit=limit
+        )
+    _report(published, f"backfilled {entry!r}")

@@ -31,6 +31,7 @@ class EntryStatus:
     last_success: datetime | None
     running_since: datetime | None
     skipped_recently: int
+    paused: bool
 
     @property
     def sent_by(self) -> str | None:
@@ -76,6 +77,7 @@ def entry_status(
         last_success=None if success is None else success.finished_at,
         running_since=state.running_since,
         skipped_recently=sum(r.skipped_count or 1 for r in rows if r.status is Status.SKIPPED),
+        paused=state.paused,
     )
 
 

@@ -442,7 +442,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 self._entry_failed(name, exc)
                 self._upcoming[name] = now + timedelta(seconds=self.max_interval)
                 continue
-            if entry.overlap is Overlap.FORBID:
+            if state.paused:
+                decision = windows.paused(decision)
+            elif entry.overlap is Overlap.FORBID:
                 decision = windows.forbid_overlap(
                     decision,
                     running_since=state.running_since,
@@ -469,8 +471,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.stats.skipped_windows += sum(s.count or 0 for s in skips)
         for skip in skips:
             self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
-        if skips:
-            self._log_skips(skips)
+        # Windows of paused entries are skipped on purpose: recorded, not warned about.
+        unexpected = [skip for skip in skips if skip.reason != windows.SkipReason.PAUSED.value]
+        if unexpected:
+            self._log_skips(unexpected)
         return TickPlan(claims, skips, advances)
 
     @staticmethod

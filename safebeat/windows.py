@@ -120,6 +120,7 @@ class SkipReason(str, enum.Enum):
     LATE = "late"  # later than the grace period allows
     CATCHUP_LIMIT = "catchup_limit"  # older than the newest `catchup_limit` missed windows
     OVERLAP = "overlap"  # the entry's previous run was still running (overlap="forbid")
+    PAUSED = "paused"  # the entry was paused (safebeat pause)
 
 
 @dataclass(frozen=True)
@@ -465,6 +466,17 @@ def forbid_overlap(
     # Due windows are consecutive windows of the rule, so one span describes them exactly.
     span = SkippedSpan(blocked[0], blocked[-1], len(blocked), SkipReason.OVERLAP)
     return Due(keep, (*decision.skipped, span), decision.next_window)
+
+
+def paused(decision: Due) -> Due:
+    """A paused entry's answer: every window `decision` would dispatch is skipped as `paused`,
+    so resuming later never sends the windows that passed meanwhile."""
+    if not decision.dispatch:
+        return decision
+    # Due windows are consecutive windows of the rule, so one span describes them exactly.
+    first, last = decision.dispatch[0], decision.dispatch[-1]
+    span = SkippedSpan(first, last, len(decision.dispatch), SkipReason.PAUSED)
+    return Due((), (*decision.skipped, span), decision.next_window)
 
 
 def _skipped_spans(

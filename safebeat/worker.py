@@ -46,9 +46,11 @@ from celery.exceptions import Ignore
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window, task_id_for
-from safebeat.local_store import store_of
+from safebeat.local_store import config_of, store_of
 from safebeat.overlap import running_timeout
 from safebeat.stores.base import Outcome, Start
+from safebeat.worker_metrics import child_exited, pool_name
+from safebeat.worker_metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")
 
@@ -97,6 +99,7 @@ def install(app: Any) -> None:
         app.on_after_finalize.connect(_guard_tasks, weak=False)
         if not _signals_connected:
             signals.worker_init.connect(_on_worker_init, weak=False)
+            signals.worker_process_shutdown.connect(_on_child_shutdown, weak=False)
             signals.worker_process_init.connect(_on_worker_process_init, weak=False)
             signals.task_prerun.connect(_on_prerun, weak=False)
             signals.task_postrun.connect(_on_postrun, weak=False)
@@ -142,6 +145,24 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if app is not None and app in _installed:
         _guard_tasks(app)
+        _serve_metrics(app, sender)
+
+
+def _serve_metrics(app: Any, worker: Any) -> None:
+    try:
+        port = config_of(app).worker_metrics_port
+    except SafebeatError:
+        return  # reported when a task first needs the settings
+    if port is None:
+        return
+    try:
+        worker_metrics.serve(port, pool=pool_name(worker))
+    except OSError as exc:
+        logger.error("safebeat: cannot serve worker metrics on port %d (%s)", port, exc)
+
+
+def _on_child_shutdown(pid: int | None = None, **_: Any) -> None:
+    child_exited(pid or os.getpid())
 
 
 def _on_worker_process_init(sender: Any = None, **_: Any) -> None:
@@ -185,7 +206,7 @@ def _check_delivery(task: Any) -> None:
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
-        stats.untracked += 1
+        _untracked(task, window)
         return
     if execution is not None:
         request._safebeat_execution = execution
@@ -198,7 +219,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     the body and without storing a result.
     """
     if not _backoff.ready():
-        stats.untracked += 1
+        _untracked(task, window)
         return None
     try:
         config, store = store_of(task.app)
@@ -213,7 +234,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
                 window.entry,
                 config.namespace,
             )
-            stats.untracked += 1
+            _untracked(task, window)
             return None
         worker = f"{request.hostname or socket.gethostname()}:{os.getpid()}"
         retries = int(request.retries or 0)
@@ -233,12 +254,13 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
         )
     except SafebeatError as exc:  # the store is down, or its settings are wrong: fail open
         _backoff.failed(exc)
-        stats.untracked += 1
+        _untracked(task, window)
         return None
     _backoff.succeeded()
     where = f"entry {window.entry!r} window {format_window(window.window)}"
     if verdict is Start.DUPLICATE:
         stats.duplicates += 1
+        worker_metrics.duplicate(config.namespace, window.entry)
         logger.warning(
             "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window "
             "already started or finished",
@@ -254,7 +276,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             "it runs untracked",
             where,
         )
-        stats.untracked += 1
+        _untracked(task, window)
         return None
     if verdict is Start.TAKEOVER:
         stats.taken_over += 1
@@ -267,6 +289,15 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
         )
     stats.started += 1
     return _Execution(window, worker, retries, time.monotonic())
+
+
+def _untracked(task: Any, window: CurrentWindow) -> None:
+    stats.untracked += 1
+    try:
+        namespace = config_of(task.app).namespace
+    except SafebeatError:
+        return
+    worker_metrics.untracked(namespace, window.entry)
 
 
 def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
@@ -296,6 +327,14 @@ def _on_postrun(sender: Any = None, task: Any = None, state: str | None = None, 
 def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
     """Record how the execution ended; a store that is down only costs the record."""
     runtime = timedelta(seconds=time.monotonic() - execution.started)
+    try:
+        namespace = config_of(task.app).namespace
+    except SafebeatError:
+        namespace = None
+    if namespace is not None:
+        worker_metrics.finished(
+            namespace, execution.window.entry, outcome.value, runtime.total_seconds()
+        )
     try:
         config, store = store_of(task.app)
         store.finish_execution(

@@ -154,11 +154,16 @@ def alias_for(request: pytest.FixtureRequest, vendor: str) -> str:
 
 
 class BeatRouter:
-    """Sends django-celery-beat's models to the database a test picks (`BeatRouter.alias`)."""
+    """Sends django-celery-beat's models to the database a test picks (`BeatRouter.alias`),
+    and safebeat's to `BeatRouter.safebeat` while a test sets it (else to `default`)."""
 
     alias = "default"
+    safebeat: str | None = None
 
     def db_for_read(self, model: type, **hints: object) -> str | None:
-        return self.alias if model._meta.app_label == "django_celery_beat" else None  # type: ignore[attr-defined]
+        label = model._meta.app_label  # type: ignore[attr-defined]
+        if label == "django_celery_beat":
+            return self.alias
+        return self.safebeat if label == "safebeat" else None
 
     db_for_write = db_for_read

@@ -64,6 +64,7 @@ class EntryState:
     `schedule` and `digest` are the definition last registered (see Store.register).
     `running_since` is the start of the entry's newest execution that started and has not
     finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
+    `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry.
     """
 
     name: str
@@ -73,6 +74,7 @@ class EntryState:
     digest: str
     schedule: str
     running_since: datetime | None = None
+    paused: bool = False
 
     @property
     def decided_until(self) -> datetime:
@@ -292,6 +294,30 @@ class Store(Protocol):
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:
         """Return dispatch rows, newest window first, optionally of one entry."""
+        ...
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        """Pause or resume `entry` for every replica; return False if it is not registered.
+
+        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
+        returns. Registering the entry again (a restart, a changed definition) keeps the
+        flag; only set_paused changes it.
+        """
+        ...
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        """Claim windows outside the schedule's tick: a run triggered by hand
+        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
+
+        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
+        key (namespace, entry, window) as a tick: a window that already has a row (sent,
+        skipped or claimed) is left alone and not returned. Does not take the tick lock and
+        does not change `last_window`. Returns the committed claims (`attempts` 1); the
+        caller publishes them and calls record_publish, and a claim it leaves unsent is
+        taken over by a tick's reclaim like any other.
+        """
         ...
 
     def start_execution(

@@ -17,6 +17,7 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    NewClaim,
     Outcome,
     Planner,
     Reclaim,
@@ -298,6 +299,37 @@ class MemoryStore:
             ]
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records[:limit]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._mutex:
+            ns = self._ns(namespace)
+            state = ns.entries.get(entry)
+            if state is None:
+                return False
+            ns.entries[entry] = replace(state, paused=paused)
+            return True
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            inserted = []
+            for claim in claims:
+                record = self._new_row(
+                    ns,
+                    replica,
+                    now,
+                    entry=claim.entry,
+                    window=claim.window,
+                    status=Status.CLAIMED,
+                    task_id=claim.task_id,
+                    task_name=claim.task_name,
+                    reason=reason,
+                )
+                if record is not None:
+                    inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+            return inserted
 
     def start_execution(
         self,

@@ -1,4 +1,4 @@
-"""A real `celery beat -S safebeat.Scheduler` serving metrics: scraped, named as documented."""
+"""Real `celery beat` and `celery worker` processes serving metrics, named as documented."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from safebeat.stores.sqlite import SqliteStore
 from tests import services
 from tests.acceptance.harness import Cluster
+from tests.acceptance.test_workers import claim_window, publish, wait_for
+from tests.acceptance.test_workers import cluster as worker_cluster
 from tests.unit.test_monitoring import documented_metrics
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
@@ -66,7 +69,7 @@ def test_a_running_beat_serves_the_documented_metrics(
         for name in samples
         if name.startswith("safebeat_") and not name.endswith("_created")
     }
-    documented = set(documented_metrics())
+    documented = set(documented_metrics("From beat"))
     # Per-entry counters appear with an entry's first event; this run has none of these.
     quiet = {
         "safebeat_windows_skipped_total",
@@ -90,3 +93,52 @@ def test_a_running_beat_serves_the_documented_metrics(
     assert value("safebeat_replica_info", namespace=namespace) == 1
     assert value("safebeat_tick_duration_seconds_count", namespace=namespace) >= 2
     assert value("safebeat_store_errors_total", kind="unavailable") == 0
+
+
+def test_a_prefork_worker_serves_what_its_children_counted(
+    tmp_path: Path, redis_url: str, queue: str, namespace: str
+) -> None:
+    """A prefork worker with PROMETHEUS_MULTIPROC_DIR serves its children's counts: one
+    success and one duplicate skipped for a window delivered twice."""
+    port = services.free_port()
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    store = SqliteStore(url)
+    store.migrate()
+    claim = claim_window(store, namespace, "report")
+    (tmp_path / "prometheus").mkdir()
+    workers = worker_cluster(
+        tmp_path,
+        redis_url,
+        queue,
+        store_url=url,
+        namespace=namespace,
+        PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "prometheus"),
+        SAFEBEAT_WORKER_METRICS_PORT=str(port),
+    )
+    workers.start_workers(1, pool="prefork", concurrency=2)
+    try:
+        workers.wait_started()
+        publish(redis_url, queue, claim, copies=2, sleep=0.2)
+        wait_for(store, namespace, lambda r: r.duplicates >= 1 and r.finished_at, workers)
+        samples = scrape(port)
+    finally:
+        workers.stop()
+
+    def value(name: str, **labels: str) -> float:
+        matches = [v for ls, v in samples.get(name, []) if labels.items() <= ls.items()]
+        assert len(matches) == 1, (name, labels, samples.get(name))
+        return matches[0]
+
+    ours = {"namespace": namespace, "entry": "report"}
+    assert value("safebeat_executions_total", outcome="success", **ours) == 1
+    assert value("safebeat_duplicates_suppressed_total", **ours) == 1
+    assert value("safebeat_last_success_timestamp_seconds", **ours) > time.time() - 60
+    assert value("safebeat_task_runtime_seconds_count", namespace=namespace) == 1
+    documented = set(documented_metrics("From workers"))
+    exposed = {
+        name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        for name in samples
+        if name.startswith("safebeat_") and not name.endswith("_created")
+    }
+    # Nothing ran untracked here, so that per-entry counter has no sample yet.
+    assert exposed == documented - {"safebeat_executions_untracked_total"}, exposed ^ documented

@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -21,9 +21,10 @@ from click.testing import CliRunner, Result
 from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica
-from safebeat.stores.base import Definition
+from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from tests import services
+from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 
 REPLICA = Replica("host-a", 1, "aaaaaa")
@@ -230,3 +231,101 @@ def test_status_with_an_app_shows_next_windows(tmp_path: Path, sqlite_url: str) 
     assert result.returncode == 0, result.stderr
     [entry] = json.loads(result.stdout)["entries"]
     assert entry["next_window"].endswith("T03:00:00Z")
+
+
+# --- pause, resume, trigger, backfill -------------------------------------------------------
+
+
+@pytest.fixture
+def app_module(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    sqlite_url: str,
+    namespace: str,
+) -> Iterator[str]:
+    """An importable Celery app module (`-A <name>`) with one entry every 60 s."""
+    name = f"cliops_{namespace.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from celery import Celery\n"
+        f"app = Celery({namespace!r}, broker={redis_url!r})\n"
+        f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
+        f"    task_default_queue={namespace!r},\n"
+        "    beat_schedule={'report': {'task': 'ops.report', 'schedule': 60.0}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    redis.Redis.from_url(redis_url).delete(namespace)
+
+
+def registered(sqlite_url: str, namespace: str) -> SqliteStore:
+    store = SqliteStore(sqlite_url)
+    store.migrate()
+    store.register(namespace, [Definition("report", "every 60s", "d")], REPLICA)
+    return store
+
+
+def test_pause_and_resume_flag_the_entry_for_every_replica(sqlite_url: str, namespace: str) -> None:
+    """`pause` sets the store's flag, `resume` clears it; an unknown entry is one line, exit 1."""
+    store = registered(sqlite_url, namespace)
+    paused = cli("--url", sqlite_url, "--namespace", namespace, "pause", "report")
+    assert paused.exit_code == 0, paused.output
+    assert store.states(namespace)["report"].paused
+    assert cli("--url", sqlite_url, "--namespace", namespace, "resume", "report").exit_code == 0
+    assert not store.states(namespace)["report"].paused
+    unknown = cli("--url", sqlite_url, "--namespace", namespace, "pause", "reprot")
+    assert unknown.exit_code == 1
+    assert "no entry 'reprot' is registered" in unknown.output
+
+
+def test_trigger_publishes_one_extra_run_recorded_as_such(
+    app_module: str, sqlite_url: str, redis_url: str, namespace: str
+) -> None:
+    """`trigger` sends the task now with safebeat's headers and records a `trigger` row."""
+    store = registered(sqlite_url, namespace)
+    result = cli("-A", app_module, "trigger", "report")
+    assert result.exit_code == 0, result.output
+    assert "window" in result.output
+    assert "sent" in result.output
+    [message] = safebeat_messages(redis_messages(redis_url, namespace))
+    [row] = store.history(namespace, "report")
+    assert (row.status, row.reason, row.task_id) == (Status.SENT, "trigger", message.task_id)
+    assert message.window == row.window
+    assert store.states(namespace)["report"].last_window is None  # the schedule is untouched
+    without_app = cli("--url", sqlite_url, "--namespace", namespace, "trigger", "report")
+    assert without_app.exit_code == 2
+    assert "give the app with -A" in without_app.output
+
+
+def test_backfill_sends_only_the_windows_never_sent(
+    app_module: str, sqlite_url: str, redis_url: str, namespace: str
+) -> None:
+    """`backfill` claims the range's windows without a row, leaves sent ones, refuses the future."""
+    store = registered(sqlite_url, namespace)
+    anchor = store.states(namespace)["report"].anchor
+    start, end = anchor - timedelta(minutes=5), anchor - timedelta(seconds=1)
+
+    def iso(instant: datetime) -> str:
+        return instant.isoformat().replace("+00:00", "Z")
+
+    first = cli("-A", app_module, "backfill", "report", "--from", iso(start), "--to", iso(end))
+    assert first.exit_code == 0, first.output
+    messages = safebeat_messages(redis_messages(redis_url, namespace))
+    assert len(messages) == 5
+    assert all(start <= m.window <= end for m in messages)
+    rows = store.history(namespace, "report")
+    assert {(r.status, r.reason) for r in rows} == {(Status.SENT, "backfill")}
+
+    again = cli("-A", app_module, "backfill", "report", "--from", iso(start), "--to", iso(end))
+    assert again.exit_code == 0, again.output
+    assert "5 window(s) already had a row" in again.output
+    assert len(safebeat_messages(redis_messages(redis_url, namespace))) == 5  # none added
+
+    future = cli(
+        "-A", app_module, "backfill", "report", "--from", iso(start), "--to", "2999-01-01T00:00:00Z"
+    )
+    assert future.exit_code == 1
+    assert "is in the future" in future.output
+    naive = cli("-A", app_module, "backfill", "report", "--from", "2026-01-01", "--to", iso(end))
+    assert naive.exit_code == 2
+    assert "has no time zone" in naive.output

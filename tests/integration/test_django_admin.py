@@ -1,19 +1,33 @@
-"""The admin pages, rendered by Django's test client over a store written by real ticks."""
+"""The admin pages, rendered by Django's test client over a store written by real ticks.
+
+The entries page's actions (pause, resume, trigger now) run against safebeat's tables in
+SQLite, PostgreSQL and MariaDB (where reachable), and trigger publishes through a real
+Celery app to kombu's memory broker.
+"""
 
 from __future__ import annotations
 
+import html
+import json
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from celery import Celery
 
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import Definition, NewClaim, TickPlan
+from safebeat.stores.base import Definition, NewClaim, Status, TickPlan
 from tests import djangosite
 
 pytestmark = pytest.mark.django
 
 REPLICA = Replica("beat-pod-7", 4242, "abcdef")
+ENTRIES = "/admin/safebeat/dispatch/entries/"
+#: django-celery-beat rows the tests create, deleted after each test.
+ROWS = ("broken-args", "nightly-report")
 
 
 @pytest.fixture
@@ -29,7 +43,83 @@ def client(django_aliases: dict[str, str]) -> Iterator[object]:
     yield client
     from django_celery_beat.models import PeriodicTask
 
-    PeriodicTask.objects.filter(name="broken-args").delete()
+    PeriodicTask.objects.filter(name__in=ROWS).delete()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def safebeat_db(request: pytest.FixtureRequest, client: object) -> Iterator[str]:
+    """The alias the admin reads safebeat's tables from: `default` (SQLite) or one routed to."""
+    if request.param == "sqlite":
+        yield "default"
+        return
+    alias = djangosite.alias_for(request, request.param)
+    djangosite.BeatRouter.safebeat = alias
+    yield alias
+    djangosite.BeatRouter.safebeat = None
+
+
+@pytest.fixture
+def celery_app() -> Iterator[Celery]:
+    """The project's Celery app as the admin finds it (the current app), on a memory broker."""
+    from celery import current_app
+
+    previous = current_app._get_current_object()
+    app = Celery("admintests", broker="memory://")  # becomes the current app
+    app.conf.update(
+        task_default_queue=f"q-{uuid.uuid4().hex[:8]}",
+        result_expires=None,
+        beat_schedule={
+            "nightly-report": {
+                "task": "billing.charge",
+                "schedule": 60.0,
+                "kwargs": {"plan": "pro"},
+            }
+        },
+    )
+
+    @app.task(name="billing.charge", shared=False)
+    def charge(**kwargs: object) -> None:
+        """The task the schedule names."""
+
+    yield app
+    previous.set_current()
+
+
+def settings_definition(app: Celery, name: str = "nightly-report") -> Definition:
+    """The definition beat registers for the `beat_schedule` entry `name`."""
+    from safebeat.config import config_from_app
+    from safebeat.entries import compile_schedule
+
+    entries, _ = compile_schedule(
+        app.conf.beat_schedule, app_timezone=app.timezone, config=config_from_app(app)
+    )
+    return entries[name].definition
+
+
+def post(client: Any, action: str, *entries: tuple[str, str]) -> str:
+    """Run `action` on the entries page for (namespace, name) pairs; return the page after."""
+    response = client.post(
+        ENTRIES, {"action": action, "entry": [json.dumps(list(e)) for e in entries]}, follow=True
+    )
+    assert response.status_code == 200
+    assert response.redirect_chain == [(ENTRIES, 302)]
+    return html.unescape(response.content.decode())
+
+
+def drain(app: Celery) -> list[tuple[dict[str, Any], Any]]:
+    """Every message on the app's queue, as (headers, decoded body)."""
+    found = []
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        while (m := channel.basic_get(app.conf.task_default_queue, no_ack=True)) is not None:
+            found.append((m.headers, m.decode()))
+    return found
 
 
 def test_history_entries_and_replicas_pages_show_the_store(client: object, namespace: str) -> None:
@@ -74,3 +164,161 @@ def test_history_entries_and_replicas_pages_show_the_store(client: object, names
 
     row = result.claimed[0]
     assert client.get(f"/admin/safebeat/dispatch/{row.id}/delete/").status_code == 403  # type: ignore[attr-defined]
+
+
+def test_entries_are_paused_resumed_and_triggered_from_the_admin(
+    client: Any, safebeat_db: str, celery_app: Celery, namespace: str
+) -> None:
+    """Pause and resume flip the shared flag; trigger sends one window, recorded as a trigger."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore(f"django://{safebeat_db}")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    key = (namespace, "nightly-report")
+
+    page = post(client, "pause", key)
+    assert f"Paused 'nightly-report' (namespace '{namespace}')" in page
+    assert '<td class="paused">paused</td>' in page
+    assert store.states(namespace)["nightly-report"].paused
+
+    page = post(client, "resume", key)
+    assert f"Resumed 'nightly-report' (namespace '{namespace}')" in page
+    assert not store.states(namespace)["nightly-report"].paused
+
+    page = post(client, "trigger", key)
+    [row] = store.history(namespace, "nightly-report")
+    assert (row.status, row.reason, row.task_name) == (Status.SENT, "trigger", "billing.charge")
+    window = row.window.isoformat().replace("+00:00", "Z")
+    assert f"Triggered 'nightly-report': window {window} sent (task id {row.task_id})" in page
+    assert store.states(namespace)["nightly-report"].last_window is None
+    [(headers, (args, kwargs, _))] = drain(celery_app)
+    assert (headers["id"], headers["safebeat_entry"]) == (row.task_id, "nightly-report")
+    assert (args, kwargs) == ([], {"plan": "pro"})
+
+
+def test_trigger_sends_the_definition_beat_registered(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """Of a periodic task and a beat_schedule entry of one name, the one beat registered is sent."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from safebeat.config import config_from_app
+    from safebeat.contrib.django.source import PeriodicTaskSource, host_now
+    from safebeat.stores.django import DjangoStore
+
+    every, _ = IntervalSchedule.objects.get_or_create(every=60, period="seconds")
+    PeriodicTask.objects.create(
+        name="nightly-report",
+        task="billing.charge",
+        interval=every,
+        kwargs=json.dumps({"plan": "enterprise"}),
+    )
+    [row] = PeriodicTaskSource(celery_app, config_from_app(celery_app), host_now).load()
+    assert row.entry is not None
+    store = DjangoStore("django://default")
+    key = (namespace, "nightly-report")
+
+    store.register(namespace, [row.entry.definition], REPLICA)
+    assert "Triggered 'nightly-report'" in post(client, "trigger", key)
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    assert "Triggered 'nightly-report'" in post(client, "trigger", key)
+
+    sent = [kwargs for _, (_, kwargs, _) in drain(celery_app)]
+    assert sent == [{"plan": "enterprise"}, {"plan": "pro"}]
+    assert [r.reason for r in store.history(namespace)] == ["trigger", "trigger"]
+
+
+def test_trigger_says_what_it_could_not_do(client: Any, celery_app: Celery, namespace: str) -> None:
+    """An entry the app does not define is refused; a stale definition is sent, with a warning."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    stale = replace(settings_definition(celery_app), digest="an-older-definition")
+    store.register(namespace, [stale, Definition("ghost", "every 60s", "d1")], REPLICA)
+
+    page = post(
+        client,
+        "trigger",
+        (namespace, "ghost"),
+        (namespace, "nightly-report"),
+        (namespace, "not-registered"),
+    )
+    assert (
+        "Could not trigger 'ghost': schedule entry 'ghost': neither the Celery app's "
+        "beat_schedule nor an enabled periodic task defines it"
+    ) in page
+    assert "'nightly-report': the definition compiled here is not the one beat registered" in page
+    assert "Triggered 'nightly-report': window " in page
+    assert (
+        f"Could not trigger 'not-registered': it is not registered in namespace '{namespace}'"
+        in (page)
+    )
+    assert store.history(namespace, "ghost") == []
+    assert len(drain(celery_app)) == 1
+
+    page = post(client, "pause")
+    assert "Select the entries to act on: no entry was changed." in page
+    page = post(client, "resume", (namespace, "not-registered"))
+    assert "Could not resume 'not-registered': no entry 'not-registered' is registered" in page
+
+
+def test_entry_actions_need_the_change_permission(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """A user who may only view the history sees no actions, and a posted one is refused."""
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    viewer, _ = User.objects.get_or_create(username="viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_dispatch"))
+    browser = Client()
+    browser.force_login(viewer)
+
+    page = browser.get(ENTRIES)
+    assert page.status_code == 200
+    assert "nightly-report" in page.content.decode()
+    assert 'name="action"' not in page.content.decode()
+    refused = browser.post(
+        ENTRIES,
+        {"action": "pause", "entry": json.dumps([namespace, "nightly-report"])},
+    )
+    assert refused.status_code == 403
+    assert not store.states(namespace)["nightly-report"].paused
+
+
+def test_a_triggered_window_is_committed_before_it_is_published(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """With ATOMIC_REQUESTS on, the claim is committed when its message leaves, as beat's are."""
+    import sqlite3
+    from contextlib import closing
+
+    from celery.signals import before_task_publish
+    from django.db import connections
+
+    from safebeat.stores.django import DjangoStore
+
+    DjangoStore("django://default").register(namespace, [settings_definition(celery_app)], REPLICA)
+    database = connections["default"].settings_dict
+    seen: list[list[tuple[str]]] = []
+
+    def look(headers: dict[str, Any], **kwargs: object) -> None:
+        """Read the window's row from another connection, as a worker would."""
+        with closing(sqlite3.connect(str(database["NAME"]))) as other:
+            query = "SELECT status FROM safebeat_dispatch WHERE task_id = ?"
+            seen.append(other.execute(query, [headers["id"]]).fetchall())
+
+    before_task_publish.connect(look, weak=False)
+    database["ATOMIC_REQUESTS"] = True
+    try:
+        assert "Triggered 'nightly-report'" in post(
+            client, "trigger", (namespace, "nightly-report")
+        )
+    finally:
+        database["ATOMIC_REQUESTS"] = False
+        before_task_publish.disconnect(look)
+    assert seen == [[("claimed",)]]

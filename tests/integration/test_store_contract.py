@@ -719,3 +719,77 @@ def test_prune_deletes_expired_effect_keys_only(store: Store, namespace: str) ->
     time.sleep(0.1)
     assert store.prune(namespace, store.clock() - HOUR) == 1
     assert store.claim_effect(namespace, "live", owner="p", keep_for=HOUR, task_id=None) is False
+
+
+# --- operators: pause, trigger, backfill ------------------------------------------------
+
+
+def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """set_paused flags the entry for all replicas; registering again keeps the flag."""
+    store, other = open_store(), open_store()
+    store.register(namespace, definitions("a", "b"), REPLICA)
+    assert store.set_paused(namespace, "a", True)
+    assert other.states(namespace)["a"].paused
+    assert not other.states(namespace)["b"].paused
+    seen: dict[str, bool] = {}
+
+    def planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        seen.update({name: state.paused for name, state in states.items()})
+        return TickPlan()
+
+    other.tick(namespace, ["a", "b"], planner, replica=OTHER)
+    assert seen == {"a": True, "b": False}
+    again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
+    assert again.states["a"].paused
+    assert other.set_paused(namespace, "a", False)
+    assert not store.states(namespace)["a"].paused
+    assert not store.set_paused(namespace, "no-such-entry", True)
+
+
+def test_extra_claims_share_the_unique_key_and_leave_last_window_alone(
+    store: Store, namespace: str
+) -> None:
+    """claim_extra inserts only windows without a row, records why, and moves no state."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    first, second = window_after(state, 1), window_after(state, 2)
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, first), replica=REPLICA)
+    extra = store.claim_extra(
+        namespace,
+        [NewClaim("a", w, task_id_for(namespace, "a", w), "tasks.run") for w in (first, second)],
+        replica=OTHER,
+        reason="backfill",
+    )
+    assert [(c.window, c.attempts) for c in extra] == [(second, 1)]
+    assert extra[0].task_id == task_id_for(namespace, "a", second)
+    assert store.states(namespace)["a"].last_window == first
+    row = next(r for r in store.history(namespace, "a") if r.window == second)
+    assert (row.status, row.reason, row.replica) == (Status.CLAIMED, "backfill", OTHER.id)
+    store.record_publish(namespace, [extra[0].id], {})
+    row = next(r for r in store.history(namespace, "a") if r.window == second)
+    assert row.status is Status.SENT
+    assert store.claim_extra(namespace, [], replica=OTHER, reason="trigger") == []
+
+
+def test_extra_claims_left_unsent_are_taken_over_by_a_tick(store: Store, namespace: str) -> None:
+    """A triggered claim nobody published is re-published by the next reclaim, same task id."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = window_after(state, 1) + timedelta(microseconds=250)
+    [claim] = store.claim_extra(
+        namespace,
+        [NewClaim("a", window, task_id_for(namespace, "a", window), "tasks.run")],
+        replica=OTHER,
+        reason="trigger",
+    )
+    result = store.tick(
+        namespace,
+        [],
+        lambda now, s: TickPlan(),
+        replica=REPLICA,
+        reclaim=Reclaim(["a"], timedelta(0)),
+    )
+    assert result is not None
+    assert [(c.id, c.window, c.task_id, c.attempts) for c in result.reclaimed] == [
+        (claim.id, window, claim.task_id, 2)
+    ]

@@ -9,7 +9,18 @@ from click.testing import CliRunner
 from safebeat.cli import main
 
 DOCS = Path(__file__).parents[2] / "docs" / "cli.md"
-COMMANDS = ["status", "history", "health", "doctor", "migrate", "prune"]
+COMMANDS = [
+    "status",
+    "history",
+    "health",
+    "doctor",
+    "pause",
+    "resume",
+    "trigger",
+    "backfill",
+    "migrate",
+    "prune",
+]
 INTRO = """# Command line
 
 The `safebeat` command (also `python -m safebeat`) reads the same settings as beat.
@@ -18,6 +29,15 @@ its schedule). `--url` names the store directly, and `SAFEBEAT_*` environment va
 apply as they do for beat. Every command prints tables or lines for people; `status`,
 `history` and `doctor` also take `--json`, for scripts. An error is one line and exit code
 1, and store URLs never show a password.
+
+`pause` and `resume` act on the whole cluster at the next tick of any replica: a paused
+entry's windows are recorded as skipped with reason `paused`, and resuming never sends
+the windows that passed meanwhile. `trigger` and `backfill` claim their windows under
+the same unique key as beat, then publish them from this process with the app given by
+`-A`: a window already sent is never sent again, and every extra run is recorded with
+reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
+run. `trigger` and `backfill` find the entry in the app's `beat_schedule`; for
+django-celery-beat rows, use the Django admin's "trigger now" action.
 
 This page is the output of `--help`; a test keeps the two identical.
 """

@@ -14,14 +14,14 @@ ROOT = Path(__file__).parents[2]
 SUFFIXES = ("_bucket", "_count", "_sum")
 
 
-def documented_metrics() -> dict[str, str]:
-    """Metric name -> type, from the table in docs/metrics.md (counters get `_total`)."""
-    table = re.findall(
-        r"^\| `(safebeat_[a-z_]+)` \| (counter|gauge|histogram) \|",
-        (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8"),
-        re.MULTILINE,
-    )
-    assert table, "docs/metrics.md has no metrics table"
+def documented_metrics(section: str | None = None) -> dict[str, str]:
+    """Metric name -> type, from the tables in docs/metrics.md (counters get `_total`);
+    only those under the heading `### <section>` when given ("From beat", "From workers")."""
+    text = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    if section is not None:
+        text = text.split(f"### {section}\n", 1)[1].split("\n### ", 1)[0]
+    table = re.findall(r"^\| `(safebeat_[a-z_]+)` \| (counter|gauge|histogram) \|", text, re.M)
+    assert table, f"docs/metrics.md has no metrics table {section or ''}"
     return dict(table)
 
 

@@ -14,7 +14,7 @@ from celery.schedules import crontab
 
 from safebeat import Scheduler
 from safebeat.errors import ConfigError, StoreUnavailable
-from safebeat.identity import task_id_for
+from safebeat.identity import format_window, task_id_for
 from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
@@ -462,3 +462,31 @@ def test_short_alias_is_registered_for_dash_s() -> None:
 
     aliases = dict(load_extension_class_names("celery.beat_schedulers"))
     assert symbol_by_name("safebeat", aliases=aliases) is Scheduler
+
+
+def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While paused, an entry's windows are recorded as skipped (paused); resuming sends
+    the next window only, never the ones that passed meanwhile, and nothing is warned."""
+    app = make_app(
+        queue, {"a": {"task": "t.run", "schedule": 60.0}, "b": {"task": "t.run", "schedule": 60.0}}
+    )
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 61, step=1)
+    assert {m["safebeat_entry"] for m in drain(app, queue)} == {"a", "b"}
+    assert store.set_paused("unit", "a", True)
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        run(scheduler, clock, 300, step=1)
+    assert {m["safebeat_entry"] for m in drain(app, queue)} == {"b"}
+    assert "skipped windows" not in caplog.text
+    paused = [r for r in store.history("unit", "a") if r.status is Status.SKIPPED]
+    assert {r.reason for r in paused} == {"paused"}
+    assert sum(r.skipped_count or 0 for r in paused) == 5
+    assert store.set_paused("unit", "a", False)
+    run(scheduler, clock, 60, step=1)
+    sent = [m for m in drain(app, queue) if m["safebeat_entry"] == "a"]
+    assert len(sent) == 1
+    last_paused = max(r.window for r in paused)
+    assert sent[0]["safebeat_window"] > format_window(last_paused)

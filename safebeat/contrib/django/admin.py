@@ -1,29 +1,40 @@
 """Admin pages: the dispatch history, the entries' shared state, the live replicas.
 
-Everything here is read-only. Deleting a dispatch row would free its window's unique
-key, so a replica could claim the window again: the history cannot be edited or deleted
-from the admin (beat prunes it after `safebeat_retention`). Pausing an entry and
-triggering a window by hand are not part of safebeat's store yet; for django-celery-beat
-rows, `enabled` pauses a row and its admin's "Run selected tasks" runs one now.
+The history is read-only. Deleting a dispatch row would free its window's unique key, so
+a replica could claim the window again: the history cannot be edited or deleted from the
+admin (beat prunes it after `safebeat_retention`). The entries page has three actions,
+for users with the "Can change entry" permission: pause, resume (for every replica) and
+trigger now (one window sent from the web process; see `safebeat.contrib.django.actions`).
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
-from django.contrib import admin
+from celery import current_app
+from celery.local import Proxy
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import router, transaction
 from django.db.models import OuterRef, Subquery
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from safebeat.contrib.django import actions
 from safebeat.contrib.django.models import Dispatch, Entry, Replica
 
 #: A replica whose last heartbeat is older than this is shown as gone.
 LIVE_WITHIN = timedelta(seconds=30)
+#: The entries page's actions: form value -> label.
+ENTRY_ACTIONS = {
+    "pause": "Pause selected entries",
+    "resume": "Resume selected entries",
+    "trigger": "Trigger selected entries now",
+}
 
 
 @admin.register(Dispatch)
@@ -50,6 +61,10 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
     search_fields = ("entry", "task_id", "replica", "worker")
     ordering = ("-window_at", "-id")
     readonly_fields = tuple(field.name for field in Dispatch._meta.fields)
+    #: The Celery app that triggered windows are sent with: the current app, which
+    #: Celery's Django fixup makes the default of every thread (as django-celery-beat's
+    #: admin uses it). Set it to your app in a subclass to choose another.
+    celery_app: Any = current_app
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -63,15 +78,20 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view
         return [
-            path("entries/", view(self.entries_view), name="safebeat_entries"),
+            path("entries/", _not_atomic(view(self.entries_view)), name="safebeat_entries"),
             path("replicas/", view(self.replicas_view), name="safebeat_replicas"),
             *super().get_urls(),
         ]
 
     def entries_view(self, request: HttpRequest) -> HttpResponse:
-        """Each entry's shared state and its latest window, and periodic tasks that are broken."""
+        """Each entry's shared state and its latest window, and periodic tasks that are broken.
+
+        A POST runs one of ENTRY_ACTIONS on the selected entries, then shows the page again.
+        """
         if not self.has_view_permission(request):
             raise PermissionDenied
+        if request.method == "POST":
+            return self.entry_action(request)
         latest = Dispatch.objects.filter(
             namespace=OuterRef("namespace"), entry=OuterRef("name")
         ).order_by("-window_at")
@@ -87,11 +107,57 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         context = {
             **self.admin_site.each_context(request),
             "title": "safebeat entries",
-            "entries": list(entries),
-            "problems": periodic_task_problems(),
+            "entries": [
+                {**row, "key": json.dumps([row["namespace"], row["name"]])} for row in entries
+            ],
+            "problems": periodic_task_problems(self.get_celery_app()),
+            "entry_actions": ENTRY_ACTIONS if self.has_entry_action_permission(request) else {},
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "safebeat/entries.html", context)
+
+    def has_entry_action_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may pause, resume and trigger entries ("Can change entry")."""
+        opts = Entry._meta
+        return bool(request.user.has_perm(f"{opts.app_label}.change_{opts.model_name}"))
+
+    def entry_action(self, request: HttpRequest) -> HttpResponse:
+        """Run the posted action on the selected entries; say what happened to each."""
+        if not self.has_entry_action_permission(request):
+            raise PermissionDenied
+        page = HttpResponseRedirect(reverse(f"{self.admin_site.name}:safebeat_entries"))
+        action = request.POST.get("action", "")
+        selected = _selected(request.POST.getlist("entry"))
+        if action not in ENTRY_ACTIONS:
+            messages.warning(request, "Choose an action for the selected entries.")
+            return page
+        if not selected:
+            messages.warning(request, "Select the entries to act on: no entry was changed.")
+            return page
+        for message in self.run_entry_action(action, selected):
+            messages.add_message(request, message.level, message.text)
+        return page
+
+    def run_entry_action(
+        self, action: str, selected: list[tuple[str, str]]
+    ) -> list[actions.Message]:
+        """Pause, resume or trigger each selected (namespace, entry); return the messages."""
+        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+
+        # The database this page reads the entries from is the one the actions write to.
+        store = DjangoStore(f"django://{router.db_for_write(Entry)}")
+        found: list[actions.Message] = []
+        for namespace, name in selected:
+            if action == "trigger":
+                found.extend(actions.trigger(self.get_celery_app(), store, namespace, name))
+            else:
+                found.append(actions.set_paused(store, namespace, name, action == "pause"))
+        return found
+
+    def get_celery_app(self) -> Any:
+        """The Celery app (`celery_app`), itself rather than a proxy of the current one."""
+        app = self.celery_app
+        return app._get_current_object() if isinstance(app, Proxy) else app
 
     def replicas_view(self, request: HttpRequest) -> HttpResponse:
         """Every replica's last heartbeat, the live ones first."""
@@ -112,18 +178,39 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         return TemplateResponse(request, "safebeat/replicas.html", context)
 
 
-def periodic_task_problems() -> list[tuple[str, str]]:
+def _not_atomic(view: Any) -> Any:
+    """Exempt `view` from ATOMIC_REQUESTS on every database: a triggered window's claim must
+    be committed before its message is published, as beat's are (a worker that receives
+    it looks its row up), so the store commits it on its own."""
+    from django.conf import settings  # noqa: PLC0415
+
+    for alias in settings.DATABASES:
+        view = transaction.non_atomic_requests(using=alias)(view)
+    return view
+
+
+def _selected(values: list[str]) -> list[tuple[str, str]]:
+    """The (namespace, entry) pairs of the checked boxes, in order, each once."""
+    selected: dict[tuple[str, str], None] = {}
+    for value in values:
+        try:
+            namespace, name = json.loads(value)
+        except (ValueError, TypeError):
+            continue  # not a value the page wrote
+        if isinstance(namespace, str) and isinstance(name, str):
+            selected[namespace, name] = None
+    return list(selected)
+
+
+def periodic_task_problems(app: Any) -> list[tuple[str, str]]:
     """(row name, problem) of every enabled django-celery-beat row beat would leave out."""
     from django.apps import apps  # noqa: PLC0415
 
     if not apps.is_installed("django_celery_beat"):
         return []
-    from celery import current_app  # noqa: PLC0415
-
     from safebeat.config import config_from_app  # noqa: PLC0415
     from safebeat.contrib.django.source import PeriodicTaskSource, host_now  # noqa: PLC0415
 
-    app = current_app._get_current_object()
     app.loader.import_default_modules()  # register the project's tasks, as beat does
     rows = PeriodicTaskSource(app, config_from_app(app), host_now).load()
     return sorted((row.name, row.error.problem) for row in rows if row.error is not None)

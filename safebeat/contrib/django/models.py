@@ -38,6 +38,8 @@ class Entry(models.Model):  # type: ignore[misc]  # Django is untyped here
     defined_at = models.DateTimeField()
     last_window = models.DateTimeField(null=True)
     registered_by = models.TextField()
+    # Set by pause / resume: the scheduler skips the windows of a paused entry (version 3).
+    paused = models.BooleanField(db_default=False)
 
     class Meta:
         db_table = "safebeat_entry"

@@ -8,7 +8,8 @@ same on all of them: every window's row is inserted with `bulk_create(ignore_con
 True)` (`ON CONFLICT DO NOTHING`, MySQL's `INSERT IGNORE`) under the unique key
 `(namespace, entry, window_at)`, and the rows this tick inserted are read back by this
 replica's id and the tick's instant. A tick costs the same few round trips however many
-entries are due.
+entries are due. `claim_extra` (windows triggered or backfilled by hand) claims the same
+way, without the tick lock.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    NewClaim,
     Outcome,
     Planner,
     Reclaim,
@@ -209,12 +211,11 @@ class DjangoStore:
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
             rows = rows.filter(name__in=list(names))
-        return {
-            row[0]: EntryState(*row)
-            for row in rows.annotate(running_since=Subquery(running)).values_list(
-                "name", "anchor", "defined_at", "last_window", "digest", "schedule", "running_since"
-            )
-        }
+        states: dict[str, EntryState] = {}
+        for values in rows.annotate(running_since=Subquery(running)).values_list(*STATE_COLUMNS):
+            state = dict(zip(STATE_COLUMNS, values, strict=True))
+            states[state["name"]] = EntryState(**{**state, "paused": bool(state["paused"])})
+        return states
 
     def tick(
         self,
@@ -424,6 +425,67 @@ class DjangoStore:
             values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
         return [_record(row) for row in values]
 
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        m = django_models(self.alias)
+        action = "pause an entry" if paused else "resume an entry"
+        with self._boundary(action) as connection, vendors.write(connection):
+            # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
+            updated = (
+                m.Entry.objects.using(self.alias)
+                .filter(namespace=namespace, name=entry)
+                .update(paused=paused)
+            )
+        return bool(updated)
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        if not claims:
+            return []
+        m = django_models(self.alias)
+        self._check_lengths(namespace, [c.entry for c in claims])
+        who = replica_columns(replica)
+        with self._boundary("claim windows") as connection, vendors.write(connection):
+            now = vendors.clock(connection)
+            dispatches = m.Dispatch.objects.using(self.alias)
+            dispatches.bulk_create(
+                [
+                    m.Dispatch(
+                        namespace=namespace,
+                        entry=c.entry,
+                        window_at=c.window,
+                        status="claimed",
+                        task_id=c.task_id,
+                        task_name=c.task_name,
+                        reason=reason,
+                        claimed_at=now,
+                        **who,
+                    )
+                    for c in claims
+                ],
+                ignore_conflicts=True,
+                batch_size=1000,
+            )
+            # The rows this call inserted, as a tick reads its own back: this replica's id
+            # and this call's instant. A window that had a row keeps it and is not returned.
+            ours = {
+                (entry, window): (row_id, task_id)
+                for row_id, entry, window, task_id in dispatches.filter(
+                    namespace=namespace,
+                    status="claimed",
+                    claimed_at=now,
+                    replica=replica.id,
+                    reason=reason,
+                    entry__in=sorted({c.entry for c in claims}),
+                ).values_list("id", "entry", "window_at", "task_id")
+            }
+        inserted: list[Claim] = []
+        for c in claims:
+            found = ours.pop((c.entry, c.window), None)
+            if found is not None:
+                inserted.append(Claim(found[0], c.entry, c.window, found[1], 1))
+        return inserted
+
     def start_execution(
         self,
         namespace: str,
@@ -574,6 +636,17 @@ class DjangoStore:
                 )
 
 
+#: The values of an EntryState, in its order (`running_since` is computed).
+STATE_COLUMNS = (
+    "name",
+    "anchor",
+    "defined_at",
+    "last_window",
+    "digest",
+    "schedule",
+    "running_since",
+    "paused",
+)
 HISTORY_COLUMNS = (
     "id",
     "entry",

@@ -34,6 +34,7 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    NewClaim,
     Outcome,
     Planner,
     Reclaim,
@@ -44,6 +45,7 @@ from safebeat.stores.base import (
     TickResult,
 )
 from safebeat.stores.sql_common import (
+    DispatchRow,
     advisory_key,
     as_columns,
     dispatch_rows,
@@ -330,6 +332,36 @@ class PostgresStore:
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
         return [_record(row) for row in rows]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._boundary("pause an entry") as conn:
+            cursor = conn.execute(
+                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused}
+            )
+            return cursor.rowcount == 1
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        if not claims:
+            return []
+        rows: list[DispatchRow] = [
+            (c.entry, c.window, Status.CLAIMED.value, c.task_id, c.task_name, reason, None, None)
+            for c in claims
+        ]
+        with self._boundary("claim windows") as conn, conn.transaction():
+            clock_row = conn.execute(Q["clock"]).fetchone()
+            assert clock_row is not None  # noqa: S101 - SELECT always returns one row
+            inserted = conn.execute(
+                Q["insert_dispatches"],
+                {
+                    "namespace": namespace,
+                    "now": clock_row[0],
+                    **replica_columns(replica),
+                    **as_columns(rows),
+                },
+            ).fetchall()
+        return [Claim(row[0], row[1], row[2], row[3], 1) for row in inserted]
 
     def start_execution(
         self,

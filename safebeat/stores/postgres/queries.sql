@@ -34,7 +34,8 @@ SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+       paused
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
@@ -42,7 +43,8 @@ WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+       paused
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
 
@@ -200,3 +202,7 @@ WHERE namespace = %(namespace)s AND key = %(key)s AND owner = %(owner)s;
 -- name: prune_effects
 DELETE FROM safebeat_effect
 WHERE namespace = %(namespace)s AND expires_at <= clock_timestamp();
+
+-- name: set_paused
+UPDATE safebeat_entry SET paused = %(paused)s
+WHERE namespace = %(namespace)s AND name = %(name)s;

@@ -39,6 +39,7 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    NewClaim,
     Outcome,
     Planner,
     Reclaim,
@@ -88,9 +89,9 @@ def key_prefix(namespace: str) -> str:
 
 
 def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> dict[str, EntryState]:
-    """Build states from the scripts' columns: anchor, defined, last, digest, schedule and
-    running_since."""
-    anchors, defined, lasts, digests, schedules, running = columns
+    """Build states from the scripts' columns: anchor, defined, last, digest, schedule,
+    running_since and paused."""
+    anchors, defined, lasts, digests, schedules, running, paused = columns
     states = {}
     for i, name in enumerate(names):
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
@@ -104,6 +105,7 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
             digest=digest,
             schedule=schedules[i] or "",
             running_since=_maybe_instant(running[i]),
+            paused=bool(paused[i]),
         )
     return states
 
@@ -419,6 +421,25 @@ class RedisStore:
         records = [_record(int(row_id), fields) for row_id, fields in rows if fields]
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("pause an entry"):
+            done = self._run("set_paused", [f"{prefix}:paused"], [prefix, entry, int(paused)])
+        return bool(done)
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        if not claims:
+            return []
+        prefix = key_prefix(namespace)
+        args: list[object] = [prefix, replica.id, replica.host, replica.pid, reason]
+        for claim in claims:
+            args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
+        with self._boundary("claim windows"):
+            rows = self._run("claim_extra", [f"{prefix}:seq"], args)
+        return [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in rows]
 
     def start_execution(
         self,

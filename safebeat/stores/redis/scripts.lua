@@ -20,6 +20,7 @@
 --   P:age                  zset row id -> claimed_at, for pruning
 --   P:history              zset row id -> window
 --   P:history:<entry>      zset row id -> window, one entry's rows
+--   P:paused               hash entry -> 1, the entries paused (safebeat pause)
 --   P:running:<entry>     zset row id -> started_at, executions started and not finished
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
@@ -29,7 +30,7 @@
 -- name: register
 -- ARGV: prefix, then (name, digest, schedule) triples.
 -- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
--- schedules, running_since}.
+-- schedules, running_since, paused (0/1)}.
 local p = ARGV[1]
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
@@ -63,17 +64,19 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
-local running = {}
+local running, paused = {}, {}
 for _, name in ipairs(names) do
     local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
     running[#running + 1] = newest[2] or false
+    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
 end
 result[#result + 1] = running
+result[#result + 1] = paused
 return result
 
 -- name: states
--- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since}
--- of every entry.
+-- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since,
+-- paused} of every entry.
 local p = ARGV[1]
 local names = redis.call('HKEYS', p .. ':digest')
 local result = {names}
@@ -84,19 +87,22 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
-local running = {}
+local running, paused = {}, {}
 for _, name in ipairs(names) do
     local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
     running[#running + 1] = newest[2] or false
+    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
 end
 result[#result + 1] = running
+result[#result + 1] = paused
 return result
 
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
 -- Takes the tick lock (SET NX PX) or returns false. Otherwise returns {now,
--- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since} for
--- the names (running_since: the newest start of an unfinished execution, or false).
+-- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since,
+-- paused} for the names (running_since: the newest start of an unfinished execution, or
+-- false; paused: 0 or 1).
 local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
@@ -111,12 +117,14 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
     end
     result[#result + 1] = values
 end
-local running = {}
+local running, paused = {}, {}
 for i = 4, #ARGV do
     local newest = redis.call('ZREVRANGE', p .. ':running:' .. ARGV[i], 0, 0, 'WITHSCORES')
     running[#running + 1] = newest[2] or false
+    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', ARGV[i])
 end
 result[#result + 1] = running
+result[#result + 1] = paused
 return result
 
 -- name: extend_lock
@@ -412,3 +420,43 @@ for _, key in ipairs(keys) do
     redis.call('ZREM', KEYS[1], key)
 end
 return #keys
+
+-- name: set_paused
+-- KEYS[1]: P:paused. ARGV: prefix, entry, 1 (pause) or 0 (resume).
+-- Returns 0 if the entry is not registered.
+if redis.call('HEXISTS', ARGV[1] .. ':digest', ARGV[2]) == 0 then
+    return 0
+end
+if ARGV[3] == '1' then
+    redis.call('HSET', KEYS[1], ARGV[2], '1')
+else
+    redis.call('HDEL', KEYS[1], ARGV[2])
+end
+return 1
+
+-- name: claim_extra
+-- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, reason, then claims (entry, window,
+-- task_id, task_name). Inserts a claimed row per window whose claim key is new, with
+-- the reason, and leaves last windows alone. Returns the new claims {id, entry, window,
+-- task_id}.
+local p, replica, host, pid, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local t = redis.call('TIME')
+local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local claimed = {}
+for i = 6, #ARGV, 4 do
+    local entry, window, task_id, task_name = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+    local marker = p .. ':claim:' .. window .. ':' .. entry
+    if redis.call('EXISTS', marker) == 0 then
+        local id = redis.call('INCR', KEYS[1])
+        redis.call('SET', marker, id)
+        redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
+            'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
+            'status', 'claimed', 'task_id', task_id, 'task_name', task_name, 'reason', reason)
+        redis.call('ZADD', p .. ':age', now, id)
+        redis.call('ZADD', p .. ':history', window, id)
+        redis.call('ZADD', p .. ':history:' .. entry, window, id)
+        redis.call('ZADD', p .. ':unsent', now, id)
+        claimed[#claimed + 1] = {id, entry, window, task_id}
+    end
+end
+return claimed

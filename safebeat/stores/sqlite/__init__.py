@@ -24,6 +24,7 @@ from safebeat.stores.base import (
     Definition,
     DispatchRecord,
     EntryState,
+    NewClaim,
     Outcome,
     Planner,
     Reclaim,
@@ -66,7 +67,7 @@ def path_of(url: str) -> str:
 
 
 def _state(row: Sequence[Any]) -> EntryState:
-    name, anchor, defined_at, last_window, digest, schedule, running_since = row
+    name, anchor, defined_at, last_window, digest, schedule, running_since, paused = row
     return EntryState(
         name,
         _instant(anchor),
@@ -75,6 +76,7 @@ def _state(row: Sequence[Any]) -> EntryState:
         digest,
         schedule,
         _maybe_instant(running_since),
+        bool(paused),
     )
 
 
@@ -389,6 +391,40 @@ class SqliteStore:
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
         return [_record(r) for r in rows]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._write("pause an entry") as conn:
+            cursor = conn.execute(
+                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": int(paused)}
+            )
+            return cursor.rowcount == 1
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        inserted = []
+        with self._write("claim windows") as conn:
+            now = _us(self.clock())
+            for claim in claims:
+                row = conn.execute(
+                    Q["insert_dispatch"],
+                    {
+                        "namespace": namespace,
+                        "entry": claim.entry,
+                        "window": _us(claim.window),
+                        "status": Status.CLAIMED.value,
+                        "task_id": claim.task_id,
+                        "task_name": claim.task_name,
+                        "reason": reason,
+                        "skipped_from": None,
+                        "skipped_count": None,
+                        "now": now,
+                        **replica_columns(replica),
+                    },
+                ).fetchone()
+                if row is not None:
+                    inserted.append(Claim(row[0], claim.entry, claim.window, claim.task_id, 1))
+        return inserted
 
     def start_execution(
         self,

@@ -17,7 +17,8 @@ INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+       paused
 FROM safebeat_entry
 WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 
@@ -25,7 +26,8 @@ WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+       paused
 FROM safebeat_entry
 WHERE namespace = :namespace;
 
@@ -144,3 +146,7 @@ DELETE FROM safebeat_effect WHERE namespace = :namespace AND key = :key AND owne
 
 -- name: prune_effects
 DELETE FROM safebeat_effect WHERE namespace = :namespace AND expires_at <= :now;
+
+-- name: set_paused
+UPDATE safebeat_entry SET paused = :paused
+WHERE namespace = :namespace AND name = :name;

@@ -1,0 +1,167 @@
+"""What an operator does to a running schedule: pause, resume, trigger and backfill.
+
+Used by the `safebeat` CLI and the Django admin. Pausing only sets a flag in the store;
+every replica reads it at its next tick. Triggering and backfilling claim windows under
+the same unique key as the scheduler does, then publish them from this process, so a
+window already sent is never sent again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
+from safebeat import windows
+from safebeat.entries import Entry
+from safebeat.errors import SafebeatError
+from safebeat.identity import current_replica, task_id_for
+from safebeat.publishing import send
+from safebeat.stores.base import Claim, NewClaim, Store
+
+#: Publishing errors that leave a claim for a beat replica to re-publish.
+_BROKER_DOWN = (ConnectionError, OSError, OperationalError)
+#: Most windows one backfill claims unless asked for more.
+BACKFILL_LIMIT = 1000
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class OperationError(SafebeatError):
+    """An operation refused, with the reason (unknown entry, a range in the future, ...)."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """What an operation claimed and published.
+
+    `sent`: published; `unsent`: claimed but the broker was unreachable (a beat replica
+    re-publishes them after safebeat_claim_timeout); `failed`: window (ISO) -> error of
+    messages that cannot be published; `already_claimed`: windows that had a row.
+    """
+
+    sent: Sequence[Claim]
+    unsent: Sequence[Claim]
+    failed: dict[str, str]
+    already_claimed: int
+
+
+def set_paused(store: Store, namespace: str, entry: str, paused: bool) -> None:
+    """Pause (or resume) `entry` for every replica, from their next tick on."""
+    if not store.set_paused(namespace, entry, paused):
+        raise OperationError(f"no entry {entry!r} is registered in namespace {namespace!r}")
+
+
+def trigger(app: Any, store: Store, namespace: str, entry: Entry) -> Published:
+    """Run `entry` once now, outside its schedule: a window at the store's current instant.
+
+    The window keeps its microseconds, so it never coincides with a scheduled window,
+    and is recorded with reason `trigger`.
+    """
+    _require_registered(store, namespace, entry.name)
+    now = store.clock()
+    window = now if now.microsecond else now + _MICROSECOND
+    return _claim_and_publish(
+        app, store, namespace, entry, windows_to_claim=[window], reason="trigger"
+    )
+
+
+def backfill(
+    app: Any,
+    store: Store,
+    namespace: str,
+    entry: Entry,
+    *,
+    start: datetime,
+    end: datetime,
+    limit: int = BACKFILL_LIMIT,
+) -> Published:
+    """Dispatch the windows of `entry` in `[start, end]` that have no row yet.
+
+    Windows already sent, skipped or claimed are left alone. `end` may not be in the
+    future (the scheduler owns those windows), and at most `limit` windows are claimed.
+    """
+    if start > end:
+        raise OperationError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+    state = _require_registered(store, namespace, entry.name)
+    now = store.clock()
+    if end > now:
+        raise OperationError(
+            f"--to {end.isoformat()} is in the future (store time {now.isoformat()}); "
+            "future windows are the scheduler's"
+        )
+    found = list(
+        itertools.islice(
+            windows.windows_between(entry.rule, start - _MICROSECOND, end, state.anchor),
+            limit + 1,
+        )
+    )
+    if len(found) > limit:
+        raise OperationError(
+            f"entry {entry.name!r} has more than {limit} windows in that range; "
+            "narrow it or raise --limit"
+        )
+    if not found:
+        raise OperationError(f"entry {entry.name!r} has no window in that range")
+    return _claim_and_publish(
+        app, store, namespace, entry, windows_to_claim=found, reason="backfill"
+    )
+
+
+def _require_registered(store: Store, namespace: str, name: str) -> Any:
+    state = store.states(namespace).get(name)
+    if state is None:
+        raise OperationError(
+            f"no entry {name!r} is registered in namespace {namespace!r} "
+            "(is beat running with this namespace?)"
+        )
+    return state
+
+
+def _claim_and_publish(
+    app: Any,
+    store: Store,
+    namespace: str,
+    entry: Entry,
+    *,
+    windows_to_claim: Sequence[datetime],
+    reason: str,
+) -> Published:
+    claims = store.claim_extra(
+        namespace,
+        [
+            NewClaim(entry.name, w, task_id_for(namespace, entry.name, w), entry.task)
+            for w in windows_to_claim
+        ],
+        replica=current_replica(),
+        reason=reason,
+    )
+    sent: list[Claim] = []
+    unsent: list[Claim] = []
+    failed: dict[int, str] = {}
+    if claims:
+        try:
+            with app.producer_or_acquire() as producer:
+                for claim in claims:
+                    try:
+                        send(app, producer, entry, claim)
+                    except _BROKER_DOWN:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - recorded on the row, reported
+                        failed[claim.id] = f"{type(exc).__name__}: {exc}"
+                    else:
+                        sent.append(claim)
+        except _BROKER_DOWN:
+            done = {c.id for c in sent} | set(failed)
+            unsent = [c for c in claims if c.id not in done]
+        store.record_publish(namespace, [c.id for c in sent], failed)
+    by_id = {c.id: c for c in claims}
+    return Published(
+        sent=sent,
+        unsent=unsent,
+        failed={by_id[i].window.isoformat(): error for i, error in failed.items()},
+        already_claimed=len(windows_to_claim) - len(claims),
+    )

@@ -1,0 +1,3 @@
+-- safebeat schema, version 3: entries paused for every replica (safebeat pause / resume).
+
+ALTER TABLE safebeat_entry ADD COLUMN paused boolean NOT NULL DEFAULT false;

@@ -1,0 +1,127 @@
+"""Prometheus metrics of the worker hook, served on `safebeat_worker_metrics_port`.
+
+A worker with the solo or threads pool is one process: its metrics are served directly.
+Prefork children are separate processes: set `PROMETHEUS_MULTIPROC_DIR` (an empty
+folder, the prometheus_client convention) in the worker's environment before it starts,
+and the worker's main process serves what every child recorded. docs/metrics.md lists
+the metrics; a test scrapes a real prefork worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    multiprocess,
+    start_http_server,
+)
+
+logger = logging.getLogger("safebeat.worker")
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+RUNTIME_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class WorkerMetrics:
+    """What the hook counts in this process. In multiprocess mode every child writes its
+    own files, which the serving process adds up."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        # In multiprocess mode values live in files; the metrics need no registry.
+        registry = None if os.environ.get(MULTIPROCESS_DIR) else self.registry
+        self._executions = Counter(
+            "safebeat_executions",
+            "Executions of safebeat windows that finished, by outcome (success, failure, retry).",
+            ["namespace", "entry", "outcome"],
+            registry=registry,
+        )
+        self._duplicates = Counter(
+            "safebeat_duplicates_suppressed",
+            "Deliveries of a window that already started or finished, skipped without "
+            "running the task.",
+            ["namespace", "entry"],
+            registry=registry,
+        )
+        self._untracked = Counter(
+            "safebeat_executions_untracked",
+            "Deliveries run without the duplicate check: the store was unreachable, or the "
+            "window had no dispatch row.",
+            ["namespace", "entry"],
+            registry=registry,
+        )
+        self._runtime = Histogram(
+            "safebeat_task_runtime_seconds",
+            "Seconds a safebeat window's task ran, as the worker measured it.",
+            ["namespace"],
+            buckets=RUNTIME_BUCKETS,
+            registry=registry,
+        )
+        self._last_success = Gauge(
+            "safebeat_last_success_timestamp_seconds",
+            "When each entry last finished successfully on this worker (Unix time).",
+            ["namespace", "entry"],
+            multiprocess_mode="max",
+            registry=registry,
+        )
+
+    def finished(self, namespace: str, entry: str, outcome: str, seconds: float) -> None:
+        self._executions.labels(namespace, entry, outcome).inc()
+        self._runtime.labels(namespace).observe(seconds)
+        if outcome == "success":
+            self._last_success.labels(namespace, entry).set(time.time())
+
+    def duplicate(self, namespace: str, entry: str) -> None:
+        self._duplicates.labels(namespace, entry).inc()
+
+    def untracked(self, namespace: str, entry: str) -> None:
+        self._untracked.labels(namespace, entry).inc()
+
+    def serve(self, port: int, *, pool: str | None) -> None:
+        """Serve the metrics from this (the worker's main) process."""
+        registry = self.registry
+        folder = os.environ.get(MULTIPROCESS_DIR)
+        if folder:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+        elif pool == "prefork":
+            logger.warning(
+                "safebeat: the prefork pool runs tasks in child processes, whose metrics "
+                "this port cannot see unless %s is set before the worker starts "
+                "(docs/metrics.md)",
+                MULTIPROCESS_DIR,
+            )
+        start_http_server(port, registry=registry)
+        logger.info("safebeat: worker metrics on port %d", port)
+
+
+def child_exited(pid: int) -> None:
+    """Tell multiprocess mode that a pool child is gone (its live gauges stop counting)."""
+    if os.environ.get(MULTIPROCESS_DIR):
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+metrics = WorkerMetrics()
+
+
+def pool_name(worker: Any) -> str | None:
+    """The pool of a Celery WorkController: prefork, threads, solo, ..."""
+    pool_cls = getattr(worker, "pool_cls", None)
+    name = getattr(pool_cls, "__module__", "") or str(pool_cls or "")
+    for module, pool in (
+        ("prefork", "prefork"),
+        ("thread", "threads"),
+        ("solo", "solo"),
+        ("eventlet", "eventlet"),
+        ("gevent", "gevent"),
+    ):
+        if module in name:
+            return pool
+    return None
