@@ -17,19 +17,19 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import click
 
-from safebeat import doctor, operations
+from safebeat import cron, doctor, execute, operations
 from safebeat.config import Config, config_from_app, load_config, parse_duration
-from safebeat.entries import Entry, compile_schedule
+from safebeat.entries import Entry, compile_schedule, describe
 from safebeat.errors import ConfigError, EntryError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.overview import EntryStatus, ReplicaStatus, entry_statuses, replica_statuses
 from safebeat.stores import Store, store_from_config
-from safebeat.stores.base import DispatchRecord
+from safebeat.stores.base import DispatchRecord, Status
 
 
 @dataclass
@@ -210,7 +210,7 @@ def status(options: Options, as_json: bool) -> None:
                 [
                     s.name + (" (paused)" if s.paused else ""),
                     s.schedule,
-                    _when(s.next_window) if compiled is not None else "(needs -A)",
+                    _next_cell(s, compiled is not None),
                     _when(None if s.last_sent is None else s.last_sent.window),
                     s.sent_by or "-",
                     _span(s.lag),
@@ -232,6 +232,17 @@ def status(options: Options, as_json: bool) -> None:
             ],
         )
     )
+
+
+#: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
+#: their next window is known only to cron or APScheduler, never to an app given by -A.
+_RUN_OUTSIDE_CELERY = ("exec ", "apscheduler ")
+
+
+def _next_cell(s: EntryStatus, compiled: bool) -> str:
+    if compiled or s.schedule.startswith(_RUN_OUTSIDE_CELERY):
+        return _when(s.next_window)
+    return "(needs -A)"
 
 
 def _history_row(r: DispatchRecord) -> dict[str, Any]:
@@ -293,14 +304,15 @@ def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
 
 
 def _note(record: DispatchRecord) -> str:
-    if record.reason:
+    if record.reason and record.status is Status.SKIPPED:
         count = "many" if record.skipped_count is None else str(record.skipped_count)
         return f"{record.reason}: {count} window(s) from {_when(record.skipped_from)}"
+    notes = [record.reason] if record.reason else []  # trigger, backfill, exec, apscheduler
     if record.error:
-        return record.error.splitlines()[0][:80]
-    if record.duplicates:
-        return f"{record.duplicates} duplicate delivery(ies) skipped"
-    return ""
+        notes.append(record.error.splitlines()[0][:80])
+    elif record.duplicates:
+        notes.append(f"{record.duplicates} duplicate delivery(ies) skipped")
+    return "; ".join(notes)
 
 
 def _unknown_entry(entry: str, known: dict[str, Any], namespace: str) -> str:
@@ -500,3 +512,103 @@ def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> 
             options.app, store, config.namespace, compiled, start=first, end=last, limit=limit
         )
     _report(published, f"backfilled {entry!r}")
+
+
+@main.command("exec", context_settings={"allow_interspersed_args": False})
+@click.option("--entry", required=True, metavar="NAME", help="The entry's name in the store.")
+@click.option(
+    "--schedule",
+    required=True,
+    metavar="CRON",
+    help='The schedule that starts the command: 5 cron fields ("0 3 * * *") or @daily, ...',
+)
+@click.option(
+    "--tz", default="UTC", show_default=True, metavar="ZONE", help="Time zone of --schedule."
+)
+@click.option(
+    "--grace",
+    default="10m",
+    show_default=True,
+    metavar="DURATION",
+    help="How late (or early) a window may start; a window outside it is not run.",
+)
+@click.option(
+    "--scheduled-time",
+    envvar="SAFEBEAT_SCHEDULED_TIME",
+    metavar="RFC3339",
+    help="The window, as a CronJob's batch.kubernetes.io/cronjob-scheduled-timestamp "
+    "annotation gives it [env: SAFEBEAT_SCHEDULED_TIME].",
+)
+@click.option(
+    "--job-name",
+    envvar="SAFEBEAT_JOB_NAME",
+    metavar="NAME",
+    help="The name of the Job a CronJob created (<cronjob>-<minute>), which gives the "
+    "window [env: SAFEBEAT_JOB_NAME].",
+)
+@click.option(
+    "--fail-open",
+    is_flag=True,
+    help="Run the command, untracked, when the store cannot be reached (default: don't).",
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- COMMAND...")
+@click.pass_obj
+def exec_command(
+    options: Options,
+    *,
+    entry: str,
+    schedule: str,
+    tz: str,
+    grace: str,
+    scheduled_time: str | None,
+    job_name: str | None,
+    fail_open: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND once per window of --schedule, however many hosts or pods start it.
+
+    For cron lines and Kubernetes CronJobs. The window is the scheduled time given
+    (--scheduled-time or --job-name), else the latest slot of --schedule at or before
+    this host's clock; either way at most --grace away. It is claimed in the store;
+    where the claim is new the command runs with SAFEBEAT_ENTRY and SAFEBEAT_WINDOW set,
+    signals are passed on to it, its start, end and outcome are recorded, and its exit
+    status is returned. Where another host has the window: exit 0, nothing run.
+
+    The command is never run without a claim (fail closed): no window within --grace,
+    or an unreachable store, exits 125; a command that cannot be found 127, one that
+    cannot be started 126. Put `--` before the command.
+    """
+    try:
+        rule = cron.parse_schedule(schedule, tz)
+        allowed = parse_duration(grace, "--grace")
+    except SafebeatError as exc:
+        raise click.BadParameter(str(exc)) from None
+    request = execute.Request(
+        entry=entry,
+        rule=rule,
+        schedule=f"exec {describe(rule)}",
+        argv=command,
+        grace=allowed,
+        scheduled_time=scheduled_time or None,
+        job_name=job_name or None,
+        fail_open=fail_open,
+    )
+    try:
+        config, store = options.store()
+    except SafebeatError as exc:
+        click.echo(f"Error: {exc}; the command was not run", err=True)
+        sys.exit(execute.EXIT_NOT_RUN)
+    try:
+        code = execute.run_once(
+            request,
+            config,
+            store,
+            now=datetime.now(timezone.utc),
+            say=lambda message: click.echo(f"safebeat exec: {message}", err=True),
+        )
+    except execute.ExecError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        code = exc.exit_code
+    finally:
+        store.close()
+    sys.exit(code)

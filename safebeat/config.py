@@ -26,6 +26,11 @@ logger = logging.getLogger("safebeat.config")
 DEFAULT_URL = "sqlite:///safebeat.sqlite3"
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT)(_|$)")
+#: Variables that carry a window, not a setting: `safebeat exec` reads the scheduled time
+#: from the first two and gives its command its window in the last two.
+WINDOW_VARIABLES = frozenset(
+    {"SAFEBEAT_SCHEDULED_TIME", "SAFEBEAT_JOB_NAME", "SAFEBEAT_ENTRY", "SAFEBEAT_WINDOW"}
+)
 _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 #: What a Redis store does about an eviction policy that could delete claims.
 RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]
@@ -220,6 +225,8 @@ def load_config(
         sources[short] = key
     for var, raw in environ.items():
         if not var.startswith("SAFEBEAT_") or var.startswith("SAFEBEAT_TEST_"):
+            continue
+        if var in WINDOW_VARIABLES:
             continue
         short = var.removeprefix("SAFEBEAT_").lower()
         if _KUBERNETES_SERVICE_VAR.match(var):

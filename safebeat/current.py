@@ -1,19 +1,35 @@
-"""Which scheduled window the running task belongs to, read from the headers safebeat sends."""
+"""Which scheduled window the running code belongs to: a Celery task, an APScheduler job,
+or a command started by `safebeat exec`.
+
+A task sent by beat carries its window in the headers safebeat sends. A job run by
+`safebeat.contrib.apscheduler`'s executors gets it from a context variable the executor
+sets around the job. A command run by `safebeat exec` gets it in its environment
+(`SAFEBEAT_ENTRY`, `SAFEBEAT_WINDOW`).
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from celery import current_task
 
+from safebeat.config import Config
 from safebeat.identity import parse_window
 from safebeat.publishing import ENTRY_HEADER, WINDOW_HEADER
 
 logger = logging.getLogger("safebeat.worker")
+
+#: The environment variables `safebeat exec` gives its command: the entry and the window
+#: (ISO 8601 UTC, like the `safebeat_window` header).
+ENTRY_VARIABLE = "SAFEBEAT_ENTRY"
+WINDOW_VARIABLE = "SAFEBEAT_WINDOW"
 
 
 @dataclass(frozen=True)
@@ -24,15 +40,50 @@ class CurrentWindow:
     window: datetime
 
 
-def current_window() -> CurrentWindow | None:
-    """Return the window of the task running in this thread, or None if safebeat did not send it.
+@dataclass(frozen=True)
+class _Running:
+    window: CurrentWindow
+    config: Config | None
 
-    Works in a worker with any pool, and in eager calls such as `task.apply(headers=...)`.
-    Derive dates from `window`, never from "today": a run that is re-published or delayed
-    past midnight still belongs to the window it was scheduled for.
+
+_running: ContextVar[_Running | None] = ContextVar("safebeat_running_window", default=None)
+
+
+def current_window() -> CurrentWindow | None:
+    """Return the window of the task or job running in this thread, or None if safebeat
+    did not start it.
+
+    Works in a worker with any pool, in eager calls such as `task.apply(headers=...)`, in
+    jobs run by the APScheduler executors of `safebeat.contrib.apscheduler`, and in
+    commands run by `safebeat exec`. Derive dates from `window`, never from "today": a
+    run that is re-published or delayed past midnight still belongs to the window it
+    was scheduled for.
     """
     request = getattr(current_task, "request", None)
-    return None if request is None else window_of(request)
+    found = None if request is None else window_of(request)
+    if found is not None:
+        return found
+    running = _running.get()
+    if running is not None:
+        return running.window
+    return window_from_environment(os.environ)
+
+
+@contextmanager
+def running(window: CurrentWindow, config: Config | None = None) -> Iterator[None]:
+    """Make `current_window()` return `window` in this context until the block ends, and
+    `safebeat.claim()` use the store `config` names (for code outside a Celery task)."""
+    token = _running.set(_Running(window, config))
+    try:
+        yield
+    finally:
+        _running.reset(token)
+
+
+def running_config() -> Config | None:
+    """The settings of the job running in this context (see `running`), if any."""
+    running_now = _running.get()
+    return None if running_now is None else running_now.config
 
 
 def window_of(request: Any) -> CurrentWindow | None:
@@ -50,6 +101,23 @@ def window_of(request: Any) -> CurrentWindow | None:
             "safebeat: task %s has a malformed %s header %r; treating it as not sent by safebeat",
             getattr(request, "id", "?"),
             WINDOW_HEADER,
+            window,
+        )
+        return None
+
+
+def window_from_environment(environ: Mapping[str, str]) -> CurrentWindow | None:
+    """Return the window `safebeat exec` gave this process in its environment, or None."""
+    entry, window = environ.get(ENTRY_VARIABLE), environ.get(WINDOW_VARIABLE)
+    if not entry or not window:
+        return None
+    try:
+        return CurrentWindow(entry, parse_window(window))
+    except ValueError:
+        logger.warning(
+            "safebeat: %s=%r is not an ISO 8601 instant; treating this process as not "
+            "started by safebeat exec",
+            WINDOW_VARIABLE,
             window,
         )
         return None

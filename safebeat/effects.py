@@ -29,9 +29,10 @@ from typing import Any, Literal
 from celery import current_app, current_task
 
 from safebeat.config import parse_duration
+from safebeat.current import running_config
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.local_store import store_of
+from safebeat.local_store import store_for, store_of
 from safebeat.stores.base import Store
 
 logger = logging.getLogger("safebeat.effects")
@@ -117,7 +118,9 @@ def claim(
     the key blocks a repeat (default `safebeat_retention`); after it, the key can be
     claimed again. `on_error` says what `with` does when its block raises: "release" the
     key so a retry can redo the effect, or "keep" it. `app` is the Celery app whose
-    settings name the store (default: the running task's app, else the current app).
+    settings name the store (default: the running task's app; in a job run by an
+    executor of `safebeat.contrib.apscheduler`, that executor's settings; else the
+    current app).
 
     Raises `StoreUnavailable` when the store cannot be reached (the effect must not run
     unguarded: let the task fail or retry), ValueError or TypeError for a bad key.
@@ -126,8 +129,12 @@ def claim(
         raise ValueError(f"claim(on_error={on_error!r}): expected 'release' or 'keep'")
     text = key_text(key)
     task = current_task._get_current_object()
-    app = app or (task.app if task is not None else current_app._get_current_object())
-    config, store = store_of(app)
+    job_config = running_config() if app is None and task is None else None
+    if job_config is not None:
+        config, store = job_config, store_for(job_config)
+    else:
+        app = app or (task.app if task is not None else current_app._get_current_object())
+        config, store = store_of(app)
     duration = config.retention if keep_for is None else parse_duration(keep_for, "keep_for")
     if duration <= timedelta(0):
         raise ValueError(f"claim(keep_for={keep_for!r}): must be greater than zero")

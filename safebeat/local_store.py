@@ -1,4 +1,4 @@
-"""The store a worker process uses: read from the app's settings, one per process and thread.
+"""The store a worker (or an APScheduler executor) uses: one per process and thread.
 
 Prefork workers fork: a child must never use a connection its parent opened, so a store
 is opened anew in each process (and in each thread, for the threads pool: the SQL stores
@@ -43,6 +43,14 @@ def config_of(app: Any) -> Config:
 def store_of(app: Any) -> tuple[Config, Store]:
     """Return the app's settings and this process's (and thread's) store for them."""
     config = config_of(app)
+    return config, store_for(config)
+
+
+def store_for(config: Config) -> Store:
+    """Return this process's (and thread's) store for `config`, opened on first use.
+
+    With `safebeat_auto_migrate` on, the first use also creates or upgrades the tables.
+    """
     if _local.pid != os.getpid():
         # Forked (or first use): the inherited stores belong to the parent.
         _local.pid, _local.stores = os.getpid(), {}
@@ -52,4 +60,4 @@ def store_of(app: Any) -> tuple[Config, Store]:
         if config.auto_migrate:
             store.migrate()  # a worker may start before any beat created the tables
         _local.stores[config.url] = store
-    return config, store
+    return store

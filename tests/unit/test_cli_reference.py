@@ -20,6 +20,7 @@ COMMANDS = [
     "backfill",
     "migrate",
     "prune",
+    "exec",
 ]
 INTRO = """# Command line
 
@@ -38,6 +39,10 @@ the same unique key as beat, then publish them from this process with the app gi
 reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
 run. `trigger` and `backfill` find the entry in the app's `beat_schedule`; for
 django-celery-beat rows, use the Django admin's "trigger now" action.
+
+`exec` runs a command, not a task: it is what a cron line or a Kubernetes CronJob
+starts, and it runs the command only where the window's claim is new. Its exit status is
+the command's (see [Protect cron and Kubernetes CronJob](cron.md) for the others).
 
 This page is the output of `--help`; a test keeps the two identical.
 """
