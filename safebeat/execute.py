@@ -195,8 +195,15 @@ class _Recorder:
         self.worker = f"{socket.gethostname()}:{pid}"
         self._try("start", local_runs.started, worker=self.worker)
 
-    def finished(self, outcome: Outcome, runtime: timedelta) -> None:
-        self._try("end", local_runs.finished, worker=self.worker, outcome=outcome, runtime=runtime)
+    def finished(self, outcome: Outcome, runtime: timedelta, detail: str | None) -> None:
+        self._try(
+            "end",
+            local_runs.finished,
+            worker=self.worker,
+            outcome=outcome,
+            runtime=runtime,
+            detail=detail,
+        )
 
     def _try(self, what: str, step: Callable[..., object], *args: object, **kwargs: object) -> None:
         try:
@@ -223,8 +230,12 @@ def run_command(argv: Sequence[str], env: dict[str, str], *, record: _Recorder |
     runtime = timedelta(seconds=time.monotonic() - began)
     code = 128 - returncode if returncode < 0 else returncode
     if record is not None:
-        record.finished(Outcome.SUCCESS if code == 0 else Outcome.FAILURE, runtime)
         how = f"was ended by signal {-returncode}" if returncode < 0 else f"exited with {code}"
+        record.finished(
+            Outcome.SUCCESS if code == 0 else Outcome.FAILURE,
+            runtime,
+            None if code == 0 else f"the command {how}",
+        )
         record.say(f"{record.where}: the command {how} after {runtime.total_seconds():.1f}s")
     return code
 

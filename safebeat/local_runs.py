@@ -71,9 +71,16 @@ def started(store: Store, namespace: str, won: Claim, *, worker: str) -> Start:
 
 
 def finished(
-    store: Store, namespace: str, won: Claim, *, worker: str, outcome: Outcome, runtime: timedelta
+    store: Store,
+    namespace: str,
+    won: Claim,
+    *,
+    worker: str,
+    outcome: Outcome,
+    runtime: timedelta,
+    detail: str | None = None,
 ) -> None:
-    """Record how the run of a claimed window ended."""
+    """Record how the run of a claimed window ended (`detail`: what went wrong, if anything)."""
     store.finish_execution(
         namespace,
         won.entry,
@@ -82,6 +89,7 @@ def finished(
         retries=0,
         outcome=outcome,
         runtime=runtime,
+        detail=detail,
     )
 
 

@@ -250,7 +250,15 @@ def _run(
             retval = job.func(*job.args, **job.kwargs)
     except BaseException:
         exc, tb = sys.exc_info()[1:]
-        _finished(config, store, claim, worker=worker, outcome=Outcome.FAILURE, began=began)
+        _finished(
+            config,
+            store,
+            claim,
+            worker=worker,
+            outcome=Outcome.FAILURE,
+            began=began,
+            detail=f"{type(exc).__name__}: {exc}",
+        )
         formatted = "".join(traceback.format_tb(tb))
         job_logger.exception('Job "%s" raised an exception', job)
         if tb is not None:
@@ -284,13 +292,20 @@ def _finished(
     worker: str,
     outcome: Outcome,
     began: float,
+    detail: str | None = None,
 ) -> None:
     if store is None or not isinstance(claim, Claim):
         return
     runtime = timedelta(seconds=time.monotonic() - began)
     try:
         local_runs.finished(
-            store, config.namespace, claim, worker=worker, outcome=outcome, runtime=runtime
+            store,
+            config.namespace,
+            claim,
+            worker=worker,
+            outcome=outcome,
+            runtime=runtime,
+            detail=detail,
         )
     except SafebeatError as exc:
         logger.warning("safebeat: could not record the end of %s (%s)", claim.entry, exc)

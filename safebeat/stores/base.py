@@ -362,12 +362,15 @@ class Store(Protocol):
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         """Record the end of the execution `worker` started with `retries`.
 
-        Sets `finished_at` = store now, `outcome` and `runtime` on the dispatch row, only
-        if the row's `worker` and `retries` are the given ones and `finished_at` is not
-        set: an execution that was taken over or superseded by a retry records nothing.
+        Sets `finished_at` = store now, `outcome`, `runtime` and, if given, `detail` (kept in
+        the row's `error`: what went wrong, such as a command's exit status) on the dispatch
+        row, only if the row's `worker` and `retries` are the given ones and `finished_at`
+        is not set: an execution that was taken over or superseded by a retry records
+        nothing.
         A missing row is not an error.
         """
         ...

@@ -375,6 +375,7 @@ class MemoryStore:
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
@@ -387,7 +388,11 @@ class MemoryStore:
             ):
                 return
             ns.dispatches[(entry, window)] = replace(
-                record, finished_at=now, outcome=outcome, runtime=runtime
+                record,
+                finished_at=now,
+                outcome=outcome,
+                runtime=runtime,
+                error=record.error if detail is None else detail,
             )
 
     def claim_effect(

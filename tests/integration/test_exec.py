@@ -119,7 +119,7 @@ def test_pods_of_one_cronjob_run_its_scheduled_window_once(
 
 
 def test_the_commands_exit_status_is_returned_and_recorded(sqlite_url: str, namespace: str) -> None:
-    """A command exiting 3 makes exec exit 3, and the row records a failure with its runtime."""
+    """A command exiting 3 makes exec exit 3; the row records a failure with the exit status."""
     args = exec_args(sqlite_url, namespace, "fails", *YEARLY, "--", sys.executable, "-c",
                      "raise SystemExit(3)")  # fmt: skip
     code, stderr = finish(start(args, {}))
@@ -130,6 +130,7 @@ def test_the_commands_exit_status_is_returned_and_recorded(sqlite_url: str, name
     store.close()
     assert row.outcome is Outcome.FAILURE
     assert row.finished_at is not None
+    assert row.error == "the command exited with 3"
 
 
 def test_sigterm_is_passed_on_to_the_command(

@@ -549,6 +549,26 @@ def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
 
 
 @pytest.mark.executions
+def test_a_failed_execution_keeps_its_detail(store: Store, namespace: str) -> None:
+    """finish_execution's detail (a command's exit status, an exception) lands in `error`."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    store.finish_execution(
+        namespace,
+        "a",
+        window,
+        worker="w1@host:1",
+        retries=0,
+        outcome=Outcome.FAILURE,
+        runtime=timedelta(seconds=2),
+        detail="the command exited with 3",
+    )
+    row = row_of(store, namespace, window)
+    assert row.outcome is Outcome.FAILURE  # type: ignore[attr-defined]
+    assert row.error == "the command exited with 3"  # type: ignore[attr-defined]
+
+
+@pytest.mark.executions
 def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None:
     """A delivery with a higher retry number runs; a redelivery of that retry does not."""
     window = dispatched(store, namespace)

@@ -542,8 +542,12 @@ class DjangoStore:
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         m = django_models(self.alias)
+        changes: dict[str, object] = {}
+        if detail is not None:
+            changes["error"] = detail
         with (
             self._boundary("record the end of an execution") as connection,
             vendors.write(connection),
@@ -556,7 +560,7 @@ class DjangoStore:
                 worker=worker,
                 retries=retries,
                 finished_at__isnull=True,
-            ).update(finished_at=now, outcome=outcome.value, runtime=runtime)
+            ).update(finished_at=now, outcome=outcome.value, runtime=runtime, **changes)
 
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None

@@ -397,6 +397,7 @@ class PostgresStore:
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         with self._boundary("record the end of an execution") as conn:
             conn.execute(
@@ -409,6 +410,7 @@ class PostgresStore:
                     "retries": retries,
                     "outcome": outcome.value,
                     "runtime": runtime,
+                    "detail": detail,
                 },
             )
 

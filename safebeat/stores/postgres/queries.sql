@@ -178,7 +178,8 @@ RETURNING c.verdict;
 
 -- name: finish_execution
 UPDATE safebeat_dispatch
-SET finished_at = clock_timestamp(), outcome = %(outcome)s, runtime = %(runtime)s
+SET finished_at = clock_timestamp(), outcome = %(outcome)s, runtime = %(runtime)s,
+    error = coalesce(%(detail)s::text, error)
 WHERE namespace = %(namespace)s AND entry = %(entry)s AND window_at = %(window)s
   AND worker = %(worker)s AND retries = %(retries)s AND finished_at IS NULL;
 

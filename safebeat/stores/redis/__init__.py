@@ -470,13 +470,14 @@ class RedisStore:
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         prefix = key_prefix(namespace)
         with self._boundary("record an execution's end"):
             self._run(
                 "finish_execution",
                 [_claim_key(prefix, entry, window)],
-                [prefix, entry, worker, retries, outcome.value, _micros(runtime)],
+                [prefix, entry, worker, retries, outcome.value, _micros(runtime), detail or ""],
             )
 
     def claim_effect(

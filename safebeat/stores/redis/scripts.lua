@@ -364,7 +364,8 @@ redis.call('ZADD', p .. ':running:' .. entry, now, id)
 return verdict
 
 -- name: finish_execution
--- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, outcome, runtime (us).
+-- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, outcome, runtime
+-- (us), detail ('' for none; kept as the row's error).
 -- Records the end only of the execution this worker started with these retries.
 local p, entry = ARGV[1], ARGV[2]
 local id = redis.call('GET', KEYS[1])
@@ -379,6 +380,9 @@ end
 local t = redis.call('TIME')
 local now = t[1] .. string.format('%06d', tonumber(t[2]))
 redis.call('HSET', row, 'finished_at', now, 'outcome', ARGV[5], 'runtime', ARGV[6])
+if ARGV[7] and ARGV[7] ~= '' then
+    redis.call('HSET', row, 'error', ARGV[7])
+end
 redis.call('ZREM', p .. ':running:' .. entry, id)
 return 1
 

@@ -466,6 +466,7 @@ class SqliteStore:
         retries: int,
         outcome: Outcome,
         runtime: timedelta,
+        detail: str | None = None,
     ) -> None:
         with self._write("record the end of an execution") as conn:
             conn.execute(
@@ -478,6 +479,7 @@ class SqliteStore:
                     "retries": retries,
                     "outcome": outcome.value,
                     "runtime": runtime // timedelta(microseconds=1),
+                    "detail": detail,
                     "now": _us(self.clock()),
                 },
             )

@@ -125,7 +125,8 @@ UPDATE safebeat_dispatch SET duplicates = duplicates + 1 WHERE id = :id;
 
 -- name: finish_execution
 UPDATE safebeat_dispatch
-SET finished_at = :now, outcome = :outcome, runtime = :runtime
+SET finished_at = :now, outcome = :outcome, runtime = :runtime,
+    error = coalesce(:detail, error)
 WHERE namespace = :namespace AND entry = :entry AND window_at = :window
   AND worker = :worker AND retries = :retries AND finished_at IS NULL;
 
