@@ -17,9 +17,10 @@ def pg_admin_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
+def pg_url(pg_admin_url: str, worker_id: str, testrun_uid: str) -> Iterator[str]:
     """A database of this test worker's own, migrated; tests separate by namespace."""
-    name = f"safebeat_test_{worker_id}"
+    # Unique per run as well as per worker: two test runs on one server never share one.
+    name = f"safebeat_test_{testrun_uid[:8]}_{worker_id}"
     url = services.create_database(pg_admin_url, name)
     from safebeat.stores.postgres import PostgresStore
 
@@ -68,8 +69,11 @@ def sqlite_url(tmp_path: object) -> str:
 
 @pytest.fixture(scope="session")
 def django_aliases(
-    pg_admin_url: str, worker_id: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, str]:
+    pg_admin_url: str,
+    worker_id: str,
+    testrun_uid: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, str]]:
     """Django set up with one alias per real database of this worker's own; vendor -> alias.
 
     `sqlite` and `postgres` always; `mariadb` where a MariaDB/MySQL server is reachable.
@@ -77,7 +81,7 @@ def django_aliases(
     """
     from tests import djangosite
 
-    name = f"safebeat_django_{worker_id}"
+    name = f"safebeat_django_{testrun_uid[:8]}_{worker_id}"
     folder = tmp_path_factory.mktemp("django")
     databases: dict[str, dict[str, object]] = {
         "default": {
@@ -99,4 +103,10 @@ def django_aliases(
     }
     for alias in aliases.values():
         djangosite.migrate(alias, "safebeat")
-    return aliases
+    yield aliases
+    from django.db import connections
+
+    connections.close_all()
+    services.drop_database(pg_admin_url, name)
+    if mysql is not None:
+        djangosite.drop_mysql_database(mysql, name)

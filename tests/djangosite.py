@@ -69,8 +69,7 @@ def mysql_database(url: str, name: str) -> dict[str, object]:
     }
 
 
-def create_mysql_database(url: str, name: str) -> None:
-    """(Re)create database `name` on the server of a mysql:// URL."""
+def _mysql_admin(url: str, *statements: str) -> None:
     import pymysql
 
     parts = urlsplit(url)
@@ -82,10 +81,24 @@ def create_mysql_database(url: str, name: str) -> None:
     )
     try:
         with conn.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
-            cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+            for statement in statements:
+                cursor.execute(statement)
     finally:
         conn.close()
+
+
+def create_mysql_database(url: str, name: str) -> None:
+    """(Re)create database `name` on the server of a mysql:// URL."""
+    _mysql_admin(
+        url,
+        f"DROP DATABASE IF EXISTS `{name}`",
+        f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4",
+    )
+
+
+def drop_mysql_database(url: str, name: str) -> None:
+    """Drop database `name` on the server of a mysql:// URL, if it exists."""
+    _mysql_admin(url, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def configure(databases: dict[str, dict[str, object]], **extra: object) -> None:
