@@ -179,23 +179,7 @@ def start_redis_cluster(folder: str, nodes: int = 3) -> tuple[list[RedisServer],
     """
     import redis
 
-    servers = []
-    for index in range(nodes):
-        # A node also listens on port + 10000 (the cluster bus), so keep below 55536.
-        port = next(p for p in iter(free_port, None) if p < 55000)
-        node_folder = os.path.join(folder, f"node{index}")
-        os.makedirs(node_folder, exist_ok=True)
-        servers.append(
-            start_redis_server(
-                port,
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                os.path.join(node_folder, "nodes.conf"),
-                "--dir",
-                node_folder,
-            )
-        )
+    servers = [_start_cluster_node(os.path.join(folder, f"node{i}")) for i in range(nodes)]
     clients = [redis.Redis(port=server.port) for server in servers]
     share = 16384 // nodes
     for index, client in enumerate(clients):
@@ -216,6 +200,36 @@ def start_redis_cluster(folder: str, nodes: int = 3) -> tuple[list[RedisServer],
         client.close()
     hosts = ",".join(f"127.0.0.1:{server.port}" for server in servers)
     return servers, f"redis+cluster://{hosts}"
+
+
+def _start_cluster_node(folder: str, attempts: int = 5) -> RedisServer:
+    """A cluster-enabled redis-server on a free port whose bus port (+10000) is free too."""
+    os.makedirs(folder, exist_ok=True)
+    for _ in range(attempts):
+        # The cluster bus listens on port + 10000, so keep below 55536, with both ports free.
+        port = next(p for p in iter(free_port, None) if p < 55000 and _port_free(p + 10000))
+        try:
+            return start_redis_server(
+                port,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                os.path.join(folder, "nodes.conf"),
+                "--dir",
+                folder,
+            )
+        except RuntimeError:
+            continue  # another process took one of the ports meanwhile: try others
+    raise RuntimeError(f"no cluster node could start in {attempts} attempts")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def start_redis_sentinel(folder: str, master: RedisServer) -> tuple[RedisServer, str]:

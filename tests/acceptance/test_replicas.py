@@ -195,7 +195,10 @@ def test_beat_embedded_in_workers_sends_each_window_once(
     beats.start_worker_beat(2)
     try:
         beats.wait_started()
-        time.sleep(8)
+        # Run until enough windows went out: a worker's start-up is slow on a busy machine.
+        broker, deadline = redis.Redis.from_url(redis_url), time.monotonic() + 45
+        while broker.llen(queue) < 14 and time.monotonic() < deadline:
+            time.sleep(0.5)
         end = store.clock()
     finally:
         beats.stop()
