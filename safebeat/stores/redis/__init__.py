@@ -58,7 +58,10 @@ from safebeat.urls import redact, scrub
 
 logger = logging.getLogger("safebeat.stores.redis")
 
-SCRIPTS = load_queries(__name__, "scripts.lua")
+_BLOCKS = load_queries(__name__, "scripts.lua")
+_PRELUDE = _BLOCKS.pop("prelude")
+#: Each server-side step, with the helpers they share in front (Lua scripts cannot import).
+SCRIPTS = {name: f"{_PRELUDE}\n\n{body}" for name, body in _BLOCKS.items()}
 #: The layout of safebeat's keys; `migrate` records it, a newer one is refused.
 LAYOUT_VERSION = 1
 LAYOUT_KEY = "safebeat:layout"

@@ -27,14 +27,44 @@
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
 --   P:effects              zset effect key -> expiry, for pruning
 
+-- name: prelude
+-- Prepended to every script below (see RedisStore): helpers they share.
+
+-- Redis TIME as microseconds since the epoch, in decimal text.
+local function now_us()
+    local t = redis.call('TIME')
+    return t[1] .. string.format('%06d', tonumber(t[2]))
+end
+
+-- Append the state columns of `names` to `result` and return it: anchors, defined,
+-- lasts, digests, schedules (false where missing), running_since (the newest start of an
+-- unfinished execution, or false) and paused (0 or 1).
+local function load_states(p, names, result)
+    for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
+        local values = {}
+        for _, name in ipairs(names) do
+            values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
+        end
+        result[#result + 1] = values
+    end
+    local running, paused = {}, {}
+    for _, name in ipairs(names) do
+        local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
+        running[#running + 1] = newest[2] or false
+        paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
+    end
+    result[#result + 1] = running
+    result[#result + 1] = paused
+    return result
+end
+
 -- name: register
 -- ARGV: prefix, then (name, digest, schedule) triples.
 -- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
 -- schedules, running_since, paused (0/1)}.
 local p = ARGV[1]
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
-local anchor = t[1] .. '000000'
+local now = now_us()
+local anchor = now:sub(1, -7) .. '000000'
 local changed = {}
 local names = {}
 for i = 2, #ARGV, 3 do
@@ -56,46 +86,14 @@ for i = 2, #ARGV, 3 do
         redis.call('HSET', p .. ':digest', name, digest)
     end
 end
-local result = {now, changed}
-for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
-    local values = {}
-    for _, name in ipairs(names) do
-        values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
-    end
-    result[#result + 1] = values
-end
-local running, paused = {}, {}
-for _, name in ipairs(names) do
-    local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
-    running[#running + 1] = newest[2] or false
-    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
-end
-result[#result + 1] = running
-result[#result + 1] = paused
-return result
+return load_states(p, names, {now, changed})
 
 -- name: states
 -- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since,
 -- paused} of every entry.
 local p = ARGV[1]
 local names = redis.call('HKEYS', p .. ':digest')
-local result = {names}
-for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
-    local values = {}
-    for _, name in ipairs(names) do
-        values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
-    end
-    result[#result + 1] = values
-end
-local running, paused = {}, {}
-for _, name in ipairs(names) do
-    local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
-    running[#running + 1] = newest[2] or false
-    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
-end
-result[#result + 1] = running
-result[#result + 1] = paused
-return result
+return load_states(p, names, {names})
 
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
@@ -107,25 +105,12 @@ local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
 end
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
-local result = {now, redis.call('EXISTS', p .. ':digest')}
-for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
-    local values = {}
-    for i = 4, #ARGV do
-        values[#values + 1] = redis.call('HGET', p .. ':' .. field, ARGV[i])
-    end
-    result[#result + 1] = values
-end
-local running, paused = {}, {}
+local now = now_us()
+local names = {}
 for i = 4, #ARGV do
-    local newest = redis.call('ZREVRANGE', p .. ':running:' .. ARGV[i], 0, 0, 'WITHSCORES')
-    running[#running + 1] = newest[2] or false
-    paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', ARGV[i])
+    names[#names + 1] = ARGV[i]
 end
-result[#result + 1] = running
-result[#result + 1] = paused
-return result
+return load_states(p, names, {now, redis.call('EXISTS', p .. ':digest')})
 
 -- name: extend_lock
 -- KEYS[1]: P:lock. ARGV: token, ttl_ms. Extends the lock only if this token holds it.
@@ -152,8 +137,7 @@ local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local n_claims, n_skips = tonumber(ARGV[6]), tonumber(ARGV[7])
 local n_advances, n_reclaim = tonumber(ARGV[8]), tonumber(ARGV[9])
 local timeout, limit = ARGV[10], tonumber(ARGV[11])
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local at = 12
 
 local function insert(entry, window, fields)
@@ -250,8 +234,7 @@ return {now, claimed, reclaimed}
 -- Rows no longer `claimed` are left as they are.
 local p = ARGV[1]
 local n_sent = tonumber(ARGV[2])
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local function settle(id, fields)
     local row = p .. ':row:' .. id
     if redis.call('HGET', row, 'status') == 'claimed' then
@@ -270,8 +253,7 @@ return 1
 -- name: heartbeat
 -- KEYS[1]: P:heartbeats. ARGV: prefix, replica id, description (JSON).
 local p = ARGV[1]
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 redis.call('HSETNX', p .. ':started', ARGV[2], now)
 redis.call('HSET', p .. ':replicas', ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[1], now, ARGV[2])
@@ -346,8 +328,7 @@ local fields = redis.call('HMGET', row, 'status', 'task_id', 'started_at', 'fini
 if not fields[1] or fields[1] == 'skipped' or not fields[2] then
     return 'unknown'
 end
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local verdict
 if not fields[3] or tonumber(retries) > tonumber(fields[5] or '0') then
     verdict = 'run'
@@ -377,8 +358,7 @@ local fields = redis.call('HMGET', row, 'worker', 'retries', 'finished_at')
 if fields[1] ~= ARGV[3] or fields[2] ~= ARGV[4] or fields[3] then
     return 0
 end
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 redis.call('HSET', row, 'finished_at', now, 'outcome', ARGV[5], 'runtime', ARGV[6])
 if ARGV[7] and ARGV[7] ~= '' then
     redis.call('HSET', row, 'error', ARGV[7])
@@ -390,8 +370,7 @@ return 1
 -- KEYS[1]: the effect's key. ARGV: prefix, owner, keep_for (us), task id ('' for none).
 -- Records the effect unless a record that has not expired exists; returns 1 if recorded.
 local p = ARGV[1]
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local expires = redis.call('HGET', KEYS[1], 'expires_at')
 if expires and tonumber(expires) > tonumber(now) then
     return 0
@@ -416,8 +395,7 @@ return 1
 
 -- name: prune_effects
 -- KEYS[1]: P:effects. ARGV: batch size. Deletes effect keys whose expiry has passed.
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local keys = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
 for _, key in ipairs(keys) do
     redis.call('DEL', key)
@@ -444,8 +422,7 @@ return 1
 -- the reason, and leaves last windows alone. Returns the new claims {id, entry, window,
 -- task_id}.
 local p, replica, host, pid, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%06d', tonumber(t[2]))
+local now = now_us()
 local claimed = {}
 for i = 6, #ARGV, 4 do
     local entry, window, task_id, task_name = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
