@@ -40,6 +40,24 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     return samples
 
 
+def metric_names(samples: dict[str, list[tuple[dict[str, str], float]]]) -> set[str]:
+    """The safebeat metrics scraped, by the name docs/metrics.md gives them."""
+    return {
+        name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
+        for name in samples
+        if name.startswith("safebeat_") and not name.endswith("_created")
+    }
+
+
+def sample(
+    samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str
+) -> float:
+    """The one value of `name` whose labels include `labels`."""
+    matches = [v for found, v in samples.get(name, []) if labels.items() <= found.items()]
+    assert len(matches) == 1, (name, labels, samples.get(name))
+    return matches[0]
+
+
 def test_a_running_beat_serves_the_documented_metrics(
     tmp_path: Path, redis_url: str, queue: str, namespace: str
 ) -> None:
@@ -64,11 +82,7 @@ def test_a_running_beat_serves_the_documented_metrics(
     finally:
         beats.stop()
 
-    exposed = {
-        name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
-        for name in samples
-        if name.startswith("safebeat_") and not name.endswith("_created")
-    }
+    exposed = metric_names(samples)
     documented = set(documented_metrics("From beat"))
     # Per-entry counters appear with an entry's first event; this run has none of these.
     quiet = {
@@ -80,9 +94,7 @@ def test_a_running_beat_serves_the_documented_metrics(
     assert exposed <= documented, exposed - documented
 
     def value(name: str, **labels: str) -> float:
-        matches = [v for ls, v in samples[name] if labels.items() <= ls.items()]
-        assert len(matches) == 1, (name, labels, samples[name])
-        return matches[0]
+        return sample(samples, name, **labels)
 
     assert value("safebeat_dispatches_total", entry="every-1s", namespace=namespace) >= 2
     assert value("safebeat_dispatch_lag_seconds_count", namespace=namespace) >= 2
@@ -125,9 +137,7 @@ def test_a_prefork_worker_serves_what_its_children_counted(
         workers.stop()
 
     def value(name: str, **labels: str) -> float:
-        matches = [v for ls, v in samples.get(name, []) if labels.items() <= ls.items()]
-        assert len(matches) == 1, (name, labels, samples.get(name))
-        return matches[0]
+        return sample(samples, name, **labels)
 
     ours = {"namespace": namespace, "entry": "report"}
     assert value("safebeat_executions_total", outcome="success", **ours) == 1
@@ -135,10 +145,6 @@ def test_a_prefork_worker_serves_what_its_children_counted(
     assert value("safebeat_last_success_timestamp_seconds", **ours) > time.time() - 60
     assert value("safebeat_task_runtime_seconds_count", namespace=namespace) == 1
     documented = set(documented_metrics("From workers"))
-    exposed = {
-        name.removesuffix("_bucket").removesuffix("_count").removesuffix("_sum")
-        for name in samples
-        if name.startswith("safebeat_") and not name.endswith("_created")
-    }
+    exposed = metric_names(samples)
     # Nothing ran untracked here, so that per-entry counter has no sample yet.
     assert exposed == documented - {"safebeat_executions_untracked_total"}, exposed ^ documented

@@ -502,6 +502,18 @@ def start(store: Store, namespace: str, window: datetime, **overrides: object) -
     return store.start_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
 
 
+def finish(store: Store, namespace: str, window: datetime, **overrides: object) -> None:
+    """Record the end of entry "a"'s execution of `window` (worker w1, first try, success)."""
+    options: dict[str, object] = {
+        "worker": "w1@host:1",
+        "retries": 0,
+        "outcome": Outcome.SUCCESS,
+        "runtime": timedelta(seconds=1),
+    }
+    options.update(overrides)
+    store.finish_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+
+
 def row_of(store: Store, namespace: str, window: datetime) -> object:
     [row] = [r for r in store.history(namespace, "a") if r.window == window]
     return row
@@ -530,15 +542,7 @@ def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
     window = dispatched(store, namespace)
     start(store, namespace, window)
     runtime = timedelta(seconds=1, microseconds=500)
-    store.finish_execution(
-        namespace,
-        "a",
-        window,
-        worker="w1@host:1",
-        retries=0,
-        outcome=Outcome.SUCCESS,
-        runtime=runtime,
-    )
+    finish(store, namespace, window, runtime=runtime)
     row = row_of(store, namespace, window)
     assert row.outcome is Outcome.SUCCESS  # type: ignore[attr-defined]
     assert row.runtime == runtime  # type: ignore[attr-defined]
@@ -553,12 +557,10 @@ def test_a_failed_execution_keeps_its_detail(store: Store, namespace: str) -> No
     """finish_execution's detail (a command's exit status, an exception) lands in `error`."""
     window = dispatched(store, namespace)
     start(store, namespace, window)
-    store.finish_execution(
+    finish(
+        store,
         namespace,
-        "a",
         window,
-        worker="w1@host:1",
-        retries=0,
         outcome=Outcome.FAILURE,
         runtime=timedelta(seconds=2),
         detail="the command exited with 3",
@@ -573,15 +575,7 @@ def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None
     """A delivery with a higher retry number runs; a redelivery of that retry does not."""
     window = dispatched(store, namespace)
     start(store, namespace, window)
-    store.finish_execution(
-        namespace,
-        "a",
-        window,
-        worker="w1@host:1",
-        retries=0,
-        outcome=Outcome.RETRY,
-        runtime=timedelta(seconds=1),
-    )
+    finish(store, namespace, window, outcome=Outcome.RETRY)
     assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.RUN
     assert start(store, namespace, window, worker="w1@host:1", retries=1) is Start.DUPLICATE
     row = row_of(store, namespace, window)
@@ -600,12 +594,11 @@ def test_an_unfinished_run_older_than_stale_after_is_taken_over(
     taken = start(store, namespace, window, worker="w2@host:2", stale_after=timedelta(0))
     assert taken is Start.TAKEOVER
     for worker in ("w1@host:1", "w2@host:2"):
-        store.finish_execution(
+        finish(
+            store,
             namespace,
-            "a",
             window,
             worker=worker,
-            retries=0,
             outcome=Outcome.FAILURE if worker == "w1@host:1" else Outcome.SUCCESS,
             runtime=timedelta(seconds=2),
         )
@@ -667,15 +660,7 @@ def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace
     started = row_of(store, namespace, window).started_at  # type: ignore[attr-defined]
     assert started is not None
     assert running_since() == started
-    store.finish_execution(
-        namespace,
-        "a",
-        window,
-        worker="w1@host:1",
-        retries=0,
-        outcome=Outcome.FAILURE,
-        runtime=timedelta(seconds=1),
-    )
+    finish(store, namespace, window, outcome=Outcome.FAILURE)
     assert running_since() is None
 
 
