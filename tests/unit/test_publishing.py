@@ -1,0 +1,217 @@
+"""The direct publishing path sends the very message Celery's `apply_async` would.
+
+Each case publishes one window twice to kombu's memory broker, once through
+`Publisher(direct=False)` (the task's `apply_async` or `send_task`) and once through the
+direct path, and compares everything the worker sees: headers, properties, body, and
+where it was routed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from celery import Celery, Task, signals
+from kombu import Exchange, Queue
+
+from safebeat.config import Config
+from safebeat.entries import compile_entry
+from safebeat.identity import task_id_for
+from safebeat.publishing import Publisher
+from safebeat.stores.base import Claim
+
+WINDOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def make_app() -> Celery:
+    app = Celery("pub", broker="memory://", set_as_current=False)
+    tag = uuid.uuid4().hex[:8]
+    app.conf.update(
+        task_default_queue=f"default-{tag}",
+        task_queues=[
+            Queue(f"default-{tag}"),
+            Queue(f"reports-{tag}", Exchange(f"reports-{tag}", type="topic"), routing_key="r.#"),
+        ],
+        task_routes={"proj.routed": {"queue": f"reports-{tag}", "routing_key": "r.weekly"}},
+        result_expires=None,
+    )
+
+    @app.task(name="proj.plain", shared=False)
+    def plain(x: int = 0) -> None: ...
+
+    @app.task(name="proj.routed", shared=False)
+    def routed() -> None: ...
+
+    @app.task(
+        name="proj.tuned",
+        shared=False,
+        serializer="pickle",
+        time_limit=60,
+        soft_time_limit=30,
+        ignore_result=True,
+    )
+    def tuned() -> None: ...
+
+    return app
+
+
+def queues_of(app: Celery) -> list[str]:
+    return [queue.name for queue in app.conf.task_queues]
+
+
+def claim_for(name: str) -> Claim:
+    return Claim(
+        id=1, entry=name, window=WINDOW, task_id=task_id_for("pub", name, WINDOW), attempts=1
+    )
+
+
+def receive_all(app: Celery) -> list[dict[str, Any]]:
+    got = []
+    with app.connection_for_read() as conn:
+        channel = conn.default_channel
+        for queue in queues_of(app):
+            while (message := channel.basic_get(queue, no_ack=True)) is not None:
+                got.append(
+                    {
+                        "queue": queue,
+                        "headers": message.headers,
+                        "properties": {
+                            k: v
+                            for k, v in message.properties.items()
+                            if k not in {"delivery_tag", "delivery_info"}
+                        },
+                        "body": message.body,
+                        "content_type": message.content_type,
+                    }
+                )
+    return got
+
+
+def publish_both_ways(app: Celery, raw: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    entry = compile_entry("e", raw, app_timezone=timezone.utc, config=Config(namespace="pub"))
+    results = []
+    for direct in (False, True):
+        with app.producer_or_acquire() as producer:
+            Publisher(app, direct=direct).send(producer, entry, claim_for("e"))
+        results.append(receive_all(app))
+    return results[0], results[1]
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "registered task": {"task": "proj.plain", "schedule": 60, "args": [5]},
+    "unregistered task": {"task": "elsewhere.run", "schedule": 60, "kwargs": {"a": [1, 2]}},
+    "task_routes": {"task": "proj.routed", "schedule": 60},
+    "queue option": {"task": "proj.plain", "schedule": 60, "options": {"queue": "reports-X"}},
+    "task's own options": {"task": "proj.tuned", "schedule": 60},
+    "entry options": {
+        "task": "proj.plain",
+        "schedule": 60,
+        "options": {"priority": 7, "serializer": "pickle", "headers": {"tenant": "acme"}},
+    },
+    "expires (full path)": {"task": "proj.plain", "schedule": 60, "options": {"expires": 30}},
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
+    app = make_app()
+    raw = CASES[case]
+    if case == "queue option":
+        raw = {**raw, "options": {"queue": queues_of(app)[1]}}
+    full, direct = publish_both_ways(app, raw)
+    assert len(full) == 1
+    if case == "expires (full path)":  # expiry is counted from the moment of each send
+        for message in (*full, *direct):
+            assert message["headers"].pop("expires") is not None
+            assert message["properties"].pop("expiration") is not None
+    assert direct == full
+
+
+def test_a_bad_signature_fails_as_apply_async_fails() -> None:
+    """typing=True tasks check the arguments before sending, on either path."""
+    app = make_app()
+    entry = compile_entry(
+        "e",
+        {"task": "proj.plain", "schedule": 60, "args": [1, 2, 3]},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
+    for direct in (False, True):
+        with app.producer_or_acquire() as producer, pytest.raises(TypeError):
+            Publisher(app, direct=direct).send(producer, entry, claim_for("e"))
+    assert receive_all(app) == []
+
+
+def test_a_task_with_its_own_apply_async_is_sent_through_it() -> None:
+    app = make_app()
+    calls = []
+
+    class Audited(Task):  # type: ignore[misc]
+        def apply_async(self, *args: Any, **kwargs: Any) -> Any:
+            calls.append(kwargs["task_id"])
+            return super().apply_async(*args, **kwargs)
+
+    @app.task(name="proj.audited", base=Audited, shared=False)
+    def audited() -> None: ...
+
+    entry = compile_entry(
+        "e",
+        {"task": "proj.audited", "schedule": 60},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
+    with app.producer_or_acquire() as producer:
+        Publisher(app).send(producer, entry, claim_for("e"))
+    assert calls == [claim_for("e").task_id]
+    assert len(receive_all(app)) == 1
+
+
+def test_publish_signals_fire_on_the_direct_path() -> None:
+    app = make_app()
+    seen: list[str] = []
+
+    def before(sender: str, headers: dict[str, Any], **_: Any) -> None:
+        seen.append(headers["safebeat_window"])
+
+    signals.before_task_publish.connect(before)
+    try:
+        entry = compile_entry(
+            "e",
+            {"task": "proj.plain", "schedule": 60},
+            app_timezone=timezone.utc,
+            config=Config(namespace="pub"),
+        )
+        with app.producer_or_acquire() as producer:
+            Publisher(app).send(producer, entry, claim_for("e"))
+    finally:
+        signals.before_task_publish.disconnect(before)
+    assert seen == ["2026-03-01T12:00:00Z"]
+
+
+def test_each_queue_is_declared_once_per_connection() -> None:
+    app = make_app()
+    declares: list[Any] = []
+    entry = compile_entry(
+        "e",
+        {"task": "proj.plain", "schedule": 60},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
+    publisher = Publisher(app)
+    with app.connection_for_write() as conn:
+        conn.connect()  # as beat's connection is, before its first tick
+        producer = app.amqp.Producer(conn, auto_declare=False)
+        real_publish = producer.publish
+
+        def spy(body: Any, **kwargs: Any) -> Any:
+            declares.append(kwargs.get("declare"))
+            return real_publish(body, **kwargs)
+
+        producer.publish = spy
+        for _ in range(3):
+            publisher.send(producer, entry, claim_for("e"))
+        publisher.forget_declarations()
+        publisher.send(producer, entry, claim_for("e"))
+    assert [bool(d) for d in declares] == [True, False, False, True]
