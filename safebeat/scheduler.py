@@ -31,7 +31,7 @@ from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
 from safebeat.metrics import BeatMetrics
 from safebeat.overlap import running_timeout
-from safebeat.publishing import send
+from safebeat.publishing import Publisher
 from safebeat.stores import Store, store_from_config
 from safebeat.stores.base import (
     Claim,
@@ -46,6 +46,10 @@ from safebeat.urls import redact
 from safebeat.windows import Overlap
 
 logger = logging.getLogger("safebeat.scheduler")
+
+
+class _TooLate(Exception):
+    """The claims left are too old to publish safely from this replica."""
 
 
 @dataclass
@@ -142,6 +146,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
         self._metrics_served = False
+        self.publisher = Publisher(app)
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # --- Celery's Scheduler interface -----------------------------------------------------
@@ -154,6 +159,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def setup_schedule(self) -> None:
         """Compile the entries and try to reach the store; a store that is down is retried."""
+        config = self.safebeat_config
+        if config.metrics_port is not None and not self._metrics_served:
+            self._serve_metrics(config.metrics_port)
         self.use_entries(
             *compile_schedule(
                 self.schedule_source(),
@@ -161,7 +169,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 config=self.safebeat_config,
             )
         )
-        config = self.safebeat_config
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
             len(self.entries),
@@ -169,8 +176,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             config.namespace,
             self.replica.id,
         )
-        if config.metrics_port is not None and not self._metrics_served:
-            self._serve_metrics(config.metrics_port)
         self._try(self._bootstrap)
 
     def _serve_metrics(self, port: int) -> None:
@@ -207,7 +212,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.entries, self.broken_entries = entries, broken
         self.data = dict(self.entries)
         self.metrics.entries(len(entries))
-        for name, entry in entries.items():
+        for name, entry in entries.items() if self.metrics.recording else ():
             period = windows.typical_period(entry.rule)
             if period is not None:
                 self.metrics.entry_period(name, period.total_seconds())
@@ -520,6 +525,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         Where the transport can batch (kombu's Redis transport), claims go out in chunks
         of `publish_chunk`, each flushed before its claims count as sent; a chunk that
         fails to flush stays claimed and is re-published with the same ids.
+
+        Nothing is handed to the broker after `claim_timeout / 2` from the claim: past
+        `claim_timeout` another replica re-publishes what is unsent, so a late publish
+        here would be a second copy. Each message's reconnect-and-retry is bounded to fit.
         """
         if not claims:
             return
@@ -529,19 +538,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
         start = 0
         while start < len(claims):
-            if self._monotonic() > publish_until:
-                # We were paused or slow: another replica may be re-publishing these by now.
+            try:
+                batching = self._can_batch()
+                chunk = claims[start : start + (self.publish_chunk if batching else 1)]
+                with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
+                    buffered = self._send_chunk(chunk, failed, connection_errors, publish_until)
+                    if self._monotonic() > publish_until:
+                        raise _TooLate  # discards the buffered chunk unsent
+            except _TooLate:
                 logger.warning(
                     "safebeat: %d claim(s) are too old to publish safely from here; "
                     "they will be re-published by the next replica that ticks",
                     len(claims) - start,
                 )
                 break
-            try:
-                batching = self._can_batch()
-                chunk = claims[start : start + (self.publish_chunk if batching else 1)]
-                with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
-                    buffered = self._send_chunk(chunk, failed, connection_errors)
             except connection_errors as exc:
                 self._broker_unreachable(exc, len(claims) - start)
                 break
@@ -580,10 +590,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         chunk: Sequence[Claim],
         failed: dict[int, str],
         connection_errors: tuple[type[BaseException], ...],
+        publish_until: float,
     ) -> list[int]:
-        """Send each claim; return the ids handed to the producer. Connection errors propagate."""
+        """Send each claim; return the ids handed to the producer.
+
+        Connection errors propagate; so does `_TooLate` once `publish_until` has passed.
+        """
         handed: list[int] = []
         for claim in chunk:
+            left = publish_until - self._monotonic()
+            if left < 0:
+                raise _TooLate
             entry = self.entries.get(claim.entry)
             if entry is None:
                 failed[claim.id] = f"entry {claim.entry!r} is not defined on {self.replica.id}"
@@ -595,7 +612,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 format_window(claim.window),
             )
             try:
-                send(self.app, self.producer, entry, claim)
+                self.publisher.send(
+                    self.producer, entry, claim, retry_policy=self._retry_policy(left)
+                )
             except connection_errors:
                 raise
             except Exception as exc:
@@ -613,7 +632,19 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 handed.append(claim.id)
         return handed
 
+    def _retry_policy(self, seconds_left: float) -> dict[str, float | int]:
+        """kombu's retry for one message: one reconnect, and only if it fits in the time left.
+
+        A reconnect can take the broker's connect timeout; a publish that completes after
+        another replica has taken the claim over would be a second copy. Past one retry,
+        the claim stays unsent and safebeat's own backoff and re-publish take over.
+        """
+        connect_timeout = float(getattr(self.connection, "connect_timeout", None) or 4.0)
+        retries = 1 if seconds_left > 2 * connect_timeout else 0
+        return {"max_retries": retries, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+
     def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
+        self.publisher.forget_declarations()
         self.stats.publish_errors += 1
         self.metrics.publish_failed("broker")
         pause = self._broker_backoff.next_delay()

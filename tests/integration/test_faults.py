@@ -156,3 +156,51 @@ def test_store_errors_never_log_the_password(caplog: pytest.LogCaptureFixture) -
     assert "postgresql://app:***@127.0.0.1" in caplog.text
     assert "hunter2" not in caplog.text
     assert "hunter2" not in scheduler.info
+
+
+def test_a_burst_that_outlasts_half_the_claim_timeout_is_not_published_late(
+    pg_url: str, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past claim_timeout / 2 from its claim, a replica hands nothing more to the broker.
+
+    Replica A is slowed (its clock moves 4 ms per message, so its 1 s runs out at the
+    250th): the chunk of 500 it was buffering when its time ran out is discarded, not
+    flushed. Replica B takes the unsent claims over after the claim timeout and
+    publishes them: every window reaches the broker exactly once.
+    """
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    app = make_app(redis_url, queue, pg_url, namespace)
+    app.conf.beat_schedule = {
+        f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)
+    }
+    slowness = [0.0]
+    slow = Scheduler(app, monotonic=lambda: time.monotonic() + slowness[0])
+    real_send = slow.publisher.send
+
+    def slow_send(*args: object, **kwargs: object) -> None:
+        real_send(*args, **kwargs)  # type: ignore[arg-type]
+        slowness[0] += 0.004
+
+    monkeypatch.setattr(slow.publisher, "send", slow_send)
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        assert slow._can_batch()
+        deadline = time.monotonic() + 10
+        while not slow.stats.claimed and time.monotonic() < deadline:
+            time.sleep(min(slow.tick(), 0.05))
+        published_by_a = broker.llen(queue)
+        store = PostgresStore(pg_url)
+        unsent = [r for r in store.history(namespace, limit=5000) if r.status is Status.CLAIMED]
+        store.close()
+        takeover = Scheduler(app)
+        run(takeover, 4)  # the claims are taken over 2 s after they were made
+        takeover.close()
+        messages = safebeat_messages(redis_messages(redis_url, queue))
+    finally:
+        slow.close()
+        broker.delete(queue)
+    assert published_by_a < 250  # nothing handed over after the deadline
+    assert len(unsent) == 1200 - published_by_a
+    sent = Counter((m.entry, m.window) for m in messages)
+    assert max(sent.values()) == 1
+    assert {(r.entry, r.window) for r in unsent} <= set(sent)

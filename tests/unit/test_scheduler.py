@@ -428,17 +428,15 @@ def test_entries_left_waiting_go_first_so_none_starves(
     clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """When publishing a batch outlasts the interval, waiting entries still get their turn."""
-    import safebeat.scheduler as scheduler_module
-
-    real_send = scheduler_module.send
-
-    def slow_send(*args: Any) -> None:
-        real_send(*args)
-        clock.advance(0.4)  # four sends outlast the entries' 1 s interval
-
-    monkeypatch.setattr(scheduler_module, "send", slow_send)
     app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 1.0} for i in range(8)})
     scheduler = memory_scheduler(app, clock)
+    real_send = scheduler.publisher.send
+
+    def slow_send(*args: Any, **kwargs: Any) -> None:
+        real_send(*args, **kwargs)
+        clock.advance(0.4)  # four sends outlast the entries' 1 s interval
+
+    monkeypatch.setattr(scheduler.publisher, "send", slow_send)
     scheduler.claim_batch = 4
     scheduler.tick()
     clock.advance(1)
@@ -490,3 +488,14 @@ def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
     assert len(sent) == 1
     last_paused = max(r.window for r in paused)
     assert sent[0]["safebeat_window"] > format_window(last_paused)
+
+
+def test_kombu_retries_a_publish_only_when_a_reconnect_fits_in_the_time_left(
+    clock: FakeClock, queue: str
+) -> None:
+    """A reconnect (up to the connect timeout) must not carry a publish past the deadline."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}}, broker_connection_timeout=3)
+    scheduler = memory_scheduler(app, clock)
+    assert scheduler._retry_policy(10.0)["max_retries"] == 1
+    assert scheduler._retry_policy(5.0)["max_retries"] == 0
+    assert scheduler._retry_policy(0.5)["max_retries"] == 0
