@@ -89,6 +89,10 @@ class Publisher:
         # one) declares them again, as kombu's own cache does.
         self._declared_on: object = None
         self._declared: set[str] = set()
+        # Per entry name: the compiled entry the decision was made for, and the decision.
+        self._direct_for: dict[str, tuple[Entry, bool]] = {}
+        self._sent_event: bool | None = None
+        self._app_direct: bool | None = None
 
     def send(
         self,
@@ -104,18 +108,23 @@ class Publisher:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
         task = self.app.tasks.get(entry.task)
-        if self.direct and self._can_go_direct(task, options):
+        if self.direct and self._goes_direct(entry, task, options):
             self._send_direct(producer, entry.task, task, args=args, kwargs=kwargs, options=options)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
             self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
 
+    def _goes_direct(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> bool:
+        known = self._direct_for.get(entry.name)
+        if known is not None and known[0] is entry:
+            return known[1]
+        decision = self._can_go_direct(task, options)
+        self._direct_for[entry.name] = (entry, decision)
+        return decision
+
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:
-        app = self.app
-        if not options.keys() <= DIRECT_OPTIONS:
-            return False
-        if type(app).send_task is not Celery.send_task or app.conf.task_always_eager:
+        if not options.keys() <= DIRECT_OPTIONS or not self._app_allows_direct():
             return False
         if task is None:
             return True
@@ -130,6 +139,14 @@ class Publisher:
             )
         )
 
+    def _app_allows_direct(self) -> bool:
+        if self._app_direct is None:
+            app = self.app
+            self._app_direct = type(app).send_task is Celery.send_task and not bool(
+                app.conf.task_always_eager
+            )
+        return self._app_direct
+
     def _send_direct(
         self,
         producer: Any,
@@ -142,6 +159,8 @@ class Publisher:
     ) -> None:
         """What `apply_async` -> `send_task` do for a message with no eta, expiry or links."""
         app, amqp = self.app, self.app.amqp
+        if self._sent_event is None:
+            self._sent_event = bool(app.conf.task_send_sent_event)
         if task is not None:
             if task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
@@ -161,7 +180,7 @@ class Publisher:
             reply_to=app.thread_oid,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
-            create_sent_event=app.conf.task_send_sent_event,
+            create_sent_event=self._sent_event,
             ignore_result=ignore_result,
             **options,
         )
@@ -174,7 +193,7 @@ class Publisher:
             connection = getattr(producer.connection, "_connection", None)
             if connection is None or connection is not self._declared_on:
                 self._declared_on, self._declared = connection, set()
-            queue_name = getattr(queue, "name", str(queue))
+            queue_name = queue if isinstance(queue, str) else queue.name
             if queue_name in self._declared:
                 options["declare"] = []
         with producer.connection._reraise_as_library_errors():
