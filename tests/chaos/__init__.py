@@ -1,0 +1,1 @@
+"""The chaos suite: real beat replicas under faults, every window counted (docs/reliability.md)."""

@@ -1,0 +1,265 @@
+"""Counting every window: broker messages and dispatch rows against the windows each entry had.
+
+Pure functions, no I/O: the runner hands in what it collected (every message that reached
+the broker, with the moment it arrived; the store's dispatch rows and entry states) and
+gets back a `Tally` per side of the comparison.
+
+safebeat's side is counted window by window. Each entry's windows are its grid,
+`anchor + k * every`, after the `defined_at` of its definition and up to the horizon (the
+end of the run less the time a stale claim needs to be re-published). Each window is then
+exactly one of:
+
+- dispatched once: one message on the broker (possibly published by a replica that took
+  the claim over after `safebeat_claim_timeout`: counted as taken over too);
+- re-published: more than one copy, all with the window's task id, and its dispatch row
+  records `attempts > 1` (a claim taken over after `safebeat_claim_timeout`: the
+  at-least-once part of the promise, which the worker hook skips);
+- dispatched more than once: more than one copy without such a record (must be 0);
+- skipped by policy: no message, inside a span the store recorded as skipped, by reason;
+- failed: no message, its row recorded `failed` with the publish error;
+- missing: no message and no recorded reason (must be 0).
+
+A message for an instant that is not a window of its entry (off the grid, before the
+definition, an unknown entry) is counted as unexpected (must be 0); a window both sent and
+recorded as skipped is a contradiction (must be 0).
+
+Stock beat has no window identity: each replica computes its own runs from its own last
+run. Its side is counted from arrival times: the windows are the same grid cut to the
+same span, a run of consecutive arrivals of one entry more than one period apart means
+windows nobody sent (`round(gap / every) - 1` of them), and every message beyond one per
+window that was sent is a copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from safebeat.identity import parse_window
+from safebeat.stores.base import DispatchRecord, EntryState, Status
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One message as it reached the broker queue, stamped by the collector's clock."""
+
+    at: float  # seconds since the epoch (this host's clock; replicas' clocks may be skewed)
+    entry: str
+    window: datetime | None  # the `safebeat_window` header; None for stock beat
+    task_id: str
+    args: str  # the message's `argsrepr`
+    origin: str = ""  # the sending process, `gen<pid>@<host>`
+    #: Found on the broker at the end only (the collector's reply was lost in a broker
+    #: crash): it did arrive, but `at` is not when.
+    recovered: bool = False
+
+
+def parse_message(raw: bytes, at: float) -> Arrival:
+    """Read one kombu message body as stored in a Redis list."""
+    headers: dict[str, Any] = json.loads(raw)["headers"]
+    window = headers.get("safebeat_window")
+    entry = headers.get("safebeat_entry") or str(headers["task"]).removeprefix("chaos.")
+    return Arrival(
+        at=at,
+        entry=entry,
+        window=parse_window(window) if window else None,
+        task_id=str(headers["id"]),
+        args=str(headers.get("argsrepr", "")),
+        origin=str(headers.get("origin", "")),
+    )
+
+
+@dataclass
+class Tally:
+    """What happened to every window of one side of one run."""
+
+    expected: int = 0
+    once: int = 0
+    taken_over: int = 0
+    republished: int = 0
+    more_than_once: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    failed: int = 0
+    missing: list[tuple[str, str]] = field(default_factory=list)
+    unexpected: list[tuple[str, str]] = field(default_factory=list)
+    contradictions: list[tuple[str, str]] = field(default_factory=list)
+    messages: int = 0
+    max_lag: float | None = None
+    failover_gap: float | None = None
+    #: Stock beat only: whether the numbers come from arrival times (no window identity).
+    estimated: bool = False
+
+    @property
+    def problems(self) -> int:
+        """Windows sent twice, lost without a reason, or sent although they should not be."""
+        return (
+            self.more_than_once
+            + len(self.missing)
+            + len(self.unexpected)
+            + len(self.contradictions)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "expected": self.expected,
+            "dispatched_once": self.once,
+            "taken_over_after_claim_timeout": self.taken_over,
+            "republished_same_task_id": self.republished,
+            "dispatched_more_than_once": self.more_than_once,
+            "skipped_by_policy": dict(sorted(self.skipped.items())),
+            "failed_recorded": self.failed,
+            "missing_without_reason": len(self.missing),
+            "missing_windows": [f"{entry}@{window}" for entry, window in self.missing[:50]],
+            "unexpected_messages": [f"{e}@{w}" for e, w in self.unexpected[:50]],
+            "contradictions": [f"{e}@{w}" for e, w in self.contradictions[:50]],
+            "messages": self.messages,
+            "max_lag_s": None if self.max_lag is None else round(self.max_lag, 2),
+            "failover_gap_s": None if self.failover_gap is None else round(self.failover_gap, 2),
+            "estimated_from_arrivals": self.estimated,
+        }
+
+
+def grid(state: EntryState, every: timedelta, until: datetime) -> list[datetime]:
+    """The windows of an interval entry after its definition and up to `until`."""
+    first = state.anchor + ((state.defined_at - state.anchor) // every + 1) * every
+    count = max(0, (until - first) // every + 1)
+    return [first + k * every for k in range(count)]
+
+
+def _on_grid(state: EntryState, every: timedelta, window: datetime) -> bool:
+    return window > state.defined_at and (window - state.anchor) % every == timedelta(0)
+
+
+def count_safebeat(
+    schedule: Mapping[str, float],
+    states: Mapping[str, EntryState],
+    rows: Iterable[DispatchRecord],
+    arrivals: Sequence[Arrival],
+    *,
+    horizon: datetime,
+) -> Tally:
+    """Classify every window of every entry up to `horizon` (see the module docstring)."""
+    tally = Tally(messages=len(arrivals))
+    copies: dict[tuple[str, datetime], list[Arrival]] = defaultdict(list)
+    for arrival in arrivals:
+        if arrival.window is None:
+            tally.unexpected.append((arrival.entry, "no safebeat_window header"))
+            continue
+        copies[(arrival.entry, arrival.window)].append(arrival)
+    by_key: dict[tuple[str, datetime], DispatchRecord] = {}
+    skips: dict[str, list[DispatchRecord]] = defaultdict(list)
+    for record in rows:
+        if record.status is Status.SKIPPED:
+            skips[record.entry].append(record)
+        else:
+            by_key[(record.entry, record.window)] = record
+    lags: list[float] = []
+    for name, seconds in schedule.items():
+        every = timedelta(seconds=seconds)
+        state = states.get(name)
+        if state is None:
+            continue
+        for window in grid(state, every, horizon):
+            tally.expected += 1
+            sent = copies.get((name, window), [])
+            reason = _skip_reason(skips[name], window)
+            row = by_key.get((name, window))
+            if row is not None and row.attempts > 1:
+                tally.taken_over += 1
+            if sent:
+                if reason is not None:
+                    tally.contradictions.append((name, window.isoformat()))
+                timed = [a.at for a in sent if not a.recovered]
+                if timed:
+                    lags.append(min(timed) - window.timestamp())
+                if len(sent) == 1:
+                    tally.once += 1
+                elif _republished(sent, row):
+                    tally.republished += 1
+                else:
+                    tally.more_than_once += 1
+            elif reason is not None:
+                tally.skipped[reason] += 1
+            elif row is not None and row.status is Status.FAILED:
+                tally.failed += 1
+            else:
+                tally.missing.append((name, window.isoformat()))
+    for key, sent in copies.items():
+        name, window = key
+        state = states.get(name)
+        if (
+            name not in schedule
+            or state is None
+            or not _on_grid(state, timedelta(seconds=schedule[name]), window)
+        ):
+            tally.unexpected.extend((name, window.isoformat()) for _ in sent)
+        elif window > horizon and len(sent) > 1 and not _republished(sent, by_key.get(key)):
+            tally.more_than_once += 1  # a late window sent twice still counts
+    tally.max_lag = max(lags) if lags else None
+    return tally
+
+
+def _republished(sent: Sequence[Arrival], row: DispatchRecord | None) -> bool:
+    """Copies of one window explained by a recorded take-over: one task id, attempts > 1."""
+    return len({a.task_id for a in sent}) == 1 and row is not None and row.attempts > 1
+
+
+def _skip_reason(rows: Sequence[DispatchRecord], window: datetime) -> str | None:
+    """The reason of a recorded skipped span `[skipped_from, window]` holding `window`."""
+    for row in rows:
+        first = row.skipped_from or row.window
+        if first <= window <= row.window:
+            return row.reason or "unknown"
+    return None
+
+
+def count_stock(
+    schedule: Mapping[str, float],
+    arrivals: Sequence[Arrival],
+    *,
+    start: float,
+    horizon: float,
+) -> Tally:
+    """Count stock beat's messages against the same windows (see the module docstring)."""
+    tally = Tally(estimated=True)
+    by_entry: dict[str, list[float]] = defaultdict(list)
+    late: Counter[str] = Counter()
+    for arrival in arrivals:
+        if arrival.recovered:
+            late[arrival.entry] += 1
+            tally.messages += 1
+        elif start < arrival.at <= horizon:
+            by_entry[arrival.entry].append(arrival.at)
+            tally.messages += 1
+    for name, every in schedule.items():
+        windows = math.floor(horizon / every) - math.floor(start / every)
+        times = sorted(by_entry.get(name, []))
+        marks = [start, *times, horizon]
+        lost = sum(max(0, round((b - a) / every) - 1) for a, b in itertools.pairwise(marks))
+        lost = min(lost, windows)
+        sent_windows = windows - lost
+        extra = max(0, len(times) + late[name] - sent_windows)
+        twice = min(sent_windows, extra)
+        tally.expected += windows
+        tally.once += sent_windows - twice
+        tally.more_than_once += twice
+        tally.missing.extend((name, f"~{k}") for k in range(lost))
+    return tally
+
+
+def failover_gap(arrivals: Iterable[Arrival], *, after: float, until: float) -> float:
+    """The longest time without any message arriving, from `after` to `until`."""
+    times = sorted(a.at for a in arrivals if after <= a.at <= until and not a.recovered)
+    marks = [after, *times, until]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
+def utc(seconds: float) -> datetime:
+    """An instant of this host's clock as an aware UTC datetime."""
+    return datetime.fromtimestamp(seconds, timezone.utc)

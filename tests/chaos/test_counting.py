@@ -1,0 +1,185 @@
+"""The chaos suite's counting, on made-up runs: it must see every kind of failure it reports."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timedelta, timezone
+
+from safebeat.identity import format_window
+from safebeat.stores.base import DispatchRecord, EntryState, Status
+from tests.chaos.counting import (
+    Arrival,
+    Tally,
+    count_safebeat,
+    count_stock,
+    failover_gap,
+    grid,
+    parse_message,
+)
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+SCHEDULE = {"every-1s": 1.0}
+STATE = EntryState("every-1s", anchor=T0, defined_at=T0, last_window=None, digest="d", schedule="")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def message(window: float, *, task_id: str | None = None, delay: float = 0.1) -> Arrival:
+    return Arrival(
+        at=at(window).timestamp() + delay,
+        entry="every-1s",
+        window=at(window),
+        task_id=task_id or f"id-{window}",
+        args="[]",
+    )
+
+
+def row(window: float, status: Status = Status.SENT, **fields: object) -> DispatchRecord:
+    values: dict[str, object] = {
+        "id": int(window * 10),
+        "entry": "every-1s",
+        "window": at(window),
+        "status": status,
+        "task_id": f"id-{window}",
+        "task_name": "t",
+        "reason": None,
+        "skipped_from": None,
+        "skipped_count": None,
+        "replica": "r",
+        "host": "h",
+        "pid": 1,
+        "claimed_at": at(window),
+        "sent_at": at(window),
+        "attempts": 1,
+        "error": None,
+    }
+    values.update(fields)
+    return DispatchRecord(**values)  # type: ignore[arg-type]
+
+
+def count(rows: list[DispatchRecord], arrivals: list[Arrival], horizon: float = 6) -> Tally:
+    return count_safebeat(SCHEDULE, {"every-1s": STATE}, rows, arrivals, horizon=at(horizon))
+
+
+def test_the_grid_starts_after_the_definition_and_ends_at_the_horizon() -> None:
+    """Windows at or before `defined_at` are never expected; the horizon is included."""
+    state = EntryState("e", anchor=T0, defined_at=at(2.5), last_window=None, digest="", schedule="")
+    assert grid(state, timedelta(seconds=1), at(5)) == [at(3), at(4), at(5)]
+
+
+def test_every_window_sent_once_is_counted_once_with_its_lag() -> None:
+    """Six windows, each on the broker once: six dispatched once, nothing else, lag measured."""
+    tally = count([row(w) for w in range(1, 7)], [message(w, delay=0.25) for w in range(1, 7)])
+    assert (tally.expected, tally.once, tally.problems) == (6, 6, 0)
+    assert tally.max_lag is not None
+    assert abs(tally.max_lag - 0.25) < 1e-6
+
+
+def test_a_copy_recovered_after_a_broker_crash_counts_but_does_not_set_the_lag() -> None:
+    """A message found only at the end (its arrival time unknown) counts once, with no lag."""
+    recovered = dataclasses.replace(message(3, delay=40), recovered=True)
+    arrivals = [message(w) for w in (1, 2, 4, 5, 6)] + [recovered]
+    tally = count([row(w) for w in range(1, 7)], arrivals)
+    assert (tally.once, tally.problems) == (6, 0)
+    assert tally.max_lag is not None
+    assert tally.max_lag < 1
+
+
+def test_a_second_copy_without_a_recorded_republish_is_a_duplicate() -> None:
+    """Two copies of a window whose row says one attempt: dispatched more than once."""
+    arrivals = [message(w) for w in range(1, 7)] + [message(3)]
+    tally = count([row(w) for w in range(1, 7)], arrivals)
+    assert tally.more_than_once == 1
+    assert tally.problems == 1
+
+
+def test_a_recorded_republish_with_the_same_task_id_is_not_a_duplicate() -> None:
+    """Two copies, same task id, row attempts 2: re-published (at least once), not a duplicate."""
+    rows = [row(w, attempts=2 if w == 3 else 1) for w in range(1, 7)]
+    tally = count(rows, [message(w) for w in range(1, 7)] + [message(3)])
+    assert (tally.republished, tally.taken_over, tally.more_than_once) == (1, 1, 0)
+    assert tally.problems == 0
+
+
+def test_a_claim_taken_over_and_sent_once_counts_once_and_as_taken_over() -> None:
+    """A window whose row says two attempts but reached the broker once: once, taken over."""
+    rows = [row(w, attempts=2 if w == 4 else 1) for w in range(1, 7)]
+    tally = count(rows, [message(w) for w in range(1, 7)])
+    assert (tally.once, tally.taken_over, tally.republished) == (6, 1, 0)
+
+
+def test_a_copy_with_another_task_id_is_a_duplicate_even_after_a_republish() -> None:
+    """A second copy of a window under a different task id is never explained by a re-publish."""
+    rows = [row(w, attempts=2 if w == 3 else 1) for w in range(1, 7)]
+    arrivals = [message(w) for w in range(1, 7)] + [message(3, task_id="other")]
+    assert count(rows, arrivals).more_than_once == 1
+
+
+def test_windows_in_a_recorded_skip_are_skipped_by_policy_and_others_are_missing() -> None:
+    """Windows 2-3 inside a `missed` skip row are explained; window 5 with no trace is missing."""
+    skip = row(3, Status.SKIPPED, reason="missed", skipped_from=at(2), skipped_count=2)
+    sent = [1, 4, 6]
+    tally = count([skip, *(row(w) for w in sent)], [message(w) for w in sent])
+    assert tally.skipped == {"missed": 2}
+    assert tally.missing == [("every-1s", at(5).isoformat())]
+    assert tally.problems == 1
+
+
+def test_a_window_sent_although_recorded_skipped_is_a_contradiction() -> None:
+    """A message for a window inside a skipped span is reported, not counted as fine."""
+    skip = row(2, Status.SKIPPED, reason="missed", skipped_from=at(2), skipped_count=1)
+    tally = count([skip], [message(w) for w in range(1, 7)])
+    assert tally.contradictions == [("every-1s", at(2).isoformat())]
+
+
+def test_a_message_off_the_grid_or_before_the_definition_is_unexpected() -> None:
+    """Messages for 3.5 s (no window) and 0 s (before the definition) are both unexpected."""
+    arrivals = [message(w) for w in range(1, 7)] + [message(3.5), message(0)]
+    tally = count([row(w) for w in range(1, 7)], arrivals)
+    assert sorted(w for _, w in tally.unexpected) == [at(0).isoformat(), at(3.5).isoformat()]
+
+
+def test_a_recorded_publish_failure_is_a_reason_not_a_loss() -> None:
+    """A window whose row is `failed` with an error is counted as failed, not missing."""
+    rows = [row(w) for w in (1, 2, 4, 5, 6)] + [row(3, Status.FAILED, error="boom")]
+    tally = count(rows, [message(w) for w in (1, 2, 4, 5, 6)])
+    assert (tally.failed, tally.missing) == (1, [])
+
+
+def test_stock_copies_and_gaps_are_counted_from_arrival_times() -> None:
+    """Three stock beats sending each second: copies; a 3 s silence: two windows sent by nobody."""
+    start = at(0).timestamp()
+    times = [start + s + d for s in (1, 2, 3, 6, 7, 8) for d in (0.1, 0.2, 0.3)]
+    arrivals = [Arrival(t, "every-1s", None, f"id{t}", "[]") for t in times]
+    tally = count_stock(SCHEDULE, arrivals, start=start, horizon=start + 8.5)
+    assert tally.expected == 8
+    assert len(tally.missing) == 2
+    assert tally.more_than_once == 6
+    assert tally.messages == 18
+
+
+def test_the_failover_gap_is_the_longest_silence_after_the_fault() -> None:
+    """Arrivals at 1, 2, 6 and 7 s after a fault at 0 s, until 8 s: the gap is 4 s."""
+    start = at(0).timestamp()
+    arrivals = [Arrival(start + s, "e", None, "i", "[]") for s in (1, 2, 6, 7)]
+    assert failover_gap(arrivals, after=start, until=start + 8) == 4
+
+
+def test_a_kombu_message_is_read_as_its_entry_window_and_task_id() -> None:
+    """The headers beat puts on a message give the entry, the window, the id and the sender."""
+    headers = {
+        "id": "abc",
+        "task": "chaos.every-1s",
+        "safebeat_entry": "every-1s",
+        "safebeat_window": format_window(at(3)),
+        "argsrepr": "['v1']",
+        "origin": "gen42@host",
+    }
+    arrival = parse_message(json.dumps({"headers": headers, "body": ""}).encode(), 1.0)
+    assert (arrival.entry, arrival.window, arrival.task_id) == ("every-1s", at(3), "abc")
+    assert (arrival.args, arrival.origin) == ("['v1']", "gen42@host")
+    stock = parse_message(json.dumps({"headers": {"id": "x", "task": "chaos.e"}}).encode(), 1.0)
+    assert (stock.entry, stock.window) == ("e", None)
