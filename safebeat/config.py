@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeAlias
 
-from safebeat.errors import ConfigError
-from safebeat.urls import backend_of
+from safebeat.errors import ConfigError, shown
+from safebeat.urls import backend_of, django_alias
 from safebeat.windows import Misfire, Overlap, Policy
 
 logger = logging.getLogger("safebeat.config")
@@ -36,30 +36,45 @@ _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]
 REDIS_EVICTION_CHECKS: tuple[RedisEviction, ...] = ("warn", "refuse", "ignore")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+#: The longest duration any setting or option takes: far beyond any sensible value, and
+#: short enough that `now ± duration` stays a valid datetime.
+MAX_DURATION = timedelta(days=36500)
 
 
 def parse_duration(value: object, name: str) -> timedelta:
-    """Read seconds (number), a timedelta, or text such as "30", "30s", "5m", "2h", "30d"."""
+    """Read seconds (number), a timedelta, or text such as "30", "30s", "5m", "2h", "30d".
+
+    Raise ConfigError naming `name` for anything else, a negative duration, NaN, or more
+    than `MAX_DURATION` (infinity included).
+    """
+    seconds: float
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        # An int beyond a float's range is simply too long: don't let float() overflow.
+        seconds = float(max(-(10**300), min(value, 10**300)))
+    elif isinstance(value, float):
+        seconds = value
     elif isinstance(value, str) and (match := _DURATION.match(value)):
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     else:
         raise ConfigError(
-            f"{name}={value!r}: expected seconds (a number), a timedelta, "
+            f"{name}={shown(value)}: expected seconds (a number), a timedelta, "
             'or text like "30s", "5m", "2h", "30d"'
         )
     if seconds < 0:
-        raise ConfigError(f"{name}={value!r}: must not be negative")
+        raise ConfigError(f"{name}={shown(value)}: must not be negative")
+    if not seconds <= MAX_DURATION.total_seconds():  # also NaN, which compares false
+        raise ConfigError(
+            f"{name}={shown(value)}: expected a finite duration of at most {MAX_DURATION.days}d"
+        )
     return timedelta(seconds=seconds)
 
 
 def _positive_duration(value: object, name: str) -> timedelta:
     duration = parse_duration(value, name)
     if duration <= timedelta(0):
-        raise ConfigError(f"{name}={value!r}: must be greater than zero")
+        raise ConfigError(f"{name}={shown(value)}: must be greater than zero")
     return duration
 
 
@@ -75,7 +90,7 @@ def _positive_int(value: object, name: str) -> int:
     except ValueError:
         number = None
     if number is None or number < 1:
-        raise ConfigError(f"{name}={value!r}: expected a whole number of at least 1")
+        raise ConfigError(f"{name}={shown(value)}: expected a whole number of at least 1")
     return number
 
 
@@ -84,57 +99,66 @@ def _port(value: object, name: str) -> int | None:
         return None
     port = _positive_int(value, name)
     if port > 65535:
-        raise ConfigError(f"{name}={value!r}: a TCP port is at most 65535")
+        raise ConfigError(f"{name}={shown(value)}: a TCP port is at most 65535")
     return port
+
+
+def _word(value: object) -> str:
+    """A setting's value as lowercase text; "" when it has none (a 5000-digit int)."""
+    try:
+        return str(value).strip().lower()
+    except ValueError:
+        return ""
 
 
 def _boolean(value: object, name: str) -> bool:
     if isinstance(value, bool):
         return value
-    text = str(value).strip().lower()
+    text = _word(value)
     if text in {"1", "true", "yes", "on"}:
         return True
     if text in {"0", "false", "no", "off"}:
         return False
-    raise ConfigError(f"{name}={value!r}: expected true or false")
+    raise ConfigError(f"{name}={shown(value)}: expected true or false")
 
 
 def parse_misfire(value: object, name: str) -> Misfire:
     try:
-        return Misfire(str(value).strip().lower())
+        return Misfire(_word(value))
     except ValueError:
         choices = ", ".join(repr(m.value) for m in Misfire)
-        raise ConfigError(f"{name}={value!r}: expected one of {choices}") from None
+        raise ConfigError(f"{name}={shown(value)}: expected one of {choices}") from None
 
 
 def parse_overlap(value: object, name: str) -> Overlap:
     try:
-        return Overlap(str(value).strip().lower())
+        return Overlap(_word(value))
     except ValueError:
         choices = ", ".join(repr(o.value) for o in Overlap)
-        raise ConfigError(f"{name}={value!r}: expected one of {choices}") from None
+        raise ConfigError(f"{name}={shown(value)}: expected one of {choices}") from None
 
 
 def _url(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}: expected a store URL such as {DEFAULT_URL!r}")
     url = value.strip()
-    backend_of(url)  # raises ConfigError naming an unknown scheme
+    if backend_of(url, setting=name) == "django":  # raises ConfigError naming the scheme
+        django_alias(url, setting=name)  # raises ConfigError for a django:// URL with no alias
     return url
 
 
 def _redis_eviction(value: object, name: str) -> RedisEviction:
-    text = str(value).strip().lower()
+    text = _word(value)
     for choice in REDIS_EVICTION_CHECKS:
         if text == choice:
             return choice
     choices = ", ".join(repr(c) for c in REDIS_EVICTION_CHECKS)
-    raise ConfigError(f"{name}={value!r}: expected one of {choices}")
+    raise ConfigError(f"{name}={shown(value)}: expected one of {choices}")
 
 
 def _namespace(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{name}={value!r}: expected a non-empty name")
+        raise ConfigError(f"{name}={shown(value)}: expected a non-empty name")
     return value.strip()
 
 

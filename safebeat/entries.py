@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -18,8 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import schedules
 
-from safebeat.config import Config, parse_duration, parse_misfire, parse_overlap
-from safebeat.errors import ConfigError, EntryError
+from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
+from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
 from safebeat.stores.base import Definition
 from safebeat.windows import (
@@ -39,6 +39,7 @@ POLICY_KEYS = frozenset({"misfire", "grace", "catchup_limit", "overlap", "timezo
 #: Options safebeat sets itself on every message, so an entry may not set them.
 RESERVED_OPTIONS = frozenset({"task_id"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MAX_SECONDS = MAX_DURATION.total_seconds()
 
 
 @dataclass(frozen=True)
@@ -74,30 +75,36 @@ def compile_schedule(
             entries[name] = compile_entry(name, raw, app_timezone=app_timezone, config=config)
         except EntryError as exc:
             errors[name] = exc
+        except Exception as exc:  # noqa: BLE001 - one entry's surprise must not stop the rest
+            detail = " ".join(str(exc).split())
+            errors[name] = EntryError(
+                _entry_name(name),
+                f"cannot be compiled ({type(exc).__name__}: {detail}); fix or remove the entry",
+            )
     return entries, errors
 
 
 def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Config) -> Entry:
     """Validate one `beat_schedule` item and compile its rule; raise EntryError on bad input."""
     if not isinstance(name, str) or not name:
-        raise EntryError(str(name), "an entry name must be a non-empty string")
+        raise EntryError(_entry_name(name), "an entry name must be a non-empty string")
     if not isinstance(raw, Mapping):
-        raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {raw!r}")
+        raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {shown(raw)}")
     unknown = set(raw) - ENTRY_KEYS
     if unknown:
         raise EntryError(
-            name, f"unknown key(s) {sorted(unknown)}; an entry has {sorted(ENTRY_KEYS)}"
+            name, f"unknown key(s) {_sorted(unknown)}; an entry has {sorted(ENTRY_KEYS)}"
         )
     task = raw.get("task")
     if not isinstance(task, str) or not task:
-        raise EntryError(name, f"'task' must be a task name, got {task!r}")
+        raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
     args = raw.get("args") or ()
     if not isinstance(args, list | tuple):
         raise EntryError(name, f"'args' must be a list or tuple, got {type(args).__name__}")
     kwargs = raw.get("kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise EntryError(name, f"'kwargs' must be a dict, got {type(kwargs).__name__}")
-    options = dict(raw.get("options") or {})
+    options = _options(name, raw.get("options"))
     safebeat_options = options.pop("safebeat", None) or {}
     reserved = RESERVED_OPTIONS & set(options)
     if reserved:
@@ -106,7 +113,7 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         raise EntryError(name, "'schedule' is missing")
     policy, zone = _policy(name, safebeat_options, config, app_timezone)
     overlap = _overlap(name, safebeat_options, config)
-    rule = _rule(name, raw["schedule"], relative=bool(raw.get("relative")), zone=zone)
+    rule = _rule(name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone)
     schedule_text = describe(rule)
     described: dict[str, object] = {
         "task": task,
@@ -119,13 +126,19 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     if overlap is not Overlap.ALLOW:
         # Only when set, so that the digests of existing entries stay what they were.
         described["overlap"] = overlap.value
+    try:
+        digest = _digest(described)
+    except (ValueError, RecursionError) as exc:  # a 5000-digit int, a list holding itself
+        raise EntryError(
+            name, f"args, kwargs and options must be plain data Celery can send ({exc})"
+        ) from None
     return Entry(
         name,
         task,
         rule,
         policy,
         schedule_text,
-        _digest(described),
+        digest,
         tuple(args),
         kwargs,
         options,
@@ -133,16 +146,49 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     )
 
 
+def _entry_name(name: object) -> str:
+    """The name an error about entry `name` shows (it may not be a string at all)."""
+    return name if isinstance(name, str) else shown(name)
+
+
+def _sorted(keys: Iterable[object]) -> list[object]:
+    """`keys` in order for a message, also when they are of types that do not compare."""
+    return sorted(keys, key=lambda key: (type(key).__name__, shown(key)))
+
+
+def _options(name: str, value: object) -> dict[str, Any]:
+    """The entry's `options`: a dict of `apply_async` keyword arguments (a copy)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise EntryError(
+            name, f"'options' must be a dict of apply_async options, got {type(value).__name__}"
+        )
+    odd = [key for key in value if not isinstance(key, str)]
+    if odd:
+        raise EntryError(
+            name, f"'options' keys are apply_async keyword names, so text; got {_sorted(odd)}"
+        )
+    return dict(value)
+
+
+def _relative(name: str, value: object) -> bool:
+    """The entry's `relative` flag: True or False (None: not set)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise EntryError(name, f"'relative' must be True or False, got {shown(value)}")
+
+
 def _policy(
     name: str, options: object, config: Config, app_timezone: tzinfo
 ) -> tuple[Policy, tzinfo]:
     if not isinstance(options, Mapping):
-        raise EntryError(name, f"options['safebeat'] must be a dict, got {options!r}")
+        raise EntryError(name, f"options['safebeat'] must be a dict, got {shown(options)}")
     unknown = set(options) - POLICY_KEYS
     if unknown:
         raise EntryError(
             name,
-            f"unknown options['safebeat'] key(s) {sorted(unknown)}; known: {sorted(POLICY_KEYS)}",
+            f"unknown options['safebeat'] key(s) {_sorted(unknown)}; known: {sorted(POLICY_KEYS)}",
         )
     try:
         misfire = parse_misfire(options["misfire"], "misfire") if "misfire" in options else None
@@ -151,7 +197,9 @@ def _policy(
         )
         limit = options.get("catchup_limit", config.catchup_limit)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ConfigError(f"catchup_limit={limit!r}: expected a whole number of at least 1")
+            raise ConfigError(
+                f"catchup_limit={shown(limit)}: expected a whole number of at least 1"
+            )
     except ConfigError as exc:
         raise EntryError(name, f"options['safebeat']: {exc}") from None
     zone = _zone(name, options["timezone"]) if "timezone" in options else app_timezone
@@ -176,10 +224,14 @@ def _zone(name: str, value: object) -> tzinfo:
     if isinstance(value, tzinfo):
         return value
     if not isinstance(value, str):
-        raise EntryError(name, f"timezone {value!r}: expected an IANA name like 'Europe/Moscow'")
+        raise EntryError(
+            name, f"time zone {shown(value)}: expected an IANA name like 'Europe/Moscow'"
+        )
     try:
         return ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    # Not found, a bad name ("../x"), a folder of the database ("Europe": IsADirectoryError),
+    # a name too long for the file system (OSError): whatever the reason, the name is wrong.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise EntryError(
             name, f"unknown time zone {value!r}; use an IANA name like 'Europe/Moscow'"
         ) from None
@@ -189,6 +241,12 @@ def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
     if isinstance(value, bool):
         raise EntryError(name, f"schedule {value!r} is not a schedule")
     if isinstance(value, int | float):
+        if not -_MAX_SECONDS <= value <= _MAX_SECONDS:  # also NaN, which compares false
+            raise EntryError(
+                name,
+                f"schedule {shown(value)}: expected a number of seconds, at most "
+                f"{_MAX_SECONDS:.0f} ({MAX_DURATION.days} days)",
+            )
         value = timedelta(seconds=value)
     if isinstance(value, timedelta):
         return _interval(name, value, relative)
@@ -211,7 +269,12 @@ def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
     if isinstance(clocked_time, datetime):
         if clocked_time.tzinfo is None:
             clocked_time = clocked_time.replace(tzinfo=zone)
-        return ClockedRule(clocked_time.astimezone(timezone.utc))
+        try:
+            return ClockedRule(clocked_time.astimezone(timezone.utc))
+        except OverflowError:  # within hours of datetime.min or max: no UTC instant
+            raise EntryError(
+                name, f"clocked time {clocked_time} is out of range; use a year from 2 to 9998"
+            ) from None
     raise EntryError(
         name,
         f"safebeat cannot compute windows for a {type(value).__name__} schedule; use a "
@@ -222,6 +285,8 @@ def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
 def _interval(name: str, every: timedelta, relative: bool) -> IntervalRule:
     if every <= timedelta(0):
         raise EntryError(name, f"an interval must be positive, got {every}")
+    if every > MAX_DURATION:
+        raise EntryError(name, f"an interval must be at most {MAX_DURATION.days} days, got {every}")
     return IntervalRule(every, anchor=_EPOCH if relative else None)
 
 
@@ -271,8 +336,31 @@ def _cron_field(values: tuple[int, ...] | frozenset[int], low: int, high: int) -
 
 def _digest(payload: Mapping[str, object]) -> str:
     """A digest of everything an entry sends and when, stable across processes."""
-    text = json.dumps(payload, sort_keys=True, default=_stable_text)
+    try:
+        text = json.dumps(payload, sort_keys=True, default=_stable_text)
+    except TypeError:
+        # Keys JSON cannot sort ({1: "a", "b": 2}) or hold (a tuple). Only then this other
+        # form, so that the digest of every entry that had one stays what it was.
+        text = json.dumps(_typed_keys(payload), sort_keys=True, default=_stable_text)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _typed_keys(value: object) -> object:
+    """`value` with every dict key turned into text that keeps its type: 1 -> "int:1"."""
+    if isinstance(value, Mapping):
+        return {
+            f"{type(key).__name__}:{_key_text(key)}": _typed_keys(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_typed_keys(item) for item in value]
+    return value
+
+
+def _key_text(key: object) -> str:
+    if key is None or isinstance(key, str | int | float):  # bool is an int
+        return shown(key)
+    return _stable_text(key)
 
 
 def _stable_text(value: object) -> str:

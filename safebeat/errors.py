@@ -26,3 +26,11 @@ class StoreError(SafebeatError):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached right now; beat retries with backoff and claims nothing."""
+
+
+def shown(value: object) -> str:
+    """`repr(value)` for an error message; never fails (a 5000-digit int has no repr)."""
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - a message about a value must not fail on that value
+        return f"<a {type(value).__name__} that cannot be shown>"

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from safebeat.config import Config, RedisEviction
 from safebeat.stores.base import Store
-from safebeat.urls import backend_of
+from safebeat.urls import backend_of, check_utf8
 
 _memory_stores: dict[str, Store] = {}
 _memory_mutex = threading.Lock()
@@ -27,6 +27,8 @@ def open_store(
     backend = backend_of(url)
     if backend == "postgres":
         from safebeat.stores.postgres import PostgresStore  # noqa: PLC0415 - optional extra
+
+        check_utf8(url)  # else psycopg's UnicodeDecodeError on first use
 
         return PostgresStore(url, lock_timeout=lock_timeout)
     if backend == "redis":

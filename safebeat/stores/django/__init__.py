@@ -18,7 +18,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
@@ -40,11 +39,15 @@ from safebeat.stores.base import (
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, migration_state
 from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
+from safebeat.urls import django_alias
 
 
 def alias_of(url: str) -> str:
-    """Return the database alias `django://alias` names (`default` for `django://`)."""
-    return urlsplit(url).netloc or "default"
+    """Return the database alias `django://alias` names (`default` for `django://`).
+
+    Raise ConfigError naming the redacted URL when it can't be read or has a password.
+    """
+    return django_alias(url)
 
 
 class DjangoStore:

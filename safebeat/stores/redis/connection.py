@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -22,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from safebeat.errors import ConfigError
-from safebeat.urls import redact
+from safebeat.urls import redact, scrub
 
 Client: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 
@@ -30,6 +31,50 @@ SINGLE_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 _SENTINEL_OPTIONS = {"sentinel_username", "sentinel_password"}
+#: Query options of a one-server URL that redis-py reads from text. Any other would reach
+#: redis-py's connection as a string and fail on first use: a libpq option like `sslmode`
+#: (TypeError), or one that wants a Python object, like `retry` or `retry_on_error`.
+_OPTIONS = frozenset(
+    {
+        "db",
+        "socket_timeout",
+        "socket_connect_timeout",
+        "socket_read_size",
+        "socket_keepalive",
+        "retry_on_timeout",
+        "health_check_interval",
+        "max_connections",
+        "protocol",
+        "client_name",
+        "lib_name",
+        "lib_version",
+        "username",
+        "password",
+    }
+)
+#: Numeric options redis-py reads from the URL but leaves for the socket to refuse.
+_NUMBERS: dict[str, tuple[float, float]] = {
+    "socket_timeout": (0.001, 1e9),
+    "socket_connect_timeout": (0.001, 1e9),
+    "socket_read_size": (1, 1e9),
+}
+#: More options of a `rediss://` URL, for TLS.
+_TLS_OPTIONS = frozenset(
+    {
+        "ssl_keyfile",
+        "ssl_certfile",
+        "ssl_password",
+        "ssl_cert_reqs",
+        "ssl_ca_certs",
+        "ssl_ca_path",
+        "ssl_ca_data",
+        "ssl_check_hostname",
+        "ssl_ciphers",
+        "ssl_min_version",
+        "ssl_include_verify_flags",
+        "ssl_exclude_verify_flags",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -56,15 +101,65 @@ def connect(url: str, timeouts: Timeouts) -> Client:
     """Return a client for `url` (no connection is made until the first command)."""
     scheme = url.split("://", 1)[0].lower()
     if scheme in SINGLE_SCHEMES:
-        try:
-            return redis.Redis.from_url(url, **_common(timeouts))
-        except ValueError as exc:
-            raise ConfigError(f"safebeat_url {redact(url)!r}: {exc}") from None
+        return _single(url, scheme, timeouts)
     if scheme in SENTINEL_SCHEMES:
         return _sentinel(url, timeouts)
     if scheme in CLUSTER_SCHEMES:
         return _cluster(url, timeouts)
     raise ConfigError(f"safebeat_url {redact(url)!r}: not a Redis URL")
+
+
+def _single(url: str, scheme: str, timeouts: Timeouts) -> redis.Redis:
+    """A client of one server, its URL's options checked now rather than on first use."""
+    try:
+        client = redis.Redis.from_url(url, **_common(timeouts))
+    except ValueError as exc:
+        raise ConfigError(f"safebeat_url {redact(url)!r}: {scrub(str(exc), url)}") from None
+    known = _OPTIONS | _TLS_OPTIONS if scheme == "rediss" else _OPTIONS
+    given = {key for key, _ in parse_qsl(urlsplit(url).query)}
+    unknown = given - known
+    if unknown:
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: unknown option(s) {sorted(unknown)}; "
+            f"{scheme}:// URLs take {', '.join(sorted(known))}"
+        )
+    pool = client.connection_pool
+    _check_values(url, {k: v for k, v in pool.connection_kwargs.items() if k in given})
+    try:
+        # What the first command does, minus the socket: redis-py checks its arguments.
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, TypeError, redis.exceptions.RedisError) as exc:
+        raise ConfigError(f"safebeat_url {redact(url)!r}: {scrub(str(exc), url)}") from None
+    return client
+
+
+def _check_values(url: str, options: dict[str, Any]) -> None:
+    """Refuse option values from the URL that the socket or TLS would refuse on first use."""
+    for key, (low, high) in _NUMBERS.items():
+        if key in options and not low <= options[key] <= high:  # NaN too
+            raise ConfigError(
+                f"safebeat_url {redact(url)!r}: {key}={options[key]}: expected a number "
+                f"from {low:g} to {high:g}"
+            )
+    if "ssl_min_version" in options:
+        try:
+            ssl.TLSVersion(options["ssl_min_version"])
+        except ValueError:
+            choices = ", ".join(f"{v.value} ({v.name})" for v in ssl.TLSVersion)
+            raise ConfigError(
+                f"safebeat_url {redact(url)!r}: ssl_min_version={options['ssl_min_version']}: "
+                f"expected one of {choices}"
+            ) from None
+    if options.get("ssl_keyfile") and not options.get("ssl_certfile"):
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: ssl_keyfile needs ssl_certfile, the certificate "
+            "of that key"
+        )
+
+
+def _number(text: str) -> int:
+    """The port or database number `text` names; -1 unless it is 1 to 5 ASCII digits."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else -1
 
 
 @dataclass(frozen=True)
@@ -79,7 +174,10 @@ class _MultiHost:
 
 def _parse_multi_host(url: str, default_port: int) -> _MultiHost:
     """Split `scheme://[user:password@]h1:p1,h2:p2/path?query`, which urlsplit cannot."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unbalanced [ or ]
+        raise ConfigError(f"safebeat_url {redact(url)!r}: cannot read the host list") from None
     userinfo, _, hostlist = parts.netloc.rpartition("@")
     username = password = None
     if userinfo:
@@ -90,10 +188,13 @@ def _parse_multi_host(url: str, default_port: int) -> _MultiHost:
         host, port = item, default_port
         if item.startswith("["):  # [::1]:26379
             host, _, rest = item[1:].partition("]")
-            port = int(rest[1:]) if rest.startswith(":") else default_port
+            if rest.startswith(":"):
+                port = _number(rest[1:])
+            elif rest:  # [::1]x
+                port = -1
         elif ":" in item:
             host, _, number = item.rpartition(":")
-            port = int(number) if number.isdigit() else -1
+            port = _number(number)
         if not host or not 0 < port < 65536:
             raise ConfigError(f"safebeat_url {redact(url)!r}: bad host:port {item!r}")
         hosts.append((host, port))
@@ -117,7 +218,7 @@ def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
             f"safebeat_url {redact(url)!r}: unknown option(s) {sorted(unknown)}; "
             f"Sentinel URLs take {sorted(_SENTINEL_OPTIONS)}"
         )
-    if not spec.path or len(spec.path) > 2 or (len(spec.path) == 2 and not spec.path[1].isdigit()):
+    if not spec.path or len(spec.path) > 2 or (len(spec.path) == 2 and _number(spec.path[1]) < 0):
         raise ConfigError(
             f"safebeat_url {redact(url)!r}: write redis+sentinel://host:port,…/service[/db]"
         )
@@ -137,7 +238,7 @@ def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
     )
     master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         spec.path[0],
-        db=int(spec.path[1]) if len(spec.path) == 2 else 0,
+        db=_number(spec.path[1]) if len(spec.path) == 2 else 0,
         username=spec.username,
         password=spec.password,
         decode_responses=True,

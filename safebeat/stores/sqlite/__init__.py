@@ -38,6 +38,7 @@ from safebeat.stores.base import (
 )
 from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
 from safebeat.stores.sqlfiles import load_migrations, load_queries
+from safebeat.urls import redact
 
 Q = load_queries(__name__)
 MIGRATIONS = load_migrations(__name__)
@@ -61,7 +62,8 @@ def path_of(url: str) -> str:
     prefix = "sqlite:///"
     if not url.startswith(prefix) or len(url) == len(prefix):
         raise ConfigError(
-            f"safebeat_url {url!r}: write sqlite:///relative/path or sqlite:////absolute/path"
+            f"safebeat_url {redact(url)!r}: write sqlite:///relative/path or "
+            "sqlite:////absolute/path"
         )
     return url[len(prefix) :]
 
@@ -125,7 +127,7 @@ class SqliteStore:
         clock: Callable[[], datetime] = system_clock,
     ) -> None:
         self.path = path_of(url)
-        self.display_url = url
+        self.display_url = redact(url)
         self._busy_timeout = busy_timeout.total_seconds()
         # The tick lock is tried, not waited for: if another replica ticks, come back soon.
         self._tick_lock_wait = tick_lock_wait.total_seconds()
@@ -139,12 +141,18 @@ class SqliteStore:
                 raise StoreError(
                     f"SQLite store {self.display_url}: folder {str(parent)!r} does not exist"
                 )
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self._busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            try:
+                conn = sqlite3.connect(
+                    self.path,
+                    timeout=self._busy_timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            except ValueError as exc:  # a NUL byte, or text the file system cannot encode
+                raise StoreError(
+                    f"SQLite store {self.display_url}: cannot open file {self.path!r} ({exc}); "
+                    "fix the path in safebeat_url"
+                ) from exc
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._conn = conn
