@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench chaos clean
+.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench bench-peers chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ acceptance: $(STAMP)
 ## bench: dispatch-time and round-trip figures, safebeat beside stock beat (not pass/fail)
 bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_dispatch.py
+
+## bench-peers: safebeat beside stock beat, django-celery-beat, RedBeat and raw publishing (about an hour)
+bench-peers: $(STAMP)
+	$(BIN)/python tests/benchmarks/bench_peers.py --profile postgres,django
 
 ## chaos: real beat replicas under faults, every window counted (docs/reliability.md);
 ## CHAOS_ARGS=--long for 10 replicas per store, --short for what CI runs
