@@ -12,12 +12,15 @@ beat.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery
 from celery.app.task import Task
 from celery.beat import BeatLazyFunc
+from celery.utils.nodenames import anon_nodename
+from celery.utils.saferepr import saferepr
 
 from safebeat.entries import Entry
 from safebeat.identity import format_window
@@ -93,6 +96,10 @@ class Publisher:
         self._direct_for: dict[str, tuple[Entry, bool]] = {}
         self._sent_event: bool | None = None
         self._app_direct: bool | None = None
+        # What as_task_v2 would compute again for every message: the sender's node name
+        # (per process) and, for an entry without lazy arguments, its arguments' reprs.
+        self._origin: tuple[int, str] | None = None
+        self._reprs_for: dict[str, tuple[Entry, str, str]] = {}
 
     def send(
         self,
@@ -109,7 +116,7 @@ class Publisher:
             options["retry_policy"] = dict(retry_policy)
         task = self.app.tasks.get(entry.task)
         if self.direct and self._goes_direct(entry, task, options):
-            self._send_direct(producer, entry.task, task, args=args, kwargs=kwargs, options=options)
+            self._send_direct(producer, entry, task, args=args, kwargs=kwargs, options=options)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
@@ -150,7 +157,7 @@ class Publisher:
     def _send_direct(
         self,
         producer: Any,
-        name: str,
+        entry: Entry,
         task: Task | None,
         *,
         args: list[Any],
@@ -158,7 +165,7 @@ class Publisher:
         options: dict[str, Any],
     ) -> None:
         """What `apply_async` -> `send_task` do for a message with no eta, expiry or links."""
-        app, amqp = self.app, self.app.amqp
+        app, amqp, name = self.app, self.app.amqp, entry.task
         if self._sent_event is None:
             self._sent_event = bool(app.conf.task_send_sent_event)
         if task is not None:
@@ -172,11 +179,15 @@ class Publisher:
         ignore_result = options.pop("ignore_result", None)
         options.pop("expires", None)  # only the task's own, None: an entry's takes the full path
         options = amqp.router.route(options, name, args, kwargs, task)
+        argsrepr, kwargsrepr = self._reprs(entry, args, kwargs)
         message = amqp.create_task_message(
             task_id,
             name,
             args,
             kwargs,
+            origin=self._origin_name(),
+            argsrepr=argsrepr,
+            kwargsrepr=kwargsrepr,
             reply_to=app.thread_oid,
             time_limit=time_limit,
             soft_time_limit=soft_time_limit,
@@ -200,6 +211,26 @@ class Publisher:
             amqp.send_task_message(producer, name, message, **options)
         if queue_name is not None:
             self._declared.add(queue_name)
+
+    def _origin_name(self) -> str:
+        pid = os.getpid()
+        if self._origin is None or self._origin[0] != pid:
+            self._origin = (pid, anon_nodename())
+        return self._origin[1]
+
+    def _reprs(self, entry: Entry, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+        known = self._reprs_for.get(entry.name)
+        if known is not None and known[0] is entry:
+            return known[1], known[2]
+        levels = self.app.conf.task_repr_maxlevels
+        amqp = self.app.amqp
+        # as as_task_v2 does: no arguments at all is shown as ()
+        argsrepr = saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels)
+        kwargsrepr = saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels)
+        lazy = any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values()))
+        if not lazy:
+            self._reprs_for[entry.name] = (entry, argsrepr, kwargsrepr)
+        return argsrepr, kwargsrepr
 
     def forget_declarations(self) -> None:
         """After a connection error: declare every queue again on the next message."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from celery import Celery, Task, signals
+from celery.beat import BeatLazyFunc
 from kombu import Exchange, Queue
 
 from safebeat.config import Config
@@ -110,6 +111,11 @@ CASES: dict[str, dict[str, Any]] = {
         "schedule": 60,
         "options": {"priority": 7, "serializer": "pickle", "headers": {"tenant": "acme"}},
     },
+    "lazy arguments": {
+        "task": "proj.plain",
+        "schedule": 60,
+        "args": [BeatLazyFunc(lambda: 41)],
+    },
     "expires (full path)": {"task": "proj.plain", "schedule": 60, "options": {"expires": 30}},
 }
 
@@ -122,6 +128,7 @@ def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
         raw = {**raw, "options": {"queue": queues_of(app)[1]}}
     full, direct = publish_both_ways(app, raw)
     assert len(full) == 1
+    assert full[0]["headers"]["origin"]
     if case == "expires (full path)":  # expiry is counted from the moment of each send
         for message in (*full, *direct):
             assert message["headers"].pop("expires") is not None
