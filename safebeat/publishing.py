@@ -100,6 +100,7 @@ class Publisher:
         # (per process) and, for an entry without lazy arguments, its arguments' reprs.
         self._origin: tuple[int, str] | None = None
         self._reprs_for: dict[str, tuple[Entry, str, str]] = {}
+        self._repr_levels: int | None = None
 
     def send(
         self,
@@ -222,8 +223,9 @@ class Publisher:
         known = self._reprs_for.get(entry.name)
         if known is not None and known[0] is entry:
             return known[1], known[2]
-        levels = self.app.conf.task_repr_maxlevels
-        amqp = self.app.amqp
+        if self._repr_levels is None:
+            self._repr_levels = int(self.app.conf.task_repr_maxlevels)
+        levels, amqp = self._repr_levels, self.app.amqp
         # as as_task_v2 does: no arguments at all is shown as ()
         argsrepr = saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels)
         kwargsrepr = saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels)
