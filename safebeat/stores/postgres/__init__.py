@@ -9,11 +9,14 @@ server only arms `idle_in_transaction_session_timeout`, which bounds how long a 
 replica can hold the lock, after a plain ReadyForQuery. The lock is
 `pg_try_advisory_xact_lock`, released with the transaction, so it also works behind
 PgBouncer in transaction mode.
+
+This class owns the connection, its error boundary and the migrations; the statements
+and what they return live in `statements`, which the `django://` store also runs, on
+Django's connection, where the alias is PostgreSQL.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta
@@ -41,28 +44,16 @@ from safebeat.stores.base import (
     Registration,
     ReplicaRecord,
     Start,
-    Status,
     TickResult,
 )
-from safebeat.stores.sql_common import (
-    DispatchRow,
-    advisory_key,
-    as_columns,
-    dispatch_rows,
-    replica_columns,
-    states_after,
-)
-from safebeat.stores.sqlfiles import load_migrations, load_queries
+from safebeat.stores.postgres import statements
+from safebeat.stores.postgres.statements import Q
+from safebeat.stores.sql_common import advisory_key
+from safebeat.stores.sqlfiles import load_migrations
 from safebeat.urls import redact, scrub
 
-Q = load_queries(__name__)
 MIGRATIONS = load_migrations(__name__)
 _MIGRATION_LOCK = advisory_key("migrate")
-_BEGIN_TICK = ";\n".join(["BEGIN", Q["bound_transaction"], Q["try_tick_lock"], Q["load_states"]])
-
-
-def _ms(value: timedelta) -> str:
-    return f"{int(value.total_seconds() * 1000)}ms"
 
 
 class PostgresStore:
@@ -78,11 +69,7 @@ class PostgresStore:
     ) -> None:
         self._url = url
         self.display_url = redact(url)
-        self._timeouts = {
-            "idle": _ms(lock_timeout),
-            "lock": _ms(lock_timeout),
-            "statement": _ms(statement_timeout),
-        }
+        self._limits = statements.tick_limits(lock_timeout, statement_timeout)
         self._connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -186,57 +173,21 @@ class PostgresStore:
         row = conn.execute(Q["schema_version"]).fetchone()
         return int(row[0]) if row else 0
 
-    # --- the protocol ---------------------------------------------------------------------
+    # --- the protocol: the statements live in `statements`, shared with django:// ------
 
     def clock(self) -> datetime:
         with self._boundary("read the clock") as conn:
-            row = conn.execute(Q["clock"]).fetchone()
-            assert row is not None  # noqa: S101 - SELECT always returns one row
-            now: datetime = row[0]
-            return now
+            return statements.clock(conn.cursor())
 
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
-        names = [d.name for d in definitions]
         with self._boundary("register entries") as conn, conn.transaction():
-            clock_row = conn.execute(Q["clock"]).fetchone()
-            assert clock_row is not None  # noqa: S101
-            before = dict(
-                conn.execute(
-                    Q["registered_digests"], {"namespace": namespace, "names": names}
-                ).fetchall()
-            )
-            conn.execute(
-                Q["register"],
-                {
-                    "namespace": namespace,
-                    "now": clock_row[0],
-                    "replica": replica.id,
-                    "names": names,
-                    "schedules": [d.schedule for d in definitions],
-                    "digests": [d.digest for d in definitions],
-                },
-            )
-            states = self._load(conn, namespace, names)
-        changed = {
-            d.name: before[d.name]
-            for d in definitions
-            if d.name in before and before[d.name] != d.digest
-        }
-        return Registration(states, changed)
+            return statements.register(conn.cursor(), namespace, definitions, replica)
 
     def states(self, namespace: str) -> dict[str, EntryState]:
         with self._boundary("load entry states") as conn:
-            rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
-        return {row[0]: EntryState(*row) for row in rows}
-
-    @staticmethod
-    def _load(
-        conn: psycopg.Connection[Any], namespace: str, names: Sequence[str]
-    ) -> dict[str, EntryState]:
-        rows = conn.execute(Q["load_states"], {"namespace": namespace, "names": names})
-        return {row[0]: EntryState(*row) for row in rows.fetchall()}
+            return statements.states(conn.cursor(), namespace)
 
     def tick(
         self,
@@ -247,50 +198,16 @@ class PostgresStore:
         replica: Replica,
         reclaim: Reclaim | None = None,
     ) -> TickResult | None:
-        names = list(names)
         with self._boundary("tick") as conn:
-            cursor = psycopg.ClientCursor(conn)
-            lock_rows, state_rows = _result_sets(
-                cursor,
-                _BEGIN_TICK,
-                {
-                    **self._timeouts,
-                    "key": advisory_key("tick", namespace),
-                    "namespace": namespace,
-                    "names": names,
-                },
-            )[1:]
-            locked, now = lock_rows[0]
-            if not locked:
-                conn.execute("ROLLBACK")
-                return None
-            states = {row[0]: EntryState(*row) for row in state_rows}
-            plan = planner(now, states)
-            rows = dispatch_rows(plan)
-            who = replica_columns(replica)
-            parts, params = [], {"namespace": namespace, "now": now, **who}
-            if rows:
-                parts.append(Q["insert_dispatches"])
-                params.update(as_columns(rows))
-            if plan.advances:
-                parts.append(Q["advance_states"])
-                params["advance_names"] = list(plan.advances)
-                params["advance_windows"] = list(plan.advances.values())
-            if reclaim is not None:
-                parts.append(Q["reclaim_stale"])
-                params["stale_before"] = now - reclaim.timeout
-                params["reclaim_names"] = list(reclaim.entries)
-                params["limit"] = reclaim.limit
-            returned = _result_sets(cursor, ";\n".join([*parts, "COMMIT"]), params)
-        inserted = returned.pop(0) if rows else []
-        stale = returned.pop(0) if reclaim is not None else []
-        claimed = [
-            Claim(row[0], row[1], row[2], row[3], 1)
-            for row in inserted
-            if row[4] == Status.CLAIMED.value
-        ]
-        reclaimed = [Claim(*row) for row in stale]
-        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+            return statements.tick(
+                psycopg.ClientCursor(conn),
+                namespace,
+                names,
+                planner,
+                replica=replica,
+                reclaim=reclaim,
+                limits=self._limits,
+            )
 
     def record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
@@ -298,70 +215,37 @@ class PostgresStore:
         if not sent and not failed:
             return
         with self._boundary("record publishing") as conn:
-            if sent:
-                conn.execute(Q["mark_sent"], {"ids": list(sent)})
-            if failed:
-                conn.execute(
-                    Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
-                )
+            statements.record_publish(conn.cursor(), sent, failed)
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:
         with self._boundary("heartbeat") as conn:
-            conn.execute(
-                Q["heartbeat"],
-                {
-                    "namespace": namespace,
-                    **replica_columns(replica),
-                    "version": version,
-                    "definitions": json.dumps(dict(definitions), sort_keys=True),
-                },
-            )
+            statements.heartbeat(conn.cursor(), namespace, replica, version, definitions)
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
         with self._boundary("list replicas") as conn:
-            rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
-        return [ReplicaRecord(*row) for row in rows]
+            return statements.replicas(conn.cursor(), namespace)
 
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:
         with self._boundary("read history") as conn:
-            rows = conn.execute(
-                Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
-            ).fetchall()
-        return [_record(row) for row in rows]
+            return statements.history(conn.cursor(), namespace, entry, limit)
 
     def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
         with self._boundary("pause an entry") as conn:
-            cursor = conn.execute(
-                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused}
-            )
-            return cursor.rowcount == 1
+            return statements.set_paused(conn.cursor(), namespace, entry, paused)
 
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:
         if not claims:
             return []
-        rows: list[DispatchRow] = [
-            (c.entry, c.window, Status.CLAIMED.value, c.task_id, c.task_name, reason, None, None)
-            for c in claims
-        ]
         with self._boundary("claim windows") as conn, conn.transaction():
-            clock_row = conn.execute(Q["clock"]).fetchone()
-            assert clock_row is not None  # noqa: S101 - SELECT always returns one row
-            inserted = conn.execute(
-                Q["insert_dispatches"],
-                {
-                    "namespace": namespace,
-                    "now": clock_row[0],
-                    **replica_columns(replica),
-                    **as_columns(rows),
-                },
-            ).fetchall()
-        return [Claim(row[0], row[1], row[2], row[3], 1) for row in inserted]
+            return statements.claim_extra(
+                conn.cursor(), namespace, claims, replica=replica, reason=reason
+            )
 
     def start_execution(
         self,
@@ -374,18 +258,15 @@ class PostgresStore:
         stale_after: timedelta,
     ) -> Start:
         with self._boundary("record the start of an execution") as conn:
-            row = conn.execute(
-                Q["start_execution"],
-                {
-                    "namespace": namespace,
-                    "entry": entry,
-                    "window": window,
-                    "worker": worker,
-                    "retries": retries,
-                    "stale_after": stale_after,
-                },
-            ).fetchone()
-        return Start.UNKNOWN if row is None else Start(row[0])
+            return statements.start_execution(
+                conn.cursor(),
+                namespace,
+                entry,
+                window,
+                worker=worker,
+                retries=retries,
+                stale_after=stale_after,
+            )
 
     def finish_execution(
         self,
@@ -400,69 +281,30 @@ class PostgresStore:
         detail: str | None = None,
     ) -> None:
         with self._boundary("record the end of an execution") as conn:
-            conn.execute(
-                Q["finish_execution"],
-                {
-                    "namespace": namespace,
-                    "entry": entry,
-                    "window": window,
-                    "worker": worker,
-                    "retries": retries,
-                    "outcome": outcome.value,
-                    "runtime": runtime,
-                    "detail": detail,
-                },
+            statements.finish_execution(
+                conn.cursor(),
+                namespace,
+                entry,
+                window,
+                worker=worker,
+                retries=retries,
+                outcome=outcome,
+                runtime=runtime,
+                detail=detail,
             )
 
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
     ) -> bool:
         with self._boundary("claim an effect key") as conn:
-            row = conn.execute(
-                Q["claim_effect"],
-                {
-                    "namespace": namespace,
-                    "key": key,
-                    "owner": owner,
-                    "task_id": task_id,
-                    "keep_for": keep_for,
-                },
-            ).fetchone()
-        return row is not None
+            return statements.claim_effect(
+                conn.cursor(), namespace, key, owner=owner, keep_for=keep_for, task_id=task_id
+            )
 
     def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
         with self._boundary("release an effect key") as conn:
-            deleted = conn.execute(
-                Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
-            ).rowcount
-        return bool(deleted)
+            return statements.release_effect(conn.cursor(), namespace, key, owner=owner)
 
     def prune(self, namespace: str, before: datetime) -> int:
         with self._boundary("prune") as conn, conn.transaction():
-            deleted = conn.execute(
-                Q["prune_dispatches"], {"namespace": namespace, "before": before}
-            ).rowcount
-            conn.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
-            deleted += conn.execute(Q["prune_effects"], {"namespace": namespace}).rowcount
-        return deleted
-
-
-def _record(row: Sequence[Any]) -> DispatchRecord:
-    values = list(row)
-    values[3] = Status(values[3])
-    if values[18] is not None:
-        values[18] = Outcome(values[18])
-    return DispatchRecord(*values)
-
-
-def _result_sets(
-    cursor: psycopg.ClientCursor[Any], statements: str, params: Mapping[str, Any]
-) -> list[list[Any]]:
-    """Send several statements as one message; return the rows of those that return rows."""
-    cursor.execute(statements, params)
-    results = []
-    while True:
-        if cursor.description is not None:
-            results.append(cursor.fetchall())
-        if not cursor.nextset():
-            return results
+            return statements.prune(conn.cursor(), namespace, before)

@@ -1,0 +1,373 @@
+"""The PostgreSQL store's statements, run on a cursor of a connection someone else owns.
+
+`PostgresStore` runs them on its own psycopg connection; the `django://` store runs them
+on Django's connection when the alias is PostgreSQL through psycopg 3. Each function
+sends the statements of one store operation and turns the rows into safebeat's types;
+the caller owns the connection, maps driver errors, and decides where a transaction
+begins and ends: `tick` sends its own `BEGIN` and `COMMIT` inside its two messages
+unless told that the caller holds a transaction already; `register`, `claim_extra` and
+`prune` must run inside one the caller opened; every other function is one statement
+(two for `record_publish` with both outcomes) that needs none.
+
+The tick's two messages are several statements each, so its cursor must bind
+parameters client-side (`psycopg.ClientCursor`, or Django's default cursor, which is
+one); the other functions work with either kind of cursor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from safebeat.identity import Replica
+from safebeat.stores.base import (
+    Claim,
+    Definition,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    Outcome,
+    Planner,
+    Reclaim,
+    Registration,
+    ReplicaRecord,
+    Start,
+    Status,
+    TickResult,
+)
+from safebeat.stores.sql_common import (
+    DispatchRow,
+    advisory_key,
+    as_columns,
+    dispatch_rows,
+    replica_columns,
+    states_after,
+)
+from safebeat.stores.sqlfiles import load_queries
+
+Q = load_queries(__package__ or "safebeat.stores.postgres")
+
+
+class Cursor(Protocol):
+    """What the statements need of a cursor: psycopg's, or Django's wrapper of one."""
+
+    @property
+    def description(self) -> object: ...
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def execute(self, query: str, params: Mapping[str, Any] | None = None) -> object: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def nextset(self) -> bool | None: ...
+
+
+def tick_limits(lock_timeout: timedelta, statement_timeout: timedelta) -> dict[str, str]:
+    """The tick transaction's limits, as `bound_transaction` takes them.
+
+    `idle`: how long the server lets the transaction sit idle (a frozen replica holding
+    the tick lock) before it ends the session, which releases the lock.
+    """
+    return {
+        "idle": _ms(lock_timeout),
+        "lock": _ms(lock_timeout),
+        "statement": _ms(statement_timeout),
+    }
+
+
+def _ms(value: timedelta) -> str:
+    return f"{int(value.total_seconds() * 1000)}ms"
+
+
+def clock(cursor: Cursor) -> datetime:
+    cursor.execute(Q["clock"])
+    row = cursor.fetchone()
+    assert row is not None  # noqa: S101 - SELECT always returns one row
+    now: datetime = row[0]
+    return now
+
+
+def register(
+    cursor: Cursor, namespace: str, definitions: Sequence[Definition], replica: Replica
+) -> Registration:
+    """Insert new entries, update changed ones; inside the caller's transaction."""
+    names = [d.name for d in definitions]
+    now = clock(cursor)
+    cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
+    before = dict(cursor.fetchall())
+    cursor.execute(
+        Q["register"],
+        {
+            "namespace": namespace,
+            "now": now,
+            "replica": replica.id,
+            "names": names,
+            "schedules": [d.schedule for d in definitions],
+            "digests": [d.digest for d in definitions],
+        },
+    )
+    states = load(cursor, namespace, names)
+    changed = {
+        d.name: before[d.name]
+        for d in definitions
+        if d.name in before and before[d.name] != d.digest
+    }
+    return Registration(states, changed)
+
+
+def states(cursor: Cursor, namespace: str) -> dict[str, EntryState]:
+    cursor.execute(Q["all_states"], {"namespace": namespace})
+    return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+
+
+def load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
+    cursor.execute(Q["load_states"], {"namespace": namespace, "names": list(names)})
+    return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+
+
+def tick(
+    cursor: Cursor,
+    namespace: str,
+    names: Collection[str],
+    planner: Planner,
+    *,
+    replica: Replica,
+    reclaim: Reclaim | None,
+    limits: Mapping[str, str],
+    own_transaction: bool = True,
+) -> TickResult | None:
+    """One tick in two messages; None (nothing written) when another replica holds the lock.
+
+    The first message takes the lock, reads the store's clock and loads the states; the
+    second inserts the claims and skips, advances the states and takes over stale claims.
+    With `own_transaction`, the first begins the transaction, the second commits it, and
+    a busy lock rolls it back (one more message). Without, the caller holds a
+    transaction and ends it (a busy lock returns None with that transaction still open).
+    """
+    first = [Q["bound_transaction"], Q["try_tick_lock"], Q["load_states"]]
+    lock_rows, state_rows = _result_sets(
+        cursor,
+        ";\n".join(["BEGIN", *first] if own_transaction else first),
+        {
+            **limits,
+            "key": advisory_key("tick", namespace),
+            "namespace": namespace,
+            "names": list(names),
+        },
+    )[1:]
+    locked, now = lock_rows[0]
+    if not locked:
+        if own_transaction:
+            cursor.execute("ROLLBACK")
+        return None
+    states = {row[0]: EntryState(*row) for row in state_rows}
+    plan = planner(now, states)
+    rows = dispatch_rows(plan)
+    parts, params = [], {"namespace": namespace, "now": now, **replica_columns(replica)}
+    if rows:
+        parts.append(Q["insert_dispatches"])
+        params.update(as_columns(rows))
+    if plan.advances:
+        parts.append(Q["advance_states"])
+        params["advance_names"] = list(plan.advances)
+        params["advance_windows"] = list(plan.advances.values())
+    if reclaim is not None:
+        parts.append(Q["reclaim_stale"])
+        params["stale_before"] = now - reclaim.timeout
+        params["reclaim_names"] = list(reclaim.entries)
+        params["limit"] = reclaim.limit
+    if own_transaction:
+        parts.append("COMMIT")
+    returned = _result_sets(cursor, ";\n".join(parts), params) if parts else []
+    inserted = returned.pop(0) if rows else []
+    stale = returned.pop(0) if reclaim is not None else []
+    claimed = [
+        Claim(row[0], row[1], row[2], row[3], 1)
+        for row in inserted
+        if row[4] == Status.CLAIMED.value
+    ]
+    reclaimed = [Claim(*row) for row in stale]
+    return TickResult(now, states_after(states, plan), claimed, reclaimed)
+
+
+def record_publish(cursor: Cursor, sent: Sequence[int], failed: Mapping[int, str]) -> None:
+    """Mark claims sent (at the store's clock) or failed with their error; one statement each."""
+    if sent:
+        cursor.execute(Q["mark_sent"], {"ids": list(sent)})
+    if failed:
+        cursor.execute(Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())})
+
+
+def heartbeat(
+    cursor: Cursor,
+    namespace: str,
+    replica: Replica,
+    version: str,
+    definitions: Mapping[str, str],
+) -> None:
+    cursor.execute(
+        Q["heartbeat"],
+        {
+            "namespace": namespace,
+            **replica_columns(replica),
+            "version": version,
+            "definitions": json.dumps(dict(definitions), sort_keys=True),
+        },
+    )
+
+
+def replicas(cursor: Cursor, namespace: str) -> list[ReplicaRecord]:
+    cursor.execute(Q["replicas"], {"namespace": namespace})
+    records = []
+    for replica, host, pid, version, started_at, heartbeat_at, definitions in cursor.fetchall():
+        loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
+        # (Django's connections load jsonb as text; psycopg's own, as Python values.)
+        records.append(ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded))
+    return records
+
+
+def history(
+    cursor: Cursor, namespace: str, entry: str | None = None, limit: int = 100
+) -> list[DispatchRecord]:
+    cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
+    return [_record(row) for row in cursor.fetchall()]
+
+
+def set_paused(cursor: Cursor, namespace: str, entry: str, paused: bool) -> bool:
+    cursor.execute(Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused})
+    return cursor.rowcount == 1
+
+
+def claim_extra(
+    cursor: Cursor,
+    namespace: str,
+    claims: Sequence[NewClaim],
+    *,
+    replica: Replica,
+    reason: str,
+) -> list[Claim]:
+    """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
+    rows: list[DispatchRow] = [
+        (c.entry, c.window, Status.CLAIMED.value, c.task_id, c.task_name, reason, None, None)
+        for c in claims
+    ]
+    now = clock(cursor)
+    cursor.execute(
+        Q["insert_dispatches"],
+        {"namespace": namespace, "now": now, **replica_columns(replica), **as_columns(rows)},
+    )
+    return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
+
+
+def start_execution(
+    cursor: Cursor,
+    namespace: str,
+    entry: str,
+    window: datetime,
+    *,
+    worker: str,
+    retries: int,
+    stale_after: timedelta,
+) -> Start:
+    cursor.execute(
+        Q["start_execution"],
+        {
+            "namespace": namespace,
+            "entry": entry,
+            "window": window,
+            "worker": worker,
+            "retries": retries,
+            "stale_after": stale_after,
+        },
+    )
+    row = cursor.fetchone()
+    return Start.UNKNOWN if row is None else Start(row[0])
+
+
+def finish_execution(
+    cursor: Cursor,
+    namespace: str,
+    entry: str,
+    window: datetime,
+    *,
+    worker: str,
+    retries: int,
+    outcome: Outcome,
+    runtime: timedelta,
+    detail: str | None = None,
+) -> None:
+    cursor.execute(
+        Q["finish_execution"],
+        {
+            "namespace": namespace,
+            "entry": entry,
+            "window": window,
+            "worker": worker,
+            "retries": retries,
+            "outcome": outcome.value,
+            "runtime": runtime,
+            "detail": detail,
+        },
+    )
+
+
+def claim_effect(
+    cursor: Cursor,
+    namespace: str,
+    key: str,
+    *,
+    owner: str,
+    keep_for: timedelta,
+    task_id: str | None,
+) -> bool:
+    cursor.execute(
+        Q["claim_effect"],
+        {
+            "namespace": namespace,
+            "key": key,
+            "owner": owner,
+            "task_id": task_id,
+            "keep_for": keep_for,
+        },
+    )
+    return cursor.fetchone() is not None
+
+
+def release_effect(cursor: Cursor, namespace: str, key: str, *, owner: str) -> bool:
+    cursor.execute(Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner})
+    return bool(cursor.rowcount)
+
+
+def prune(cursor: Cursor, namespace: str, before: datetime) -> int:
+    """Delete old dispatch rows and replicas, and expired effect keys; in the caller's
+    transaction. Returns the dispatch rows and effect keys deleted."""
+    cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
+    deleted = cursor.rowcount
+    cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+    cursor.execute(Q["prune_effects"], {"namespace": namespace})
+    return deleted + cursor.rowcount
+
+
+def _record(row: Sequence[Any]) -> DispatchRecord:
+    values = list(row)
+    values[3] = Status(values[3])
+    if values[18] is not None:
+        values[18] = Outcome(values[18])
+    return DispatchRecord(*values)
+
+
+def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
+    """Send several statements as one message; return the rows of those that return rows."""
+    cursor.execute(statements, params)
+    results = []
+    while True:
+        if cursor.description is not None:
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            return results
