@@ -10,6 +10,11 @@ True)` (`ON CONFLICT DO NOTHING`, MySQL's `INSERT IGNORE`) under the unique key
 replica's id and the tick's instant. A tick costs the same few round trips however many
 entries are due. `claim_extra` (windows triggered or backfilled by hand) claims the same
 way, without the tick lock.
+
+On PostgreSQL through psycopg 3 (Django's default driver there) none of that ORM code
+runs: the store runs the `postgresql://` store's own statements on Django's connection
+(see `safebeat.stores.django.postgres`), two round trips per tick however many entries
+are due, on the same tables and the same lock.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
@@ -40,6 +45,9 @@ from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, migration_state
 from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
 from safebeat.urls import django_alias
+
+if TYPE_CHECKING:  # imported when used: it needs psycopg 3, which MySQL/SQLite sites lack
+    from safebeat.stores.django.postgres import PostgresStatements
 
 
 def alias_of(url: str) -> str:
@@ -64,6 +72,8 @@ class DjangoStore:
         self.display_url = f"django://{self.alias}"
         self._lock_timeout = lock_timeout
         self._tick_lock_wait = tick_lock_wait
+        self._statements: PostgresStatements | None = None
+        self._vendor_checked = False
 
     @property
     def vendor(self) -> str:
@@ -91,6 +101,12 @@ class DjangoStore:
         except DatabaseError as exc:
             if _missing_table(exc):
                 raise self._schema_missing(action, exc) from exc
+            if vendors.session_lost(connection):
+                # The server ended the session (e.g. PostgreSQL's idle-in-transaction
+                # timeout, an InternalError): unreachable, as the postgresql:// store says.
+                if not connection.in_atomic_block:
+                    connection.close()  # reconnect on the next call
+                raise StoreUnavailable(self._message(action, exc)) from exc
             raise StoreError(self._message(action, exc)) from exc
 
     def _connection(self) -> Any:
@@ -100,6 +116,17 @@ class DjangoStore:
         connection = connections[self.alias]
         vendors.vendor_of(connection, self.alias)
         return connection
+
+    def _postgres(self) -> PostgresStatements | None:
+        """The `postgresql://` store's statements where the alias is PostgreSQL through
+        psycopg 3; None elsewhere, where the store runs ORM queries."""
+        if not self._vendor_checked:
+            if vendors.runs_postgres_statements(self._connection()):
+                from safebeat.stores.django.postgres import PostgresStatements  # noqa: PLC0415
+
+                self._statements = PostgresStatements(self._lock_timeout)
+            self._vendor_checked = True
+        return self._statements
 
     def _message(self, action: str, exc: BaseException) -> str:
         detail = str(exc).strip() or type(exc).__name__
@@ -143,6 +170,10 @@ class DjangoStore:
     ) -> Registration:
         from django.db.models import Case, F, Q, Value, When  # noqa: PLC0415
 
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("register entries") as connection:
+                return postgres.register(connection, namespace, definitions, replica)
         m = django_models(self.alias)
         names = [d.name for d in definitions]
         self._check_lengths(namespace, names)
@@ -193,6 +224,10 @@ class DjangoStore:
         return Registration(states, changed)
 
     def states(self, namespace: str) -> dict[str, EntryState]:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("load entry states") as connection:
+                return postgres.states(connection, namespace)
         with self._boundary("load entry states"):
             return self._load(namespace, None)
 
@@ -230,6 +265,12 @@ class DjangoStore:
         reclaim: Reclaim | None = None,
     ) -> TickResult | None:
         names = list(names)
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("tick") as connection:
+                return postgres.tick(
+                    connection, namespace, names, planner, replica=replica, reclaim=reclaim
+                )
         try:
             with (
                 self._boundary("tick") as connection,
@@ -362,6 +403,11 @@ class DjangoStore:
 
         if not sent and not failed:
             return
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("record publishing") as connection:
+                postgres.record_publish(connection, sent, failed)
+            return
         m = django_models(self.alias)
         with self._boundary("record publishing") as connection, vendors.write(connection):
             now = vendors.clock(connection)
@@ -381,6 +427,11 @@ class DjangoStore:
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("heartbeat") as connection:
+                postgres.heartbeat(connection, namespace, replica, version, definitions)
+            return
         m = django_models(self.alias)
         with self._boundary("heartbeat") as connection, vendors.write(connection):
             now = vendors.clock(connection)
@@ -405,6 +456,10 @@ class DjangoStore:
                 )
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("list replicas") as connection:
+                return postgres.replicas(connection, namespace)
         m = django_models(self.alias)
         with self._boundary("list replicas"):
             rows = list(
@@ -420,6 +475,10 @@ class DjangoStore:
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("read history") as connection:
+                return postgres.history(connection, namespace, entry, limit)
         m = django_models(self.alias)
         with self._boundary("read history"):
             rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
@@ -429,8 +488,12 @@ class DjangoStore:
         return [_record(row) for row in values]
 
     def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        m = django_models(self.alias)
         action = "pause an entry" if paused else "resume an entry"
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary(action) as connection:
+                return postgres.set_paused(connection, namespace, entry, paused)
+        m = django_models(self.alias)
         with self._boundary(action) as connection, vendors.write(connection):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
             updated = (
@@ -445,6 +508,12 @@ class DjangoStore:
     ) -> list[Claim]:
         if not claims:
             return []
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("claim windows") as connection:
+                return postgres.claim_extra(
+                    connection, namespace, claims, replica=replica, reason=reason
+                )
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
         who = replica_columns(replica)
@@ -501,6 +570,18 @@ class DjangoStore:
     ) -> Start:
         from django.db.models import F  # noqa: PLC0415
 
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("record the start of an execution") as connection:
+                return postgres.start_execution(
+                    connection,
+                    namespace,
+                    entry,
+                    window,
+                    worker=worker,
+                    retries=retries,
+                    stale_after=stale_after,
+                )
         m = django_models(self.alias)
         with (
             self._boundary("record the start of an execution") as connection,
@@ -547,6 +628,21 @@ class DjangoStore:
         runtime: timedelta,
         detail: str | None = None,
     ) -> None:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("record the end of an execution") as connection:
+                postgres.finish_execution(
+                    connection,
+                    namespace,
+                    entry,
+                    window,
+                    worker=worker,
+                    retries=retries,
+                    outcome=outcome,
+                    runtime=runtime,
+                    detail=detail,
+                )
+            return
         m = django_models(self.alias)
         changes: dict[str, object] = {}
         if detail is not None:
@@ -568,6 +664,12 @@ class DjangoStore:
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
     ) -> bool:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("claim an effect key") as connection:
+                return postgres.claim_effect(
+                    connection, namespace, key, owner=owner, keep_for=keep_for, task_id=task_id
+                )
         m = django_models(self.alias)
         with self._boundary("claim an effect key") as connection:
             if connection.vendor == "mysql" and len(key) > m.EFFECT_KEY_LENGTH:
@@ -595,6 +697,10 @@ class DjangoStore:
                 return bool(mine.exists())
 
     def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("release an effect key") as connection:
+                return postgres.release_effect(connection, namespace, key, owner=owner)
         m = django_models(self.alias)
         with self._boundary("release an effect key") as connection, vendors.write(connection):
             deleted, _ = (
@@ -605,6 +711,10 @@ class DjangoStore:
         return bool(deleted > 0)
 
     def prune(self, namespace: str, before: datetime) -> int:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("prune") as connection:
+                return postgres.prune(connection, namespace, before)
         m = django_models(self.alias)
         with self._boundary("prune") as connection, vendors.write(connection):
             now = vendors.clock(connection)

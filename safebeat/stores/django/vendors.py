@@ -3,7 +3,8 @@
 - PostgreSQL: `clock_timestamp()`; `pg_try_advisory_xact_lock` with the same key as the
   `postgresql://` store, inside a transaction that bounds itself with
   `idle_in_transaction_session_timeout`, so a replica frozen while it holds the lock loses
-  its session (and the lock) after `safebeat_lock_timeout`.
+  its session (and the lock) after `safebeat_lock_timeout`. Through psycopg 3 the store
+  runs the `postgresql://` store's own statements instead (see `postgres`).
 - MySQL / MariaDB: `UTC_TIMESTAMP(6)`; `GET_LOCK(name, 0)`, which belongs to the session,
   not the transaction, so it is released in a `finally` right after the commit. On
   MariaDB the tick sets `idle_transaction_timeout`, which ends a frozen holder's session.
@@ -42,6 +43,24 @@ def vendor_of(connection: Any, alias: str) -> str:
             "works on PostgreSQL, MySQL/MariaDB and SQLite"
         )
     return vendor
+
+
+def runs_postgres_statements(connection: Any) -> bool:
+    """Whether the store runs the `postgresql://` store's statements on this connection
+    (`safebeat.stores.django.postgres`): PostgreSQL through psycopg 3. Through psycopg2,
+    and on the other vendors, it runs ORM queries."""
+    driver = getattr(connection, "Database", None)
+    return connection.vendor == "postgresql" and getattr(driver, "__name__", "") == "psycopg"
+
+
+def session_lost(connection: Any) -> bool:
+    """Whether the database session is gone after an error: the server ended it (e.g. the
+    idle-in-transaction timeout of a frozen tick), so psycopg marks the connection closed
+    or broken, or Django already dropped the connection because it could not roll back."""
+    raw = connection.connection
+    if raw is None:
+        return True
+    return bool(getattr(raw, "broken", False) or getattr(raw, "closed", False))
 
 
 def clock(connection: Any) -> datetime:
