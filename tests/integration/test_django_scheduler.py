@@ -210,6 +210,30 @@ def test_bad_rows_are_reported_by_name_and_the_others_run(
     assert {m["safebeat_entry"] for m in drain(app)} == {"good"}
 
 
+def test_a_row_that_fails_in_an_unforeseen_way_is_reported_and_the_others_run(
+    beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any exception while compiling one row makes that row an EntryError, not a dead beat."""
+    from safebeat.contrib.django import source
+
+    real_compile_row = source.compile_row
+
+    def compile_row(values: dict[str, Any], **kwargs: Any) -> Any:
+        if values["name"] == "surprise":
+            raise RuntimeError("a bug\nover two lines")
+        return real_compile_row(values, **kwargs)
+
+    monkeypatch.setattr(source, "compile_row", compile_row)
+    interval_task("good", 2)
+    interval_task("surprise", 2)
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 4)
+    problem = str(beat.broken_entries["surprise"])
+    assert "RuntimeError: a bug over two lines" in problem
+    assert set(beat.broken_entries) == {"surprise"}
+    assert {m["safebeat_entry"] for m in drain(app)} == {"good"}
+
+
 def test_one_off_start_time_and_expires_are_honoured(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:
