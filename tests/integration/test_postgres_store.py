@@ -179,3 +179,31 @@ def test_protocol_syncs_per_tick_do_not_grow_with_the_batch(
         syncs.append(len(re.findall(r"\tF\t\d+\t(?:Sync|Query)\b", trace.read_text())))
     store.close()
     assert syncs[0] == syncs[1] <= 4
+
+
+def test_a_schedule_larger_than_one_register_slice_registers_whole_and_atomically(
+    pg_url: str, namespace: str
+) -> None:
+    """12,000 definitions go in slices of 5,000, in one transaction at one instant."""
+    from safebeat.stores.postgres.statements import REGISTER_SLICE
+
+    count = 2 * REGISTER_SLICE + 2000
+    names = [f"e{i:05d}" for i in range(count)]
+    store = PostgresStore(pg_url)
+    try:
+        first = store.register(namespace, [Definition(n, "every 1s", "d1") for n in names], ALIVE)
+        again = store.register(
+            namespace,
+            [
+                Definition(n, "every 1s", "d2" if n in {"e00000", names[-1]} else "d1")
+                for n in names
+            ],
+            ALIVE,
+        )
+    finally:
+        store.close()
+    assert set(first.states) == set(names)
+    assert len({state.anchor for state in first.states.values()}) == 1
+    assert first.changed == {}
+    assert again.changed == {"e00000": "d1", names[-1]: "d1"}
+    assert set(again.states) == set(names)

@@ -93,31 +93,40 @@ def clock(cursor: Cursor) -> datetime:
     return now
 
 
+#: Definitions per statement when registering: a schedule of 100,000 entries is sent in
+#: slices, so neither side builds every parameter of it at once.
+REGISTER_SLICE = 5000
+
+
 def register(
     cursor: Cursor, namespace: str, definitions: Sequence[Definition], replica: Replica
 ) -> Registration:
     """Insert new entries, update changed ones; inside the caller's transaction."""
-    names = [d.name for d in definitions]
     now = clock(cursor)
-    cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
-    before = dict(cursor.fetchall())
-    cursor.execute(
-        Q["register"],
-        {
-            "namespace": namespace,
-            "now": now,
-            "replica": replica.id,
-            "names": names,
-            "schedules": [d.schedule for d in definitions],
-            "digests": [d.digest for d in definitions],
-        },
-    )
-    states = load(cursor, namespace, names)
-    changed = {
-        d.name: before[d.name]
-        for d in definitions
-        if d.name in before and before[d.name] != d.digest
-    }
+    states: dict[str, EntryState] = {}
+    changed: dict[str, str] = {}
+    for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
+        part = definitions[start : start + REGISTER_SLICE]
+        names = [d.name for d in part]
+        cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
+        before = dict(cursor.fetchall())
+        cursor.execute(
+            Q["register"],
+            {
+                "namespace": namespace,
+                "now": now,
+                "replica": replica.id,
+                "names": names,
+                "schedules": [d.schedule for d in part],
+                "digests": [d.digest for d in part],
+            },
+        )
+        states.update(load(cursor, namespace, names))
+        changed.update(
+            (d.name, before[d.name])
+            for d in part
+            if d.name in before and before[d.name] != d.digest
+        )
     return Registration(states, changed)
 
 
