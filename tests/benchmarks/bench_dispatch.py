@@ -206,6 +206,9 @@ class Drive:
     ended: float  # wall-clock instant the end was confirmed
     tick_ends: list[float]  # wall-clock instant each tick() returned
     completed: bool
+    # Peak RSS (VmHWM) when the drive ended: the scheduler's, before the benchmark reads
+    # back its own verification data (a store's whole history, say).
+    peak_rss_bytes: int | None = None
 
 
 def drive(
@@ -223,12 +226,20 @@ def drive(
         interval = scheduler.tick()
         tick_ends.append(time.time())
         if done():
-            return Drive(time.time(), tick_ends, completed=True)
+            return Drive(time.time(), tick_ends, completed=True, peak_rss_bytes=peak_rss())
         now = time.monotonic()
         if now - max(started, published.last_new) > stall or now - started > timeout:
-            return Drive(time.time(), tick_ends, completed=False)
+            return Drive(time.time(), tick_ends, completed=False, peak_rss_bytes=peak_rss())
         if interval and interval > 0:
             time.sleep(interval)
+
+
+def peak_rss() -> int | None:
+    """This process's peak RSS so far (VmHWM), in bytes; None where /proc has no such line."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return None
 
 
 def all_on_broker(entries: int, published: Published, queue: BrokerQueue) -> Callable[[], bool]:
@@ -281,6 +292,7 @@ class Run:
     windows: int | None = None  # distinct windows safebeat dispatched
     warnings: int = 0  # log records at WARNING and above during the run
     stalled_after: float | None = None  # seconds from due to the last new entry, if stalled
+    peak_rss_bytes: int | None = None  # VmHWM when the drive ended (see Drive)
 
 
 def _run(drive_result: Drive, due: float, published: Published) -> Run:
@@ -292,6 +304,7 @@ def _run(drive_result: Drive, due: float, published: Published) -> Run:
         entries_sent=published.entries,
         messages=0,
         ready_before_due=bool(drive_result.tick_ends) and drive_result.tick_ends[0] < due,
+        peak_rss_bytes=drive_result.peak_rss_bytes,
         stalled_after=stalled_after,
     )
 
@@ -363,14 +376,21 @@ def run_safebeat(
 
 
 def timed(run_once: Callable[[], Run], log: LogTally) -> Run:
-    """Run once; again (up to ATTEMPTS) if the scheduler was not ready at the due instant."""
+    """Run once; again (up to ATTEMPTS) if the scheduler was not ready at the due instant.
+
+    The peak RSS is the first attempt's: a later one starts in a process that has already
+    read back the previous attempt's verification data (a whole dispatch history).
+    """
+    first_peak = None
     for attempt in range(1, ATTEMPTS + 1):
         before = log.count
         run = run_once()
+        first_peak = first_peak or run.peak_rss_bytes
         run.attempts = attempt
         run.warnings = log.count - before
         if run.ready_before_due:
             break
+    run.peak_rss_bytes = first_peak
     return run
 
 

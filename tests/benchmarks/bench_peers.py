@@ -339,7 +339,9 @@ def child_burst(config: dict[str, Any]) -> dict[str, Any]:
     status = proc_status()
     return {
         **asdict(run),
-        "rss_peak_bytes": status.get("VmHWM"),
+        # The scheduler's peak, before the run read back its verification data; a limit
+        # row (no drive) reports its process's.
+        "rss_peak_bytes": run.peak_rss_bytes or status.get("VmHWM"),
         "rss_bytes": status.get("VmRSS"),
         "child_seconds": time.monotonic() - started,
     }
