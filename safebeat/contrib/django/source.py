@@ -128,12 +128,12 @@ class PeriodicTaskSource:
                     row = Row(name, stamps[pk], error=error)
                 except Exception as exc:  # noqa: BLE001 - one row's surprise must not stop the rest
                     detail = " ".join(str(exc).split())
-                    error = EntryError(
+                    surprise = EntryError(
                         name,
                         f"cannot be compiled ({type(exc).__name__}: {detail}); "
                         "fix or disable the row",
                     )
-                    row = Row(name, stamps[pk], error=error)
+                    row = Row(name, stamps[pk], error=surprise)
                 else:
                     row = Row(
                         name,
