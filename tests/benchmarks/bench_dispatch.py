@@ -309,6 +309,28 @@ def _run(drive_result: Drive, due: float, published: Published) -> Run:
     )
 
 
+def drive_burst(
+    scheduler: Any,
+    due: float,
+    *,
+    entries: int,
+    published: Published,
+    queue: BrokerQueue,
+    opts: Options,
+) -> Run:
+    """Drive until every entry is on the broker (or a stall); the Run timed from `due`."""
+    result = drive(
+        scheduler,
+        all_on_broker(entries, published, queue),
+        published,
+        stall=opts.stall,
+        timeout=opts.timeout,
+    )
+    run = _run(result, due, published)
+    run.messages = queue.count()
+    return run
+
+
 def run_stock(queue: BrokerQueue, published: Published, entries: int, opts: Options) -> Run:
     app = make_app(queue, entries, opts.interval)
     with tempfile.TemporaryDirectory(prefix="safebeat-bench-") as folder:
@@ -323,15 +345,9 @@ def run_stock(queue: BrokerQueue, published: Published, entries: int, opts: Opti
             last_run_at = datetime.fromtimestamp(due - opts.interval, tz=timezone.utc)
             for entry in scheduler.schedule.values():
                 entry.last_run_at = last_run_at
-            result = drive(
-                scheduler,
-                all_on_broker(entries, published, queue),
-                published,
-                stall=opts.stall,
-                timeout=opts.timeout,
+            run = drive_burst(
+                scheduler, due, entries=entries, published=published, queue=queue, opts=opts
             )
-            run = _run(result, due, published)
-            run.messages = queue.count()
         finally:
             scheduler.close()
             queue.purge()
@@ -358,15 +374,9 @@ def run_safebeat(
         first_window = anchors.pop() + timedelta(seconds=opts.interval)
         due = first_window.timestamp() - offset  # the window, on this host's clock
         published.reset(entries)
-        result = drive(
-            scheduler,
-            all_on_broker(entries, published, queue),
-            published,
-            stall=opts.stall,
-            timeout=opts.timeout,
+        run = drive_burst(
+            scheduler, due, entries=entries, published=published, queue=queue, opts=opts
         )
-        run = _run(result, due, published)
-        run.messages = queue.count()
         records = store.history(namespace, limit=entries * 50)
         run.windows = len({r.window for r in records if r.task_id is not None})
     finally:

@@ -162,15 +162,9 @@ def burst_dcb(
         last_run_at = datetime.fromtimestamp(due - opts.interval, tz=timezone.utc)
         for entry in scheduler.schedule.values():
             entry.last_run_at = entry.model.last_run_at = last_run_at
-        result = bd.drive(
-            scheduler,
-            bd.all_on_broker(entries, published, queue),
-            published,
-            stall=opts.stall,
-            timeout=opts.timeout,
+        run = bd.drive_burst(
+            scheduler, due, entries=entries, published=published, queue=queue, opts=opts
         )
-        run = bd._run(result, due, published)
-        run.messages = queue.count()
     finally:
         scheduler.close()
         queue.purge()
@@ -211,15 +205,9 @@ def burst_redbeat(
                     pipe.hset(key, "meta", meta)
                     pipe.zadd(app.redbeat_conf.schedule_key, {key: due})
                 pipe.execute()
-        result = bd.drive(
-            scheduler,
-            bd.all_on_broker(entries, published, queue),
-            published,
-            stall=opts.stall,
-            timeout=opts.timeout,
+        run = bd.drive_burst(
+            scheduler, due, entries=entries, published=published, queue=queue, opts=opts
         )
-        run = bd._run(result, due, published)
-        run.messages = queue.count()
     finally:
         scheduler.close()
         queue.purge()
