@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
@@ -82,6 +83,17 @@ def _evaluate(value: object) -> object:
     return value() if isinstance(value, BeatLazyFunc) else value
 
 
+@dataclass
+class _EntryPlan:
+    """What the publisher worked out once for one compiled entry."""
+
+    entry: Entry  # the compiled entry this plan is for: a recompiled one gets a new plan
+    direct: bool
+    # Its arguments' reprs, as as_task_v2 would compute them for every message; None until
+    # the first direct send, and always for lazy arguments (they change per window).
+    reprs: tuple[str, str] | None = None
+
+
 class Publisher:
     """Publishes windows for one scheduler, remembering which queues its connection declared."""
 
@@ -92,15 +104,15 @@ class Publisher:
         # one) declares them again, as kombu's own cache does.
         self._declared_on: object = None
         self._declared: set[str] = set()
-        # Per entry name: the compiled entry the decision was made for, and the decision.
-        self._direct_for: dict[str, tuple[Entry, bool]] = {}
-        self._sent_event: bool | None = None
-        self._app_direct: bool | None = None
-        # What as_task_v2 would compute again for every message: the sender's node name
-        # (per process) and, for an entry without lazy arguments, its arguments' reprs.
+        self._plans: dict[str, _EntryPlan] = {}
+        conf = app.conf
+        self._app_direct = type(app).send_task is Celery.send_task and not bool(
+            conf.task_always_eager
+        )
+        self._sent_event = bool(conf.task_send_sent_event)
+        self._repr_levels = int(conf.task_repr_maxlevels)
+        # The sender's node name, which as_task_v2 would compute for every message (per pid).
         self._origin: tuple[int, str] | None = None
-        self._reprs_for: dict[str, tuple[Entry, str, str]] = {}
-        self._repr_levels: int | None = None
 
     def send(
         self,
@@ -116,23 +128,22 @@ class Publisher:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
         task = self.app.tasks.get(entry.task)
-        if self.direct and self._goes_direct(entry, task, options):
-            self._send_direct(producer, entry, task, args=args, kwargs=kwargs, options=options)
+        plan = self._plan(entry, task, options)
+        if self.direct and plan.direct:
+            self._send_direct(producer, plan, task, args=args, kwargs=kwargs, options=options)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
             self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
 
-    def _goes_direct(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> bool:
-        known = self._direct_for.get(entry.name)
-        if known is not None and known[0] is entry:
-            return known[1]
-        decision = self._can_go_direct(task, options)
-        self._direct_for[entry.name] = (entry, decision)
-        return decision
+    def _plan(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> _EntryPlan:
+        plan = self._plans.get(entry.name)
+        if plan is None or plan.entry is not entry:
+            plan = self._plans[entry.name] = _EntryPlan(entry, self._can_go_direct(task, options))
+        return plan
 
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:
-        if not options.keys() <= DIRECT_OPTIONS or not self._app_allows_direct():
+        if not options.keys() <= DIRECT_OPTIONS or not self._app_direct:
             return False
         if task is None:
             return True
@@ -147,18 +158,10 @@ class Publisher:
             )
         )
 
-    def _app_allows_direct(self) -> bool:
-        if self._app_direct is None:
-            app = self.app
-            self._app_direct = type(app).send_task is Celery.send_task and not bool(
-                app.conf.task_always_eager
-            )
-        return self._app_direct
-
     def _send_direct(
         self,
         producer: Any,
-        entry: Entry,
+        plan: _EntryPlan,
         task: Task | None,
         *,
         args: list[Any],
@@ -166,9 +169,7 @@ class Publisher:
         options: dict[str, Any],
     ) -> None:
         """What `apply_async` -> `send_task` do for a message with no eta, expiry or links."""
-        app, amqp, name = self.app, self.app.amqp, entry.task
-        if self._sent_event is None:
-            self._sent_event = bool(app.conf.task_send_sent_event)
+        app, amqp, name = self.app, self.app.amqp, plan.entry.task
         if task is not None:
             if task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
@@ -180,7 +181,7 @@ class Publisher:
         ignore_result = options.pop("ignore_result", None)
         options.pop("expires", None)  # only the task's own, None: an entry's takes the full path
         options = amqp.router.route(options, name, args, kwargs, task)
-        argsrepr, kwargsrepr = self._reprs(entry, args, kwargs)
+        argsrepr, kwargsrepr = self._reprs(plan, args, kwargs)
         message = amqp.create_task_message(
             task_id,
             name,
@@ -219,20 +220,18 @@ class Publisher:
             self._origin = (pid, anon_nodename())
         return self._origin[1]
 
-    def _reprs(self, entry: Entry, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
-        known = self._reprs_for.get(entry.name)
-        if known is not None and known[0] is entry:
-            return known[1], known[2]
-        if self._repr_levels is None:
-            self._repr_levels = int(self.app.conf.task_repr_maxlevels)
-        levels, amqp = self._repr_levels, self.app.amqp
+    def _reprs(self, plan: _EntryPlan, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
+        if plan.reprs is not None:
+            return plan.reprs
+        levels, amqp, entry = self._repr_levels, self.app.amqp, plan.entry
         # as as_task_v2 does: no arguments at all is shown as ()
-        argsrepr = saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels)
-        kwargsrepr = saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels)
-        lazy = any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values()))
-        if not lazy:
-            self._reprs_for[entry.name] = (entry, argsrepr, kwargsrepr)
-        return argsrepr, kwargsrepr
+        reprs = (
+            saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
+            saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
+        )
+        if not any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values())):
+            plan.reprs = reprs
+        return reprs
 
     def forget_declarations(self) -> None:
         """After a connection error: declare every queue again on the next message."""
