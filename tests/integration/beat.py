@@ -31,4 +31,7 @@ def run(scheduler: Scheduler, seconds: float) -> None:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         delay = scheduler.tick()
-        time.sleep(min(max(delay, 0.0), end - time.monotonic(), 0.5) if delay else 0)
+        # A slow tick can end past `end`: never a negative sleep.
+        left = end - time.monotonic()
+        if delay and left > 0:
+            time.sleep(min(max(delay, 0.0), left, 0.5))
