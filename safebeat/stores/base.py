@@ -290,6 +290,22 @@ class Store(Protocol):
         """Return every replica's last heartbeat, newest first."""
         ...
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        """Delete `replica`'s heartbeat: it stopped cleanly and is no longer a replica.
+
+        Called by beat on a clean stop, so `replicas` lists it no more. A replica that was
+        never recorded is not an error.
+        """
+        ...
+
+    def namespaces(self) -> list[str]:
+        """Return every namespace that has a registered entry, sorted.
+
+        For operators who do not know which namespace beat used (the app's main name by
+        default); reads only, creates nothing.
+        """
+        ...
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

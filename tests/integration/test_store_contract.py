@@ -372,6 +372,32 @@ def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     assert again.reclaimed == []
 
 
+def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:
+    """forget_replica (a clean stop) drops that replica at once, keeps the others, and may
+    be called twice; a later heartbeat lists it again."""
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    store.heartbeat(namespace, OTHER, "1.0", {"a": "d1"})
+    store.forget_replica(namespace, REPLICA)
+    assert [r.replica for r in store.replicas(namespace)] == [OTHER.id]
+    store.forget_replica(namespace, REPLICA)
+    store.forget_replica(f"{namespace}-none", OTHER)
+    assert [r.replica for r in store.replicas(namespace)] == [OTHER.id]
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    assert {r.replica for r in store.replicas(namespace)} == {REPLICA.id, OTHER.id}
+
+
+def test_namespaces_lists_those_with_registered_entries(store: Store, namespace: str) -> None:
+    """namespaces() lists, sorted, every namespace with a registered entry, and no other."""
+    other, bare = f"{namespace}-b", f"{namespace}-c"
+    assert namespace not in store.namespaces()
+    store.register(other, definitions("b"), OTHER)
+    store.register(namespace, definitions("a"), REPLICA)
+    store.heartbeat(bare, REPLICA, "1.0", {})  # a heartbeat alone registers nothing
+    found = store.namespaces()
+    assert found == sorted(found)
+    assert [n for n in found if n.startswith(namespace)] == [namespace, other]
+
+
 def test_heartbeats_list_live_replicas(store: Store, namespace: str) -> None:
     """A heartbeat upserts the replica: started_at stays, heartbeat_at and definitions update."""
     store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})

@@ -227,6 +227,14 @@ class PostgresStore:
         with self._boundary("list replicas") as conn:
             return statements.replicas(conn.cursor(), namespace)
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._boundary("forget a replica") as conn:
+            statements.forget_replica(conn.cursor(), namespace, replica)
+
+    def namespaces(self) -> list[str]:
+        with self._boundary("list namespaces") as conn:
+            return statements.namespaces(conn.cursor())
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

@@ -147,6 +147,12 @@ WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
 DELETE FROM safebeat_replica
 WHERE namespace = %(namespace)s AND heartbeat_at < %(before)s;
 
+-- name: forget_replica
+DELETE FROM safebeat_replica WHERE namespace = %(namespace)s AND replica = %(replica)s;
+
+-- name: namespaces
+SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
+
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each
 -- decides on the row as the one before it left it (run, takeover or duplicate).

@@ -241,6 +241,15 @@ def replicas(cursor: Cursor, namespace: str) -> list[ReplicaRecord]:
     return records
 
 
+def forget_replica(cursor: Cursor, namespace: str, replica: Replica) -> None:
+    cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
+
+
+def namespaces(cursor: Cursor) -> list[str]:
+    cursor.execute(Q["namespaces"])
+    return [str(row[0]) for row in cursor.fetchall()]
+
+
 def history(
     cursor: Cursor, namespace: str, entry: str | None = None, limit: int = 100
 ) -> list[DispatchRecord]:
