@@ -17,10 +17,11 @@ from typing import Any
 from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
+from safebeat.liveness import LIVE_WITHIN, is_live
 from safebeat.stores.base import Status, Store
 
-#: A replica whose heartbeat is older than this counts as gone (three missed heartbeats).
-ALIVE_FOR = timedelta(seconds=30)
+#: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
+ALIVE_FOR = LIVE_WITHIN
 #: Store clock vs this host's clock: beyond this, logs and the store disagree visibly.
 SKEW_WARNING = timedelta(seconds=2)
 #: History rows scanned for claims left unsent.
@@ -221,7 +222,7 @@ def check_replicas(context: Context) -> list[Finding]:
     """Live replicas, and replicas that run different definitions of one entry."""
     store, namespace = context.store, context.config.namespace
     now = store.clock()
-    alive = [r for r in store.replicas(namespace) if now - r.heartbeat_at <= ALIVE_FOR]
+    alive = [r for r in store.replicas(namespace) if is_live(r.heartbeat_at, now)]
     if not alive:
         return [
             Finding(

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from safebeat import windows
 from safebeat.entries import Entry
+from safebeat.liveness import is_live
 from safebeat.stores.base import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status, Store
 
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
@@ -48,10 +49,15 @@ class EntryStatus:
 
 @dataclass(frozen=True)
 class ReplicaStatus:
-    """A replica's last heartbeat and how old it is (store clock)."""
+    """A replica's last heartbeat, how old it is (store clock), and whether it is live."""
 
     record: ReplicaRecord
     age: timedelta
+
+    @property
+    def live(self) -> bool:
+        """Whether it heartbeated recently enough to count as running (safebeat.liveness)."""
+        return is_live(self.record.heartbeat_at, self.record.heartbeat_at + self.age)
 
 
 def entry_status(

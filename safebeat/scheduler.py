@@ -25,10 +25,12 @@ from kombu.exceptions import OperationalError
 
 from safebeat import windows
 from safebeat._version import __version__
+from safebeat.app_schedule import settings_source
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
+from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
 from safebeat.overlap import running_timeout
 from safebeat.publishing import Publisher
@@ -101,7 +103,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Seconds to wait before retrying when another replica holds the tick lock.
     busy_retry = 0.2
     #: Seconds between heartbeats of this replica.
-    heartbeat_interval = 10.0
+    heartbeat_interval = HEARTBEAT_INTERVAL.total_seconds()
     #: Seconds between prunes of history older than `safebeat_retention`.
     prune_interval = 3600.0
     #: Most stale claims one tick takes over for re-publishing.
@@ -196,7 +198,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         A subclass that reads schedules from elsewhere extends this (see
         `safebeat.contrib.django.DatabaseScheduler`).
         """
-        return {**self._default_entries(), **self.app.conf.beat_schedule}
+        return settings_source(self.app)
 
     def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
         """Run exactly these compiled entries from now on; report the broken ones (once each).
@@ -240,18 +242,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.app.conf.task_time_limit,
         )
 
-    def _default_entries(self) -> dict[str, Any]:
-        """The entries stock beat adds by itself (result cleanup), compiled like the others."""
-        if self.app.conf.result_expires and not self.app.backend.supports_autoexpire:
-            return {
-                "celery.backend_cleanup": {
-                    "task": "celery.backend_cleanup",
-                    "schedule": beat.crontab("0", "4", "*"),
-                    "options": {"expires": 12 * 3600},
-                }
-            }
-        return {}
-
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""
         started = self._monotonic()
@@ -271,11 +261,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         """Nothing to flush: claims and states are committed when they happen."""
 
     def close(self) -> None:
+        """Stop cleanly: this replica's heartbeat is removed, so `safebeat status` drops it."""
         try:
             super().close()
         finally:
             if self._store is not None:
+                if self._next_heartbeat:
+                    self._forget_replica()
                 self._store.close()
+
+    def _forget_replica(self) -> None:
+        try:
+            self.store.forget_replica(self.safebeat_config.namespace, self.replica)
+        except StoreError as exc:
+            logger.warning("safebeat: could not remove this replica's heartbeat: %s", exc)
 
     @property
     def info(self) -> str:
