@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +27,7 @@ from safebeat.liveness import LIVE_WITHIN
 from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from tests import services
-from tests.acceptance.harness import redis_messages, safebeat_messages
+from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 
 REPLICA = Replica("host-a", 1, "aaaaaa")
@@ -672,3 +674,37 @@ def test_django_celery_beat_rows_are_read_as_beat_reads_them(
     bad = cli("-A", rows_app, "trigger", "bad-json")
     assert bad.exit_code == 1
     assert "args is not valid JSON" in one_error_line(bad)
+
+
+def replicas_listed(url: str, namespace: str) -> list[str]:
+    result = cli("--url", url, "--namespace", namespace, "status", "--json")
+    return [] if result.exit_code else [r["replica"] for r in json.loads(result.output)["replicas"]]
+
+
+def test_a_celery_beat_stopped_by_sigterm_leaves_status_at_once(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """Two real `celery beat` processes: after SIGTERM to one, status lists only the other."""
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    beats = Cluster(
+        workdir=tmp_path,
+        broker_url=redis_url,
+        queue=f"cli-{namespace}",
+        schedule={"every-1s": 1.0},
+        env={"SAFEBEAT_URL": url, "SAFEBEAT_NAMESPACE": namespace},
+    )
+    try:
+        beats.start(2)
+        beats.wait_started()
+        deadline = time.monotonic() + 30
+        while len(replicas_listed(url, namespace)) < 2:  # both heartbeated: a state, not a time
+            assert time.monotonic() < deadline, beats.logs()
+            time.sleep(0.2)
+        stopped, kept = beats.processes
+        beats.signal(0, signal.SIGTERM)
+        assert stopped.wait(20) == 0, beats.logs()
+        [left] = replicas_listed(url, namespace)
+        assert left.split(":")[1] == str(kept.pid)
+    finally:
+        beats.stop()
+        redis.Redis.from_url(redis_url).delete(f"cli-{namespace}")
