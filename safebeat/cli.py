@@ -25,18 +25,18 @@ import click
 from safebeat import cron, doctor, execute, operations
 from safebeat.app_schedule import Schedule
 from safebeat.cli_app import AppNotFound
-from safebeat.cli_context import (
-    Options,
-    choose_namespace,
-    empty_namespace,
-    missing_store,
-    open_store,
-)
+from safebeat.cli_context import Options, choose_namespace, missing_store, open_store
 from safebeat.config import Config, parse_duration
 from safebeat.entries import Entry, describe
 from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
-from safebeat.overview import EntryStatus, ReplicaStatus, entry_statuses, replica_statuses
+from safebeat.overview import (
+    EntryStatus,
+    ReplicaStatus,
+    empty_namespace,
+    entry_statuses,
+    replica_statuses,
+)
 from safebeat.stores import Store, store_from_config
 from safebeat.stores.base import DispatchRecord, Status
 

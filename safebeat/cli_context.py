@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from safebeat.app_schedule import Schedule, beat_schedule
 from safebeat.cli_app import load_app
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
+from safebeat.overview import listed
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import backend_of
 
@@ -116,25 +117,7 @@ def choose_namespace(
         return dataclasses.replace(config, namespace=found[0])
     if len(found) > 1:
         raise NamespaceUnknown(
-            f"{store.display_url} holds namespaces {_listed(found)}: choose one with "
+            f"{store.display_url} holds namespaces {listed(found)}: choose one with "
             "--namespace (or give the app with -A)"
         )
     return config
-
-
-def empty_namespace(store: Store, namespace: str) -> str:
-    """What to say when `namespace` has no registered entry: which namespaces exist."""
-    others = store.namespaces()
-    if others:
-        return (
-            f"namespace {namespace!r} has no registered entries; {store.display_url} holds "
-            f"{_listed(others)}: choose one with --namespace"
-        )
-    return (
-        f"namespace {namespace!r} has no registered entries, and {store.display_url} holds "
-        "none: is beat running against this store?"
-    )
-
-
-def _listed(names: Sequence[str]) -> str:
-    return ", ".join(repr(n) for n in names)

@@ -18,6 +18,7 @@ from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
+from safebeat.overview import empty_namespace
 from safebeat.stores.base import Status, Store
 
 #: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
@@ -61,6 +62,7 @@ def run_checks(context: Context) -> list[Finding]:
     if any(f.level is Level.PROBLEM for f in findings):
         return findings
     for check in (
+        check_namespace,
         check_clock,
         check_time_zones,
         check_redis_eviction,
@@ -118,6 +120,15 @@ def check_store(context: Context) -> list[Finding]:
             )
         ]
     return [Finding("store", Level.OK, f"{store.display_url} answers, schema version {version}")]
+
+
+def check_namespace(context: Context) -> list[Finding]:
+    """The namespace has registered entries; if not, which namespaces the store holds."""
+    store, namespace = context.store, context.config.namespace
+    count = len(store.states(namespace))
+    if count:
+        return [Finding("namespace", Level.OK, f"namespace {namespace!r}: {count} entries")]
+    return [Finding("namespace", Level.PROBLEM, empty_namespace(store, namespace))]
 
 
 def check_clock(context: Context) -> list[Finding]:

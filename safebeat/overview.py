@@ -104,6 +104,25 @@ def entry_statuses(
     ]
 
 
+def empty_namespace(store: Store, namespace: str) -> str:
+    """What to say when `namespace` has no registered entry: which namespaces exist."""
+    others = store.namespaces()
+    if others:
+        return (
+            f"namespace {namespace!r} has no registered entries; {store.display_url} holds "
+            f"{listed(others)}: choose one with --namespace"
+        )
+    return (
+        f"namespace {namespace!r} has no registered entries, and {store.display_url} holds "
+        "none: is beat running against this store?"
+    )
+
+
+def listed(names: Sequence[str]) -> str:
+    """Names quoted and separated by commas, for a message."""
+    return ", ".join(repr(n) for n in names)
+
+
 def replica_statuses(store: Store, namespace: str) -> list[ReplicaStatus]:
     """Every replica that heartbeated within the retention, newest heartbeat first."""
     now = store.clock()

@@ -498,7 +498,7 @@ def test_with_several_namespaces_the_cli_lists_them_and_asks_for_one(
     sqlite_url: str, namespace: str
 ) -> None:
     """Two namespaces and none given: one line listing both, exit 1; an empty namespace
-    given says which namespaces exist."""
+    given says which namespaces exist, in status and in doctor."""
     store = registered(sqlite_url, namespace)
     store.register(f"{namespace}-2", [Definition("other", "every 60s", "d")], REPLICA)
     several = cli("--url", sqlite_url, "status")
@@ -510,6 +510,10 @@ def test_with_several_namespaces_the_cli_lists_them_and_asks_for_one(
     assert empty.exit_code == 1
     assert "namespace 'default' has no registered entries" in one_error_line(empty)
     assert repr(namespace) in empty.output
+    doctor = cli("--url", sqlite_url, "--namespace", "default", "doctor")
+    assert doctor.exit_code == 1
+    assert "problem  namespace: namespace 'default' has no registered entries" in doctor.output
+    assert repr(namespace) in doctor.output
     chosen = cli("--url", sqlite_url, "status", "--namespace", f"{namespace}-2", "--json")
     assert chosen.exit_code == 0, chosen.output
     assert [e["entry"] for e in json.loads(chosen.output)["entries"]] == ["other"]
