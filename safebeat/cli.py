@@ -489,11 +489,15 @@ def doctor_command(options: Options, as_json: bool) -> None:
 
 
 def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
-    """The namespace doctor checks: as every command chooses it, once the store answers."""
+    """The namespace doctor checks, chosen as every command chooses it.
+
+    Where it cannot be chosen, the checks run on the default: the store check reports an
+    unreachable store, and the namespace check lists a store's several namespaces.
+    """
     try:
         return choose_namespace(options, config, store, _say)
     except SafebeatError:
-        return config  # the store check reports an unreachable store; several: say which
+        return config
 
 
 @main.command()
