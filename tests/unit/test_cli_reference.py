@@ -26,9 +26,11 @@ INTRO = """# Command line
 
 The `safebeat` command (also `python -m safebeat`) reads the same settings as beat.
 `-A proj` loads the Celery app's `safebeat_*` settings (and, for `status`, `doctor`,
-`trigger` and `backfill`, the schedule its beat runs: the app's `beat_schedule` and, where
-beat runs `safebeat.contrib.django.DatabaseScheduler`, django-celery-beat's enabled rows,
-a row winning over a setting of its name). `--url` names the store directly, and
+`trigger` and `backfill`, the schedule its beat runs: the app's `beat_schedule` and, for
+`safebeat.contrib.django.DatabaseScheduler`, django-celery-beat's enabled rows, a row
+winning over a setting of its name; the rows are read when `beat_scheduler` names that
+scheduler or, since beat's `-S` is not visible here, when the app's Django project has
+`django_celery_beat` installed). `--url` names the store directly, and
 `SAFEBEAT_*` environment variables apply as they do for beat. `-A`, `--url` and
 `--namespace` may come before or after the command. Every command prints tables or lines
 for people; `status`, `history` and `doctor` also take `--json`, for scripts.
@@ -39,9 +41,9 @@ module or app, `trigger` without `-A`), 1 for anything else. `-A` is looked up a
 unexpected failure is one line too, naming its type; `--traceback` (or
 `SAFEBEAT_DEBUG=1`) shows where it happened. Store URLs never show a password.
 
-Only `migrate` and `exec` may create a store. With no `-A`, `--url` or `SAFEBEAT_URL` the
-other commands stop with "no store configured: give -A, --url or SAFEBEAT_URL", and a
-SQLite file that does not exist is reported, never created. Without `-A` or a namespace
+With no `-A`, `--url` or `SAFEBEAT_URL`, a command stops with "no store configured: give
+-A, --url or SAFEBEAT_URL". Only `migrate` and `exec` may create a store: the others
+report a SQLite file that does not exist, and create nothing. Without `-A` or a namespace
 setting, a store holding one namespace gives it (the command says so on stderr); one
 holding several lists them and asks for `--namespace`, and a namespace with no entries
 says which namespaces the store holds.
