@@ -630,7 +630,8 @@ def rows_app(
         "from celery import Celery\n"
         f"app = Celery({namespace!r}, broker='memory://', set_as_current=False)\n"
         f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
-        "    beat_scheduler='safebeat.contrib.django:DatabaseScheduler', beat_schedule={})\n"
+        "    beat_scheduler='safebeat.contrib.django:DatabaseScheduler',\n"
+        "    beat_schedule={'charge': {'task': 'billing.charge'}})\n"  # broken, and shadowed
         "@app.task(name='billing.charge', shared=False)\n"
         "def charge():\n"
         "    pass\n"
@@ -650,8 +651,8 @@ def rows_app(
 def test_django_celery_beat_rows_are_read_as_beat_reads_them(
     rows_app: str, sqlite_url: str, namespace: str
 ) -> None:
-    """With DatabaseScheduler, status shows a row's next window and the bad row, doctor
-    reports the bad row, and trigger accepts the row by name."""
+    """With DatabaseScheduler, status shows a row's next window and the bad row (a row wins
+    over a setting of its name), doctor reports the bad row, and trigger accepts the row."""
     store = SqliteStore(sqlite_url)
     store.migrate()
     store.register(namespace, [Definition("charge", "every 60s", "d")], REPLICA)
