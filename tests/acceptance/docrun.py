@@ -9,8 +9,10 @@ store become the test's own services.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -39,9 +41,12 @@ def only_command(block: Block) -> str:
     return commands[0]
 
 
-def make_virtualenv(folder: Path, page: Page, label: str) -> tuple[Path, float]:
+def make_virtualenv(
+    folder: Path, page: Page, label: str, *, requirements: tuple[str, ...] = ()
+) -> tuple[Path, float]:
     """A new virtualenv in `folder`, set up by the page's block `label` (`pip install ...`).
 
+    `requirements` are installed first: what the reader's project had before the page.
     The page's command runs as written, with the checkout's folder for `path/to/safebeat`.
     Returns the virtualenv and the seconds the install took.
     """
@@ -50,6 +55,8 @@ def make_virtualenv(folder: Path, page: Page, label: str) -> tuple[Path, float]:
     started = time.monotonic()
     venv.EnvBuilder(with_pip=True).create(folder)
     reader = Reader(folder, folder.parent, {CHECKOUT: str(ROOT)})
+    if requirements:
+        reader.run(shlex.join(["pip", "install", *requirements]), timeout=600)
     for command in block.commands():
         reader.run(command, timeout=600)
     return folder, time.monotonic() - started
@@ -140,3 +147,29 @@ def tail(paths: list[Path], lines: int = 40) -> str:
         text = path.read_text(errors="replace") if path.exists() else ""
         parts.append(f"--- {path.name}\n" + "\n".join(text.splitlines()[-lines:]))
     return "\n".join(parts)
+
+
+def add_settings(settings: Path, snippet: str) -> None:
+    """Add a page's settings snippet to the module `settings`, as a reader edits theirs.
+
+    In a list, `...` stands for what the setting already holds: the items after it are
+    added to the existing list (those it lacks). Every other statement is added as it is.
+    """
+    added = []
+    for node in ast.parse(snippet).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+            items = node.value.elts
+            if any(isinstance(e, ast.Constant) and e.value is Ellipsis for e in items):
+                (target,) = node.targets
+                assert isinstance(target, ast.Name), ast.unparse(node)
+                new = [
+                    ast.literal_eval(e)
+                    for e in items
+                    if not isinstance(e, ast.Constant) or e.value is not Ellipsis
+                ]
+                name = target.id
+                added.append(f"{name} = [*{name}, *(i for i in {new!r} if i not in {name})]")
+                continue
+        added.append(ast.unparse(node))
+    with settings.open("a", encoding="utf-8") as module:
+        module.write("\n" + "\n".join(added) + "\n")
