@@ -75,7 +75,7 @@ def blocks(markdown: str) -> list[Block]:
 
 def _closes(line: str, indent: str, fence: str) -> bool:
     stripped = line.strip()
-    return line.startswith(indent) and stripped[:1] == fence[0] and set(stripped) == {fence[0]}
+    return line.startswith(indent) and set(stripped) == {fence[0]} and len(stripped) >= len(fence)
 
 
 class Page:

@@ -17,11 +17,11 @@ import signal
 import subprocess
 import time
 import venv
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.docpages import Block, Page
+from tests.docpages import Block, Page, missing_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -130,15 +130,31 @@ class Reader:
 
 
 def wait_for(
-    check: Callable[[], bool], what: str, *, timeout: float, alive: Reader, logs: Callable[[], str]
+    check: Callable[[], bool],
+    what: str,
+    *,
+    timeout: float,
+    alive: Iterable[subprocess.Popen[bytes]],
+    logs: Callable[[], str],
 ) -> None:
-    """Wait until `check()` holds; fail at once if a process of `alive` ended meanwhile."""
+    """Wait until `check()` holds; fail at once if one of the `alive` processes ended."""
     deadline = time.monotonic() + timeout
+    watched = list(alive)
     while not check():
-        ended = [p.args for p in alive.processes if p.poll() is not None]
+        ended = [p.args for p in watched if p.poll() is not None]
         assert not ended, f"{ended} ended while waiting for {what}:\n{logs()}"
         assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{logs()}"
         time.sleep(0.25)
+
+
+def assert_shows(page: Page, label: str, output: str, logs: str) -> None:
+    """Every line of the page's output block `label` appears in `output` (see `normalise`)."""
+    missing = missing_lines(page.block(label).text, output)
+    assert missing == [], (
+        f"{page.path.name}: lines of <!-- block: {label} --> that the real output lacks:\n"
+        + "\n".join(missing)
+        + f"\n\nthe real output:\n{logs}"
+    )
 
 
 def tail(paths: list[Path], lines: int = 40) -> str:

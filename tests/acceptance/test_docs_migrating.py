@@ -190,13 +190,13 @@ def test_migration_guide_runs_as_written(
 
     database = project / "db.sqlite3"
     beats = [reader.start(only_command(PAGE.block("beat")), log) for log in beat_logs]
-    reader.start(only_command(PAGE.block("worker")), worker_log)
+    worker = reader.start(only_command(PAGE.block("worker")), worker_log)
     try:
         wait_for(
             lambda: len(ran()) >= WINDOWS,
             f"the worker to run {WINDOWS} windows",
             timeout=90,
-            alive=reader,
+            alive=[*beats, worker],
             logs=logs,
         )
         replicas = query(database, "SELECT replica FROM safebeat_replica")
@@ -206,7 +206,7 @@ def test_migration_guide_runs_as_written(
             lambda: len(ran()) >= len(sent) and unfinished(database) == 0,
             "the worker to run and record every window the beats sent",
             timeout=30,
-            alive=reader,
+            alive=[worker],
             logs=logs,
         )
     finally:

@@ -16,8 +16,16 @@ from pathlib import Path
 import pytest
 
 from tests import services
-from tests.acceptance.docrun import DOCS, Reader, make_virtualenv, only_command, tail, wait_for
-from tests.docpages import Page, missing_lines
+from tests.acceptance.docrun import (
+    DOCS,
+    Reader,
+    assert_shows,
+    make_virtualenv,
+    only_command,
+    tail,
+    wait_for,
+)
+from tests.docpages import Page
 
 pytestmark = [
     pytest.mark.acceptance,
@@ -100,7 +108,7 @@ def test_quickstart_runs_as_written(
     assert {"proj/__init__.py", "proj/celery.py", "proj/tasks.py"} <= set(PAGE.files())
 
     migrated = reader.run(only_command(PAGE.block("migrate")))
-    assert missing_lines(PAGE.block("migrate-output").text, migrated) == []
+    assert_shows(PAGE, "migrate-output", migrated, migrated)
 
     beat_logs = [tmp_path / f"beat-{index}.log" for index in range(REPLICAS)]
     worker_log = tmp_path / "worker.log"
@@ -110,13 +118,13 @@ def test_quickstart_runs_as_written(
         return tail(every_log)
 
     beats = [reader.start(only_command(PAGE.block("beat")), log) for log in beat_logs]
-    reader.start(only_command(PAGE.block("worker")), worker_log)
+    worker = reader.start(only_command(PAGE.block("worker")), worker_log)
     try:
         wait_for(
             lambda: len(_SYNCED.findall(worker_log.read_text())) >= WINDOWS,
             f"the worker to run {WINDOWS} windows of sync-prices",
             timeout=90,
-            alive=reader,
+            alive=[*beats, worker],
             logs=logs,
         )
         status = reader.run(only_command(PAGE.block("status")))
@@ -127,7 +135,7 @@ def test_quickstart_runs_as_written(
             lambda: len(_REPORTED.findall(worker_log.read_text())) >= 2,
             "the worker to run both triggered weekly reports",
             timeout=30,
-            alive=reader,
+            alive=[*beats, worker],
             logs=logs,
         )
         reader.stop(*beats)
@@ -136,7 +144,7 @@ def test_quickstart_runs_as_written(
             lambda: len(_SYNCED.findall(worker_log.read_text())) >= len(sent),
             "the worker to run every window the beats sent",
             timeout=30,
-            alive=reader,
+            alive=[worker],
             logs=logs,
         )
     finally:
@@ -144,10 +152,10 @@ def test_quickstart_runs_as_written(
 
     beat_output = [log.read_text() for log in beat_logs]
     worker_output = worker_log.read_text()
-    assert missing_lines(PAGE.block("banner").text, beat_output[0]) == [], logs()
-    assert missing_lines(PAGE.block("beat-log").text, "\n".join(beat_output)) == [], logs()
-    assert missing_lines(PAGE.block("worker-log").text, worker_output) == [], logs()
-    assert missing_lines(PAGE.block("trigger-worker-log").text, worker_output) == [], logs()
+    assert_shows(PAGE, "banner", beat_output[0], logs())
+    assert_shows(PAGE, "beat-log", "\n".join(beat_output), logs())
+    assert_shows(PAGE, "worker-log", worker_output, logs())
+    assert_shows(PAGE, "trigger-worker-log", worker_output, logs())
 
     # Every window once across the replicas, on the 10 s grid, and run once by the worker.
     assert set(sent.values()) == {1}, f"windows sent more than once: {sent}"
