@@ -125,7 +125,7 @@ def migrating_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's requirements, then the page's install-from-checkout command, once.
 
     A real `python -m venv` and `pip install` of both (not this test run's packages):
-    about 40 s with a warm pip cache.
+    45 to 55 s with a warm pip cache.
     """
     folder, _seconds = make_virtualenv(
         tmp_path_factory.mktemp("migrating") / "venv",

@@ -54,7 +54,7 @@ def quickstart_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv made by the page's install-from-checkout command, once per test session.
 
     A real `python -m venv` and `pip install "<checkout>[postgres]" "celery[redis]"`, so a
-    missing dependency of the install line fails here: about 30 s with a warm pip cache.
+    missing dependency of the install line fails here: 30 to 45 s with a warm pip cache.
     """
     folder, _seconds = make_virtualenv(
         tmp_path_factory.mktemp("quickstart") / "venv", PAGE, "install-from-checkout"
