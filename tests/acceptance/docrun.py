@@ -43,23 +43,21 @@ def only_command(block: Block) -> str:
 
 def make_virtualenv(
     folder: Path, page: Page, label: str, *, requirements: tuple[str, ...] = ()
-) -> tuple[Path, float]:
+) -> Path:
     """A new virtualenv in `folder`, set up by the page's block `label` (`pip install ...`).
 
     `requirements` are installed first: what the reader's project had before the page.
     The page's command runs as written, with the checkout's folder for `path/to/safebeat`.
-    Returns the virtualenv and the seconds the install took.
     """
     block = page.block(label)
     assert CHECKOUT in block.text, f"{page.path.name}: block {label!r} installs no checkout"
-    started = time.monotonic()
     venv.EnvBuilder(with_pip=True).create(folder)
     reader = Reader(folder, folder.parent, {CHECKOUT: str(ROOT)})
     if requirements:
         reader.run(shlex.join(["pip", "install", *requirements]), timeout=600)
     for command in block.commands():
         reader.run(command, timeout=600)
-    return folder, time.monotonic() - started
+    return folder
 
 
 @dataclass

@@ -127,13 +127,12 @@ def migrating_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     A real `python -m venv` and `pip install` of both (not this test run's packages):
     45 to 55 s with a warm pip cache.
     """
-    folder, _seconds = make_virtualenv(
+    return make_virtualenv(
         tmp_path_factory.mktemp("migrating") / "venv",
         PAGE,
         "install-from-checkout",
         requirements=REQUIREMENTS,
     )
-    return folder
 
 
 @pytest.fixture

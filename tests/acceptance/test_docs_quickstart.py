@@ -53,13 +53,12 @@ _REPLICA = re.compile(r"replica (?P<replica>[\w.-]+:\d+:[0-9a-f]{6})")
 def quickstart_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtualenv made by the page's install-from-checkout command, once per test session.
 
-    A real `python -m venv` and `pip install "<checkout>[postgres]" "celery[redis]"`, so a
-    missing dependency of the install line fails here: 30 to 45 s with a warm pip cache.
+    A real `python -m venv` and `pip install` (not this test run's packages), so a
+    dependency the install line forgets fails here: 30 to 45 s with a warm pip cache.
     """
-    folder, _seconds = make_virtualenv(
+    return make_virtualenv(
         tmp_path_factory.mktemp("quickstart") / "venv", PAGE, "install-from-checkout"
     )
-    return folder
 
 
 @pytest.fixture
