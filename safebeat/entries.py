@@ -22,7 +22,7 @@ from celery import schedules
 from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
-from safebeat.stores.base import Definition
+from safebeat.stores.base import Definition, EntryState
 from safebeat.windows import (
     SOLAR_EVENTS,
     ClockedRule,
@@ -63,6 +63,24 @@ class Entry:
     @property
     def definition(self) -> Definition:
         return Definition(self.name, self.schedule_text, self.digest)
+
+
+def undecided_after(entry: Entry, state: EntryState) -> datetime:
+    """The instant after which `entry`'s windows are still to be decided: the shared
+    state's `decided_until`, but never before the entry's `not_before`.
+
+    A one-off's single window counts even when it lies before the entry was registered
+    (a django-celery-beat clocked task set for "now" is saved a moment before beat sees
+    it): until it is decided, it is due, as stock beat runs it; its policy then dispatches
+    it or records it as skipped.
+    """
+    after = state.decided_until
+    rule = entry.rule
+    if isinstance(rule, ClockedRule) and (state.last_window is None or state.last_window < rule.at):
+        after = min(after, rule.at - timedelta(microseconds=1))
+    if entry.not_before is not None:  # no window before the entry's start
+        after = max(after, entry.not_before - timedelta(microseconds=1))
+    return after
 
 
 def compile_schedule(
