@@ -470,3 +470,30 @@ def test_crontab_window_count_matches_the_slot_by_slot_oracle(
     """count_windows equals the distinct slot instants in the span, clock changes included."""
     rule, first, last = case
     assert windows.count_windows(rule, first, last) == oracle_count(rule, first, last)
+
+
+@st.composite
+def long_counting_cases(draw: st.DrawFn) -> tuple[CrontabRule, datetime, datetime]:
+    """A few slots a day over up to a year: many clock changes, few enough windows to walk."""
+    zone = draw(st.sampled_from(ZONES))
+    schedule = crontab(
+        minute=draw(st.lists(st.integers(0, 59), min_size=1, max_size=3, unique=True)),
+        hour=draw(
+            st.lists(st.sampled_from([0, 1, 2, 3, 12, 23]), min_size=1, max_size=3, unique=True)
+        ),
+    )
+    rule = compiled(schedule, zone)
+    assert isinstance(rule, CrontabRule)
+    first = draw(instants(zone))
+    return rule, first, first + draw(st.timedeltas(timedelta(days=3), timedelta(days=366)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=long_counting_cases())
+def test_crontab_window_count_over_months_matches_walking_every_window(
+    case: tuple[CrontabRule, datetime, datetime],
+) -> None:
+    """Over spans of days to a year, count_windows equals walking the windows one by one."""
+    rule, first, last = case
+    walked = sum(1 for _ in windows.windows_between(rule, first - US, last))
+    assert windows.count_windows(rule, first, last) == walked
