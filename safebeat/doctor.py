@@ -20,6 +20,7 @@ from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
 from safebeat.overview import empty_namespace
 from safebeat.stores.base import Status, Store
+from safebeat.urls import redact
 
 #: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
 ALIVE_FOR = LIVE_WITHIN
@@ -66,6 +67,7 @@ def run_checks(context: Context) -> list[Finding]:
         check_clock,
         check_time_zones,
         check_redis_eviction,
+        check_publisher_confirms,
         check_entries,
         check_replicas,
         check_unsent_claims,
@@ -220,6 +222,51 @@ def check_redis_eviction(context: Context) -> list[Finding]:
     if hazard:
         return [Finding("redis eviction", Level.PROBLEM, hazard)]
     return [Finding("redis eviction", Level.OK, f"maxmemory-policy is {policy}")]
+
+
+#: What "sent" means on brokers that acknowledge nothing back to the publisher.
+_CONFIRMS_HINT = (
+    "set broker_transport_options = {'confirm_publish': True} so that a publish waits for "
+    "the broker's acknowledgement"
+)
+
+
+def check_publisher_confirms(context: Context) -> list[Finding]:
+    """An AMQP broker used without publisher confirms: a message beat records as `sent`
+    was handed to the socket, and a broker crash before it was written loses it."""
+    if context.app is None:
+        return [Finding("publisher confirms", Level.OK, "skipped: needs -A to know the broker")]
+    connection = context.app.connection_for_write()
+    try:
+        driver = connection.transport.driver_type
+        confirms = bool(connection.transport_options.get("confirm_publish"))
+        broker = redact(connection.as_uri(include_password=True))
+    finally:
+        connection.release()
+    if driver != "amqp":
+        return [
+            Finding(
+                "publisher confirms",
+                Level.OK,
+                f"{broker}: 'sent' means the {driver} transport accepted the message",
+            )
+        ]
+    if confirms:
+        return [
+            Finding(
+                "publisher confirms",
+                Level.OK,
+                f"{broker}: publisher confirms on; 'sent' means the broker acknowledged it",
+            )
+        ]
+    return [
+        Finding(
+            "publisher confirms",
+            Level.WARNING,
+            f"{broker}: AMQP without publisher confirms, so a message marked 'sent' can be "
+            f"lost if the broker crashes before storing it; {_CONFIRMS_HINT}",
+        )
+    ]
 
 
 def check_entries(context: Context) -> list[Finding]:

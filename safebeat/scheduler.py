@@ -27,7 +27,7 @@ from safebeat import windows
 from safebeat._version import __version__
 from safebeat.app_schedule import settings_source
 from safebeat.config import Config, config_from_app
-from safebeat.entries import Entry, compile_schedule
+from safebeat.entries import Entry, compile_schedule, undecided_after
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window, task_id_for
 from safebeat.liveness import HEARTBEAT_INTERVAL
@@ -432,12 +432,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             if entry is None:
                 continue
             try:
-                after = state.decided_until
-                if entry.not_before is not None:  # no window before the entry's start
-                    after = max(after, entry.not_before - timedelta(microseconds=1))
                 decision = windows.due(
                     entry.rule,
-                    after=after,
+                    after=undecided_after(entry, state),
                     now=now,
                     policy=entry.policy,
                     anchor=state.anchor,

@@ -149,6 +149,9 @@ class PostgresStore:
 
     def migrate(self) -> int:
         with self._boundary("migrate") as conn, conn.transaction():
+            # Bounded like a tick: another migrator frozen while it holds the migration
+            # lock makes this one fail after lock_timeout, not wait for ever.
+            conn.execute(Q["bound_transaction"], self._limits)
             conn.execute(Q["lock_migrations"], {"key": _MIGRATION_LOCK})
             conn.execute(Q["create_version_table"])
             version = self._schema_version(conn)
@@ -183,6 +186,8 @@ class PostgresStore:
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
         with self._boundary("register entries") as conn, conn.transaction():
+            # Bounded like a tick: a replica frozen here loses its session after lock_timeout.
+            conn.execute(Q["bound_transaction"], self._limits)
             return statements.register(conn.cursor(), namespace, definitions, replica)
 
     def states(self, namespace: str) -> dict[str, EntryState]:
