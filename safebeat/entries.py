@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from celery import schedules
 
 from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
+from safebeat.crontab import seconds_of
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
 from safebeat.stores.base import Definition, EntryState
@@ -277,6 +278,7 @@ def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
             days_of_month=frozenset(value.day_of_month),
             months_of_year=frozenset(value.month_of_year),
             tz=zone,
+            seconds=tuple(sorted(seconds_of(value))),
         )
     if isinstance(value, schedules.solar):
         if value.event not in SOLAR_EVENTS:  # pragma: no cover - celery validates this too
@@ -324,6 +326,8 @@ def describe(rule: Rule) -> str:
                 _cron_field(rule.days_of_week, 0, 6),
             )
         )
+        if rule.seconds != (0,):  # six fields, seconds first; five as before otherwise
+            fields = f"{_cron_field(rule.seconds, 0, 59)} {fields}"
         return f"crontab {fields} in {_zone_name(rule.tz)}"
     if isinstance(rule, SolarRule):
         return f"solar {rule.event} at {_number_text(rule.lat)},{_number_text(rule.lon)}"
