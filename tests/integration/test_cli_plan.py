@@ -14,6 +14,7 @@ import pytest
 from celery import Celery
 from click.testing import CliRunner, Result
 
+from safebeat import app_schedule
 from safebeat.app_schedule import settings_schedule
 from safebeat.cli import main
 from safebeat.config import config_from_app
@@ -50,6 +51,14 @@ app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC", beat_
 
 def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture(autouse=True)
+def settings_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These apps' beat runs their `beat_schedule` only. Other tests in this process may
+    have configured Django with django-celery-beat installed, which would make the CLI read
+    periodic task rows from a database that has no such table."""
+    monkeypatch.setattr(app_schedule, "reads_periodic_tasks", lambda app: False)
 
 
 @pytest.fixture
