@@ -7,9 +7,11 @@
     }
 
 `second` takes the same forms as `minute` (a number, `*/15`, `0,30`, `10-20`, a set) and
-defaults to 0, so without it this is Celery's crontab exactly. Only safebeat's scheduler
-honours seconds: stock beat, django-celery-beat's `CrontabSchedule` and cron fire at most
-once a minute, so safebeat refuses to hand such a schedule to them (see `seconds_of`).
+defaults to 0, so without it this is Celery's crontab exactly. Only safebeat's schedulers
+honour seconds: stock beat fires at most once a minute, so `is_due` refuses a schedule
+with seconds; `safebeat exec` refuses 6-field cron text. django-celery-beat's own
+scheduler copies it into a `CrontabSchedule` row, which has no seconds (documented in
+docs/windows.md; nothing here can stop that copy).
 """
 
 from __future__ import annotations
