@@ -365,8 +365,11 @@ def _crontab_latest(rule: CrontabRule, now: datetime) -> datetime | None:
     limit = local.replace(tzinfo=None, microsecond=0)
     if local.fold:
         # In the repeated hour, slots a little later on the wall clock already fired
-        # (their first occurrence is in the past), so look that far ahead too.
-        limit += _MAX_FOLD
+        # (their first occurrence is in the past), so look as far ahead as it repeats.
+        wall = local.replace(tzinfo=None)
+        first, again = (wall.replace(tzinfo=rule.tz, fold=f).utcoffset() for f in (0, 1))
+        repeat = first - again if first is not None and again is not None else _MAX_FOLD
+        limit += min(max(repeat, timedelta(0)), _MAX_FOLD)
     day = limit.date()
     for _ in range(MAX_CRONTAB_SEARCH_DAYS):
         if rule.matches_day(day):
