@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 
 from safebeat import cron, doctor, execute, operations
+from safebeat import plan as planning
 from safebeat.app_schedule import Schedule
 from safebeat.cli_app import AppNotFound
 from safebeat.cli_context import Options, choose_namespace, missing_store, open_store
@@ -37,8 +38,10 @@ from safebeat.overview import (
     entry_statuses,
     replica_statuses,
 )
+from safebeat.plan import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
 from safebeat.stores import Store, store_from_config
 from safebeat.stores.base import DispatchRecord, Status
+from safebeat.urls import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -336,13 +339,8 @@ def status(options: Options, as_json: bool) -> None:
     )
 
 
-#: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
-#: their next window is known only to cron or APScheduler, never to an app given by -A.
-_RUN_OUTSIDE_CELERY = ("exec ", "apscheduler ")
-
-
 def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
-    if schedule is None and not s.schedule.startswith(_RUN_OUTSIDE_CELERY):
+    if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:
         return "(broken)"
@@ -521,16 +519,144 @@ def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
     help="Delete history older than this (default: safebeat_retention).",
     metavar="DURATION",
 )
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="Instead, forget entries no code defines any more (needs -A; see `plan`).",
+)
 @_store_options
 @click.pass_obj
-def prune(options: Options, older_than: str | None) -> None:
-    """Delete dispatch history and silent replicas past the retention, and expired effect keys."""
+def prune(options: Options, older_than: str | None, orphans: bool) -> None:
+    """Delete dispatch history and silent replicas past the retention, and expired effect keys.
+
+    With --orphans, delete instead the state of entries registered in the store that the
+    app's schedule (-A) no longer defines; their history stays. An entry a live replica
+    still runs is kept, since that replica would register it again.
+    """
+    if orphans:
+        _prune_orphans(options)
+        return
     with _opened(options) as (config, store):
         keep = (
             config.retention if older_than is None else parse_duration(older_than, "--older-than")
         )
         deleted = store.prune(config.namespace, store.clock() - keep)
     click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {_span(keep)}")
+
+
+def _prune_orphans(options: Options) -> None:
+    _require_app(options, "prune --orphans", "compares the store with the app's schedule")
+    with _opened(options) as (config, store):
+        changes = _changes(options, config, store)
+        forgotten = [
+            c.name
+            for c in planning.orphans(changes)
+            if store.forget_entry(config.namespace, c.name)
+        ]
+    for name in forgotten:
+        click.echo(f"forgot {name!r}: no code defines it")
+    for change in changes:
+        if change.kind is Kind.REMOVED and change.run_by:
+            click.echo(
+                f"kept {change.name!r}: live replica(s) {', '.join(change.run_by)} still run it; "
+                "prune again once they run the new code",
+                err=True,
+            )
+    click.echo(
+        f"{store.display_url}: forgot {len(forgotten)} orphaned entr"
+        f"{'y' if len(forgotten) == 1 else 'ies'} in namespace {config.namespace!r}"
+    )
+
+
+def _changes(options: Options, config: Config, store: Store) -> list[Change]:
+    """How the app's schedule (-A) differs from what the store has registered."""
+    schedule = options.schedule(config)
+    assert schedule is not None  # noqa: S101 - _require_app ran first
+    return planning.plan(
+        store.states(config.namespace),
+        schedule,
+        replica_statuses(store, config.namespace),
+        store.clock(),
+    )
+
+
+@main.command("plan")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@_store_options
+@click.pass_obj
+def plan_command(options: Options, as_json: bool) -> None:
+    """What running this app's schedule (-A) would change in the store, before a deploy.
+
+    Lists entries added, removed (registered, but defined by no code: orphans), changed
+    (with the next windows before and after) and broken. Exit status 0 when nothing
+    would change, 1 otherwise, so CI can gate a deploy on it.
+    """
+    _require_app(options, "plan", "compares the store with the app's schedule")
+    config = options.config()
+    if missing_store(config) is not None:  # beat has not run yet: every entry is new
+        schedule = options.schedule(config)
+        assert schedule is not None  # noqa: S101 - _require_app ran first
+        display_url = redact(config.url)
+        changes = planning.plan({}, schedule, [], datetime.now(timezone.utc))
+    else:
+        with _opened(options) as (config, store):
+            changes = _changes(options, config, store)
+        display_url = store.display_url
+    if as_json:
+        _emit_json(
+            {
+                "store": display_url,
+                "namespace": config.namespace,
+                "changes": [dataclasses.asdict(c) for c in changes],
+            }
+        )
+    else:
+        _print_plan(display_url, config.namespace, changes)
+    if changes:
+        sys.exit(1)
+
+
+_PLAN_HEADINGS = {
+    Kind.ADDED: "added",
+    Kind.REMOVED: "removed (registered, defined by no code; `prune --orphans` forgets them)",
+    Kind.CHANGED: "changed",
+    Kind.BROKEN: "broken (beat would skip them)",
+}
+_PLAN_MARKS = {Kind.ADDED: "+", Kind.REMOVED: "-", Kind.CHANGED: "~", Kind.BROKEN: "!"}
+
+
+def _print_plan(display_url: str, namespace: str, changes: Sequence[Change]) -> None:
+    click.echo(f"store {display_url}, namespace {namespace!r}")
+    if not changes:
+        click.echo("\nno changes: the store has every entry as the app defines it")
+        return
+    for kind, heading in _PLAN_HEADINGS.items():
+        group = [c for c in changes if c.kind is kind]
+        if group:
+            click.echo(f"\n{heading}:")
+        for change in group:
+            click.echo(f"  {_PLAN_MARKS[kind]} {change.name}: {_plan_line(change)}")
+            if kind is Kind.CHANGED and not change.schedule_changed:
+                continue  # same windows: only the arguments, options or policy changed
+            if kind in {Kind.REMOVED, Kind.CHANGED}:
+                click.echo(f"      next windows before: {describe_windows(change.next_before)}")
+            if kind in {Kind.ADDED, Kind.CHANGED}:
+                click.echo(f"      next windows after:  {describe_windows(change.next_after)}")
+    count = len(changes)
+    click.echo(f"\n{count} entr{'y' if count == 1 else 'ies'} would change")
+
+
+def _plan_line(change: Change) -> str:
+    if change.kind is Kind.ADDED:
+        return str(change.after)
+    if change.kind is Kind.REMOVED:
+        running = f" (still run by live {', '.join(change.run_by)})" if change.run_by else ""
+        return f"{change.before}{running}"
+    if change.kind is Kind.BROKEN:
+        return str(change.problem)
+    if change.schedule_changed:
+        return f"{change.before} -> {change.after}"
+    return f"{change.after} (arguments, options or policy changed)"
 
 
 @main.command()
@@ -557,10 +683,10 @@ def resume(options: Options, entry: str) -> None:
     click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
 
 
-def _require_app(options: Options, command: str) -> None:
+def _require_app(options: Options, command: str, why: str = "publishes the task") -> None:
     if options.app_name is None:
         raise UsageProblem(
-            f"{command} publishes the task, so it needs the Celery app: give it with -A, "
+            f"{command} {why}, so it needs the Celery app: give it with -A, "
             "as to `celery -A proj beat`"
         )
 

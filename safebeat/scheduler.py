@@ -468,7 +468,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 )
             if decision.last_window is not None:
                 advances[name] = decision.last_window
-            self._upcoming[name] = decision.next_window
+            self._upcoming[name] = decision.wake_at  # the next send time, after any jitter
         self.stats.skipped_windows += sum(s.count or 0 for s in skips)
         for skip in skips:
             self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)

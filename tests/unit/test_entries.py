@@ -149,7 +149,7 @@ def test_solar_places_that_differ_have_different_text() -> None:
         ({"task": "t", "schedule": 10, "kwargs": [1]}, "'kwargs' must be a dict"),
         ({"task": "t", "schedule": 10, "options": {"task_id": "x"}}, "set by safebeat"),
         ({"task": "t", "schedule": 10, "options": {"safebeat": {"misfire": "x"}}}, "misfire='x'"),
-        ({"task": "t", "schedule": 10, "options": {"safebeat": {"jitter": 1}}}, "['jitter']"),
+        ({"task": "t", "schedule": 10, "options": {"safebeat": {"jiter": 1}}}, "['jiter']"),
         (
             {"task": "t", "schedule": 10, "options": {"safebeat": {"catchup_limit": 0}}},
             "catchup_limit=0",

@@ -516,6 +516,18 @@ class DjangoStore:
             )
         return bool(updated)
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        postgres = self._postgres()
+        if postgres is not None:
+            with self._boundary("forget an entry") as connection:
+                return postgres.forget_entry(connection, namespace, entry)
+        m = django_models(self.alias)
+        with self._boundary("forget an entry") as connection, vendors.write(connection):
+            deleted, _ = (
+                m.Entry.objects.using(self.alias).filter(namespace=namespace, name=entry).delete()
+            )
+        return bool(deleted)
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

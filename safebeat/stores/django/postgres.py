@@ -148,6 +148,10 @@ class PostgresStatements:
         with _statement(connection) as cursor:
             return statements.set_paused(cursor, namespace, entry, paused)
 
+    def forget_entry(self, connection: Any, namespace: str, entry: str) -> bool:
+        with _statement(connection) as cursor:
+            return statements.forget_entry(cursor, namespace, entry)
+
     def claim_extra(
         self,
         connection: Any,

@@ -250,6 +250,10 @@ class PostgresStore:
         with self._boundary("pause an entry") as conn:
             return statements.set_paused(conn.cursor(), namespace, entry, paused)
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._boundary("forget an entry") as conn:
+            return statements.forget_entry(conn.cursor(), namespace, entry)
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

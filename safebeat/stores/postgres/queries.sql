@@ -225,3 +225,7 @@ WHERE namespace = %(namespace)s AND expires_at <= clock_timestamp();
 -- name: set_paused
 UPDATE safebeat_entry SET paused = %(paused)s
 WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: forget_entry
+-- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
+DELETE FROM safebeat_entry WHERE namespace = %(namespace)s AND name = %(name)s;

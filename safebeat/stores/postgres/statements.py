@@ -262,6 +262,11 @@ def set_paused(cursor: Cursor, namespace: str, entry: str, paused: bool) -> bool
     return cursor.rowcount == 1
 
 
+def forget_entry(cursor: Cursor, namespace: str, entry: str) -> bool:
+    cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+    return cursor.rowcount == 1
+
+
 def claim_extra(
     cursor: Cursor,
     namespace: str,
