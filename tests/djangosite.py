@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import threading
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from tests import services
+from tests import pgconn, services
 
 DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
 INSTALLED_APPS = [
@@ -38,17 +38,8 @@ def mysql_url() -> str | None:
 
 
 def postgres_database(url: str) -> dict[str, object]:
-    """Django's DATABASES entry for a libpq URL."""
-    parts = urlsplit(url)
-    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": parts.path.lstrip("/"),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": query.get("host", parts.hostname or ""),
-        "PORT": str(query.get("port", parts.port or "")),
-    }
+    """Django's DATABASES entry for a libpq URL (see `tests.pgconn`)."""
+    return pgconn.django_database(url)
 
 
 def mysql_database(url: str, name: str) -> dict[str, object]:

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from tests import pgconn
+
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
@@ -84,8 +86,7 @@ def create_database(admin_url: str, name: str) -> str:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(admin_url)
-    return parts._replace(path=f"/{name}").geturl()
+    return pgconn.with_database(admin_url, name)
 
 
 def drop_database(admin_url: str, name: str) -> None:

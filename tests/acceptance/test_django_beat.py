@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from safebeat.stores.django import DjangoStore
-from tests import djangosite
+from tests import djangosite, pgconn
 from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages, verify
 
 pytestmark = [
@@ -51,8 +51,7 @@ def beat_tables(django_aliases: dict[str, str]) -> Iterator[str]:
 def database_url(alias: str) -> str:
     from django.db import connections
 
-    s = connections[alias].settings_dict
-    return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    return pgconn.from_django(connections[alias].settings_dict)
 
 
 def test_replicas_send_each_row_window_once_across_an_admin_edit(

