@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -309,6 +310,26 @@ def describe(rule: Rule) -> str:
     if isinstance(rule, SolarRule):
         return f"solar {rule.event} at {rule.lat:g},{rule.lon:g}"
     return f"once at {format_window(rule.at)}"
+
+
+def zone_of(schedule: str) -> tzinfo | None:
+    """The time zone a schedule text made by `describe` names, or None where it has none.
+
+    Only crontab rules have a zone of their own; intervals, solar events and one-off
+    times are instants, whatever zone they were written in.
+    """
+    match = _CRONTAB_ZONE.search(schedule)
+    if match is None:
+        return None
+    if match[1] == "UTC":
+        return timezone.utc
+    try:
+        return ZoneInfo(match[1])
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None  # a zone `describe` could only show by str(): not a name to look up
+
+
+_CRONTAB_ZONE = re.compile(r"\bcrontab [^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+ in (\S+)$")
 
 
 def _zone_name(zone: tzinfo) -> str:
