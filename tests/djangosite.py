@@ -8,15 +8,12 @@ reachable, `mariadb` ($SAFEBEAT_TEST_MYSQL_URL, else mysql://root@127.0.0.1:3306
 
 from __future__ import annotations
 
-import os
 import threading
-from urllib.parse import unquote, urlsplit
 
 import pytest
 
 from tests import pgconn, services
 
-DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
@@ -33,8 +30,7 @@ _migrated: set[tuple[str, str]] = set()
 
 def mysql_url() -> str | None:
     """The MariaDB/MySQL server for the tests, or None where none is reachable."""
-    url = os.environ.get("SAFEBEAT_TEST_MYSQL_URL", DEFAULT_MYSQL)
-    return url if services.reachable(url, 3306) else None
+    return services.mysql_url()
 
 
 def postgres_database(url: str) -> dict[str, object]:
@@ -47,14 +43,14 @@ def mysql_database(url: str, name: str) -> dict[str, object]:
     import pymysql
 
     pymysql.install_as_MySQLdb()
-    parts = urlsplit(url)
+    server = services.mysql_connect(url)
     return {
         "ENGINE": "django.db.backends.mysql",
         "NAME": name,
-        "USER": unquote(parts.username or "root"),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "127.0.0.1",
-        "PORT": str(parts.port or 3306),
+        "USER": server["user"],
+        "PASSWORD": server["password"],
+        "HOST": server["host"],
+        "PORT": str(server["port"]),
         "OPTIONS": {"charset": "utf8mb4"},
         "TEST": {"CHARSET": "utf8mb4"},
     }
@@ -63,13 +59,7 @@ def mysql_database(url: str, name: str) -> dict[str, object]:
 def _mysql_admin(url: str, *statements: str) -> None:
     import pymysql
 
-    parts = urlsplit(url)
-    conn = pymysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=unquote(parts.username or "root"),
-        password=unquote(parts.password or ""),
-    )
+    conn = pymysql.connect(**services.mysql_connect(url))
     try:
         with conn.cursor() as cursor:
             for statement in statements:

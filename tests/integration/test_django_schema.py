@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from safebeat.stores.postgres import PostgresStore
-from tests import djangosite, pgconn, services
+from tests import djangosite, pgconn, runscope, services
 
 pytestmark = pytest.mark.django
 
@@ -143,7 +143,7 @@ def fresh_alias(
     """An empty database of this test's own, on each vendor, as a Django alias."""
     vendor = request.param
     djangosite.alias_for(request, vendor)  # skips, saying why, where MariaDB is missing
-    name = f"safebeat_zero_{uuid.uuid4().hex[:12]}"
+    name = runscope.database(f"zero_{uuid.uuid4().hex[:12]}")
     alias = f"zero_{vendor}"
     mysql = djangosite.mysql_url()
     if vendor == "sqlite":
