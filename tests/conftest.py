@@ -40,6 +40,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """End pytest's summary with what the sweep found."""
     sweep = terminalreporter.config.stash.get(_SWEEP, None)
     if sweep is None:
         return
