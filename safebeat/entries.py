@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -458,6 +459,27 @@ def _number_text(value: float) -> str:
     """A coordinate exactly: the short form when it is exact, else Python's round-trip repr."""
     short = f"{value:g}"
     return short if float(short) == value else repr(value)
+
+
+def zone_of(schedule: str) -> tzinfo | None:
+    """The time zone a schedule text made by `describe` names, or None where it has none.
+
+    Only crontab rules have a zone of their own; intervals, solar events and one-off
+    times are instants, whatever zone they were written in.
+    """
+    match = _CRONTAB_ZONE.search(schedule)
+    if match is None:
+        return None
+    if match[1] == "UTC":
+        return timezone.utc
+    try:
+        return ZoneInfo(match[1])
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None  # a zone `describe` could only show by str(): not a name to look up
+
+
+# Five fields, or six with seconds; bounds (" not before ...") may follow the zone.
+_CRONTAB_ZONE = re.compile(r"\bcrontab (?:\S+ ){5,6}in (\S+)")
 
 
 def _zone_name(zone: tzinfo) -> str:

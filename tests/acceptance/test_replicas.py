@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +21,7 @@ from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
-from tests import services
+from tests import runscope, services
 from tests.acceptance.harness import (
     Cluster,
     Verdict,
@@ -40,7 +39,7 @@ CLAIM_TIMEOUT = 2.0
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"acceptance-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("acceptance")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 
@@ -148,17 +147,21 @@ def test_rabbitmq_broker_changes_nothing(tmp_path: Path, pg_url: str, namespace:
     amqp = services.amqp_url()
     if amqp is None:
         pytest.skip("no RabbitMQ broker runs here (set SAFEBEAT_TEST_AMQP_URL)")
-    queue = f"acceptance-{uuid.uuid4().hex[:8]}"
-    from kombu import Connection, Queue
+    queue = runscope.unique("acceptance")
+    from kombu import Connection, Exchange, Queue
 
     with Connection(amqp) as conn:
         Queue(queue, routing_key=queue)(conn.default_channel).declare()
     store = PostgresStore(pg_url)
-    beats = cluster(tmp_path, amqp, queue, pg_url, namespace)
-    end = run_with_a_kill(beats, store, seconds=10)
-    messages = amqp_messages(amqp, queue)
-    with Connection(amqp) as conn:
-        Queue(queue, routing_key=queue)(conn.default_channel).delete()
+    try:
+        beats = cluster(tmp_path, amqp, queue, pg_url, namespace)
+        end = run_with_a_kill(beats, store, seconds=10)
+        messages = amqp_messages(amqp, queue)
+    finally:
+        with Connection(amqp) as conn:  # the queue and its exchange, whatever happened
+            channel = conn.default_channel
+            Queue(queue, Exchange(queue), routing_key=queue)(channel).delete()
+            Exchange(queue)(channel).delete()
     each_window_once(store, namespace, beats, messages, end)
     store.close()
 
