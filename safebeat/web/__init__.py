@@ -41,11 +41,7 @@ def app(
     signs the forms' CSRF tokens (default: random per process, so a restart asks
     for a reload). The store is opened at the first request.
     """
-    options = Options(app_name=None, url=url, namespace=namespace)
-    if celery_app is not None:
-        # Given, not imported: the app's name stands for `-A` (it gives the namespace).
-        options = Options(app_name=celery_app.main or "celery", url=url, namespace=namespace)
-        options._app = celery_app
-    return build(
-        Console(options, read_only=read_only), credentials or Credentials(), Csrf(csrf_secret)
+    console = Console(
+        Options.for_app(celery_app, url=url, namespace=namespace), read_only=read_only
     )
+    return build(console, credentials or Credentials(), Csrf(csrf_secret))

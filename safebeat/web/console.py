@@ -22,7 +22,7 @@ from safebeat.cli_context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
-from safebeat.errors import EntryError
+from safebeat.errors import EntryError, SafebeatError
 from safebeat.overview import (
     EntryStatus,
     ReplicaStatus,
@@ -166,7 +166,7 @@ class Console:
             return None, "triggering and backfilling publish the task: start the console with -A"
         try:
             return operations.scheduled_entry(schedule, name, config.namespace), None
-        except Exception as exc:  # noqa: BLE001 - shown on the page as the reason
+        except SafebeatError as exc:  # a broken entry, or one the app lacks: shown as why
             return None, str(exc)
 
     def replicas(self) -> list[ReplicaStatus]:

@@ -5,7 +5,9 @@
   any, every request is let in: fine on a loopback address or behind the host app's own
   auth, which is why standalone serving refuses other addresses without them.
 - CSRF: every action is a POST carrying a token that is the HMAC of a random per-browser
-  cookie under a per-process secret; a POST without it, or from another origin, is refused.
+  cookie under a per-process secret; a POST without it, or whose `Origin` names another
+  host, is refused. Only the host is compared: behind a proxy that ends TLS, the console
+  sees `http` where the browser says `https`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hmac
 import ipaddress
 import secrets
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -134,7 +137,7 @@ class Csrf:
     def problem(self, request: Request, submitted: str | None) -> str | None:
         """Why a POST is refused, or None if it carries this browser's token."""
         origin = request.headers.get("origin")
-        if origin and origin != "null" and origin != _origin_of(request):
+        if origin and urlsplit(origin).netloc != request.headers.get("host"):
             return f"this action came from another site ({origin}); use the console's own page"
         nonce = request.cookies.get(CSRF_COOKIE)
         if not nonce or not submitted or not hmac.compare_digest(submitted, self._sign(nonce)):
@@ -143,10 +146,6 @@ class Csrf:
                 "(missing or wrong CSRF token): reload the page and try again"
             )
         return None
-
-
-def _origin_of(request: Request) -> str:
-    return f"{request.url.scheme}://{request.url.netloc}"
 
 
 def is_loopback(host: str) -> bool:
