@@ -57,12 +57,18 @@ def with_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:hunter2@{host}"))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
 def filled(
     request: pytest.FixtureRequest, redis_url: str, sqlite_url: str, namespace: str
 ) -> Iterator[Filled]:
     """A store beat filled for three seconds (its replica still heartbeating), per backend."""
-    url = sqlite_url
+    url = {"sqlite": sqlite_url, "redis": redis_url}.get(request.param, "")
     if request.param == "postgres":
         url = with_password(request.getfixturevalue("pg_url"))
     queue = f"web-{namespace}"

@@ -6,8 +6,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from safebeat.overview import EntryStatus
-from safebeat.stores.base import DispatchRecord, Outcome, Status
+from safebeat.config import load_config
+from safebeat.entries import compile_schedule
+from safebeat.overview import EntryStatus, entry_status
+from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
 from safebeat.web import is_loopback
 from safebeat.web.console import is_late, window_kind
 from safebeat.web.pictures import lag_chart, window_strip
@@ -124,3 +126,29 @@ def test_the_pictures_draw_one_mark_per_window_and_escape_text() -> None:
 def test_only_loopback_addresses_count_as_this_machine(host: str, loopback: bool) -> None:
     """`0.0.0.0`, `::` and every other address or name is reachable from elsewhere."""
     assert is_loopback(host) is loopback
+
+
+def test_the_oldest_due_window_no_replica_decided_is_overdue() -> None:
+    """With decisions up to 12:00 and a window every minute, 12:01 is overdue at 12:03; at
+    12:00:30 nothing is due yet, and without the schedule nothing can be said."""
+    entries, errors = compile_schedule(
+        {"report": {"task": "tasks.report", "schedule": 60.0}},
+        app_timezone=timezone.utc,
+        config=load_config({}),
+    )
+    assert not errors
+    state = EntryState(
+        name="report",
+        anchor=NOW - timedelta(hours=1),
+        defined_at=NOW - timedelta(hours=1),
+        last_window=NOW,
+        digest="d",
+        schedule="every 60s",
+    )
+    behind = entry_status(state, [], entries["report"], NOW + timedelta(minutes=3))
+    assert behind.overdue_window == NOW + timedelta(minutes=1)
+    assert (
+        entry_status(state, [], entries["report"], NOW + timedelta(seconds=30)).overdue_window
+        is None
+    )
+    assert entry_status(state, [], None, NOW + timedelta(minutes=3)).overdue_window is None
