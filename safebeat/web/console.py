@@ -26,6 +26,7 @@ from safebeat.errors import EntryError, SafebeatError
 from safebeat.overview import (
     EntryStatus,
     ReplicaStatus,
+    empty_namespace,
     entry_status,
     entry_statuses,
     replica_statuses,
@@ -51,6 +52,15 @@ class EntryRow:
     words: str
     late: bool
     failing: bool
+
+
+@dataclass(frozen=True)
+class EntriesPage:
+    """The entries page: a row per registered entry, broken entries, or why there is none."""
+
+    rows: list[EntryRow]
+    broken: dict[str, EntryError]
+    empty: str | None
 
 
 @dataclass(frozen=True)
@@ -133,16 +143,18 @@ class Console:
     def schedule(self, config: Config) -> Schedule | None:
         return self.options.schedule(config)
 
-    def entries(self) -> tuple[list[EntryRow], dict[str, EntryError]]:
-        """Every registered entry, and the app's entries beat skips as broken."""
+    def entries(self) -> EntriesPage:
+        """Every registered entry, the app's entries beat skips as broken, and what to say
+        when there is none (`safebeat status`'s words: which namespaces the store holds)."""
         with self.using() as (config, store):
             schedule = self.schedule(config)
             statuses = entry_statuses(
                 store, config.namespace, None if schedule is None else schedule.entries
             )
             now = store.clock()
+            empty = None if statuses else empty_namespace(store, config.namespace)
         broken = {} if schedule is None else dict(schedule.broken)
-        return [row_of(s, now) for s in statuses], broken
+        return EntriesPage([row_of(s, now) for s in statuses], broken, empty)
 
     def entry(self, name: str, limit: int = HISTORY_ROWS) -> EntryPage | None:
         """The page of entry `name`, or None if it is not registered in the namespace."""

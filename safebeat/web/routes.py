@@ -73,10 +73,10 @@ class Pages:
 
     async def entries(self, request: Request) -> Response:
         try:
-            rows, broken = await run_in_threadpool(self.console.entries)
+            found = await run_in_threadpool(self.console.entries)
         except SafebeatError as exc:
             return self.failure(request, exc, 503)
-        return self.render(request, "entries.html", rows=rows, broken=broken, title="Entries")
+        return self.render(request, "entries.html", page=found, title="Entries")
 
     async def entry(self, request: Request) -> Response:
         name = request.path_params["name"]

@@ -319,3 +319,13 @@ def test_standalone_refuses_a_public_address_without_credentials(sqlite_url: str
     )
     assert half.exit_code == 2
     assert "needs both a user name and a password" in half.output
+
+
+def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> None:
+    """A namespace without entries says so and lists the store's namespaces, as status does."""
+    console = safebeat.web.app(url=filled.url, namespace="nothing-here")
+    with TestClient(console) as test_client:
+        page = test_client.get("/")
+    assert page.status_code == 200
+    assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
+    assert f"&#39;{filled.namespace}&#39;" in page.text
