@@ -1,5 +1,6 @@
-"""docs/web.md as a reader uses it: `safebeat web -A proj` prints what the page shows, and
-the page's FastAPI `main.py` mounts a console that asks for its password and acts."""
+"""docs/web.md as a reader uses it: `safebeat web -A proj` prints what the page shows,
+`celery -A proj safebeat web` serves the same console, and the page's FastAPI `main.py`
+mounts a console that asks for its password and acts."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import importlib
 import re
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,3 +100,32 @@ def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
     store = open_store(f"sqlite:///{project}/safebeat.sqlite3")
     assert store.states("proj")["send-invoices"].paused
     store.close()
+
+
+def test_celery_safebeat_web_serves_the_same_console(project: Path) -> None:
+    """`celery -A proj safebeat web` serves the console of celery's app, as the page says."""
+    assert "`celery -A proj safebeat web`" in PAGE.path.read_text()
+    port = services.free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "celery"), "-A", "proj", "safebeat", "web",
+         "--bind", f"127.0.0.1:{port}"],
+        cwd=project,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert "namespace 'proj' (read-write)" in first, first
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    assert 'data-entry="send-invoices"' in page.read().decode()
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "celery safebeat web did not serve"
+                time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(20)
