@@ -33,6 +33,13 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
         ("crontab 0 0 1 * * in UTC", "on day 1 of every month at 00:00 UTC"),
         ("exec crontab 0 3 * * * in UTC", "every day at 03:00 UTC (exec)"),
         ("crontab 0,30 9 * * 1 in UTC", "crontab 0,30 9 * * 1 in UTC"),
+        ("crontab 30 0 3 * * * in UTC", "every day at 03:00:30 UTC"),
+        ("crontab */10 * * * * * in UTC", "crontab */10 * * * * * in UTC"),
+        (
+            "every 60s not before 2026-03-01T00:00:00Z not after 2026-04-01T00:00:00Z",
+            "every minute not before 2026-03-01T00:00:00Z not after 2026-04-01T00:00:00Z",
+        ),
+        ("crontab 0,30 9 * * 1 in UTC not after 2026-04-01T00:00:00Z",) * 2,
         ("solar sunrise at 55.7,37.6", "solar sunrise at 55.7,37.6"),
     ],
 )
