@@ -22,6 +22,7 @@ COMMANDS = [
     "plan",
     "prune",
     "exec",
+    "web",
 ]
 INTRO = """# Command line
 
@@ -110,6 +111,10 @@ command naming another app than celery's is refused. Without celery's `-A`, a co
 takes no schedule from celery's default app, as `safebeat` without `-A`. Celery finds
 the group through the `celery.commands` entry point of the installed package, so
 `celery --help` lists it.
+
+`web` serves the [web console](web.md) (it needs `pip install "safebeat[web]"`). It
+refuses an address other than loopback unless `--token` or `--user` and `--password`
+are given.
 
 This page is the output of `--help`; a test keeps the two identical.
 """
