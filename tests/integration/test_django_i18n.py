@@ -99,7 +99,7 @@ def test_history_page_names_its_columns_in_russian(
     assert response.status_code == 200
     text = response.content.decode()
     assert "<title>Выберите запись об отправке для просмотра" in text
-    for header in ("Окно", "Статус", "Занято в", "Дубликаты"):
+    for header in ("Окно (UTC)", "Окно (в зоне записи)", "Статус", "Занято в", "Дубликаты"):
         assert f">{header}</a></div>" in text, header
 
 
