@@ -14,17 +14,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kombu.exceptions import OperationalError
-
 from safebeat import windows
+from safebeat.broker import app_connection_errors
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
 from safebeat.publishing import send
 from safebeat.stores.base import Claim, NewClaim, Store
 
-#: Publishing errors that leave a claim for a beat replica to re-publish.
-_BROKER_DOWN = (ConnectionError, OSError, OperationalError)
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000
 _MICROSECOND = timedelta(microseconds=1)
@@ -143,18 +140,19 @@ def _claim_and_publish(
     unsent: list[Claim] = []
     failed: dict[int, str] = {}
     if claims:
+        broker_down = app_connection_errors(app)
         try:
             with app.producer_or_acquire() as producer:
                 for claim in claims:
                     try:
                         send(app, producer, entry, claim)
-                    except _BROKER_DOWN:
+                    except broker_down:
                         raise
                     except Exception as exc:  # noqa: BLE001 - recorded on the row, reported
                         failed[claim.id] = f"{type(exc).__name__}: {exc}"
                     else:
                         sent.append(claim)
-        except _BROKER_DOWN:
+        except broker_down:
             done = {c.id for c in sent} | set(failed)
             unsent = [c for c in claims if c.id not in done]
         store.record_publish(namespace, [c.id for c in sent], failed)

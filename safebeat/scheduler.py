@@ -15,16 +15,15 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import kombu.exceptions
 from celery import beat
-from kombu.exceptions import OperationalError
 
 from safebeat import windows
 from safebeat._version import __version__
+from safebeat.backoff import Backoff
+from safebeat.broker import connection_errors
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
@@ -50,40 +49,6 @@ logger = logging.getLogger("safebeat.scheduler")
 
 class _TooLate(Exception):
     """The claims left are too old to publish safely from this replica."""
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with jitter, for retrying an unreachable store."""
-
-    first: float = 1.0
-    cap: float = 30.0
-    failures: int = 0
-
-    def next_delay(self) -> float:
-        delay: float = min(self.cap, self.first * 2.0**self.failures)
-        self.failures += 1
-        return delay * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not cryptography
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
-@dataclass
-class Stats:
-    """Counters of what this replica did; exported as metrics where enabled."""
-
-    ticks: int = 0
-    lock_busy: int = 0
-    claimed: int = 0
-    republished: int = 0
-    sent: int = 0
-    skipped_windows: int = 0
-    publish_errors: int = 0
-    store_errors: int = 0
-    entry_errors: int = 0
-    last_tick_seconds: float = 0.0
-    errors_by_entry: dict[str, str] = field(default_factory=dict)
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
@@ -124,7 +89,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         # Everything here is pure: with lazy=True (the banner) nothing may touch the store.
         self.safebeat_config: Config = config_from_app(app)
         self.replica = current_replica()
-        self.stats = Stats()
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
         self._overlap_timeouts: dict[str, timedelta] = {}
@@ -133,11 +97,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._ready = False
         self._due_at: dict[str, float] = {}
         self._upcoming: dict[str, datetime | None] = {}
-        self._backoff = Backoff()
+        self._store_backoff = Backoff()
         self._store_failures = 0
-        self._retry_at = 0.0
         self._broker_backoff = Backoff()
-        self._broker_retry_at = 0.0
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -206,7 +168,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         for name, error in broken.items():
             previous = self.broken_entries.get(name)
             if previous is None or str(previous) != str(error):
-                self.stats.entry_errors += 1
                 self.metrics.entry_error(name)
                 logger.error("safebeat: %s; this entry is skipped, the others run", error)
         self.entries, self.broken_entries = entries, broken
@@ -255,14 +216,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""
         started = self._monotonic()
-        if started < self._retry_at:
-            return min(self._retry_at - started, self.max_interval)
+        if self._store_backoff.waiting(started):
+            return min(self._store_backoff.until - started, self.max_interval)
         try:
             return self._try(self._tick)
         finally:
-            self.stats.ticks += 1
-            self.stats.last_tick_seconds = self._monotonic() - started
-            self.metrics.tick(self.stats.last_tick_seconds)
+            self.metrics.tick(self._monotonic() - started)
 
     def should_sync(self) -> bool:
         return False  # all state lives in the store, written as it changes
@@ -315,15 +274,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 self._store_failures,
             )
             self._store_failures = 0
-        self._backoff.reset()
+        self._store_backoff.succeeded()
         return delay
 
     def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
         if counted:
-            self.stats.store_errors += 1
             self._store_failures += 1
-        delay = self._backoff.next_delay()
-        self._retry_at = self._monotonic() + delay
+        delay = self._store_backoff.failed(self._monotonic())
         logger.log(
             level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
         )
@@ -364,14 +321,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if now < self._broker_retry_at:
+        if self._broker_backoff.waiting(now):
             # Claiming now would only pile up unsent claims; windows that pass meanwhile
             # follow the missed-window policy, and other replicas may still send them.
             due, reclaim = [], False
         if due or reclaim:
             result = self._locked_tick(due, reclaim=reclaim)
             if result is None:
-                self.stats.lock_busy += 1
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
         if now >= self._next_heartbeat:
@@ -410,7 +366,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if reclaim:
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
         if result.reclaimed:
-            self.stats.republished += len(result.reclaimed)
             for claim in result.reclaimed:
                 self.metrics.republished(claim.entry)
             logger.warning(
@@ -418,7 +373,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 "(same task ids)",
                 len(result.reclaimed),
             )
-        self.stats.claimed += len(result.claimed)
+        self.metrics.claimed(len(result.claimed))
         self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
         return result
 
@@ -473,7 +428,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             if decision.last_window is not None:
                 advances[name] = decision.last_window
             self._upcoming[name] = decision.next_window
-        self.stats.skipped_windows += sum(s.count or 0 for s in skips)
         for skip in skips:
             self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
         # Windows of paused entries are skipped on purpose: recorded, not warned about.
@@ -500,9 +454,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         )
 
     def _entry_failed(self, name: str, exc: Exception) -> None:
-        self.stats.entry_errors += 1
         self.metrics.entry_error(name)
-        self.stats.errors_by_entry[name] = str(exc)
         logger.error(
             "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
             "the other entries run",
@@ -534,7 +486,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             return
         sent: list[int] = []
         failed: dict[int, str] = {}
-        connection_errors = self._connection_errors()
+        broker_down = connection_errors(self.connection)
         publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
         start = 0
         while start < len(claims):
@@ -542,7 +494,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 batching = self._can_batch()
                 chunk = claims[start : start + (self.publish_chunk if batching else 1)]
                 with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
-                    buffered = self._send_chunk(chunk, failed, connection_errors, publish_until)
+                    buffered = self._send_chunk(chunk, failed, broker_down, publish_until)
                     if self._monotonic() > publish_until:
                         raise _TooLate  # discards the buffered chunk unsent
             except _TooLate:
@@ -552,14 +504,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                     len(claims) - start,
                 )
                 break
-            except connection_errors as exc:
+            except broker_down as exc:
                 self._broker_unreachable(exc, len(claims) - start)
                 break
             start += len(chunk)
             sent.extend(buffered)
             if buffered:
-                self._broker_backoff.reset()
-        self.stats.sent += len(sent)
+                self._broker_backoff.succeeded()
         self.store.record_publish(self.safebeat_config.namespace, sent, failed)
         self._measure_publish(claims, sent, failed, claimed_at)
         if sent:
@@ -589,7 +540,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self,
         chunk: Sequence[Claim],
         failed: dict[int, str],
-        connection_errors: tuple[type[BaseException], ...],
+        broker_down: tuple[type[BaseException], ...],
         publish_until: float,
     ) -> list[int]:
         """Send each claim; return the ids handed to the producer.
@@ -615,10 +566,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 self.publisher.send(
                     self.producer, entry, claim, retry_policy=self._retry_policy(left)
                 )
-            except connection_errors:
+            except broker_down:
                 raise
             except Exception as exc:
-                self.stats.publish_errors += 1
                 self.metrics.publish_failed("message")
                 failed[claim.id] = f"{type(exc).__name__}: {exc}"
                 logger.error(
@@ -645,10 +595,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
         self.publisher.forget_declarations()
-        self.stats.publish_errors += 1
         self.metrics.publish_failed("broker")
-        pause = self._broker_backoff.next_delay()
-        self._broker_retry_at = self._monotonic() + pause
+        pause = self._broker_backoff.failed(self._monotonic())
         logger.warning(
             "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
             "re-published when it is back; claiming nothing for %.1fs",
@@ -656,20 +604,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             unsent,
             pause,
         )
-
-    def _connection_errors(self) -> tuple[type[BaseException], ...]:
-        # kombu raises OperationalError when it gives up connecting, and (5.7+)
-        # BatchPublishError when a batch flush failed with its delivery uncertain: both
-        # leave the claims unsent, to be re-published with the same ids.
-        errors: tuple[type[BaseException], ...] = (ConnectionError, OSError, OperationalError)
-        batch_error = getattr(kombu.exceptions, "BatchPublishError", None)
-        if batch_error is not None:
-            errors += (batch_error,)
-        try:
-            errors += tuple(self.connection.connection_errors)
-        except Exception:  # noqa: BLE001 - the transport could not even be loaded
-            logger.debug("safebeat: could not read the transport's connection errors")
-        return errors
 
     def _heartbeat(self) -> None:
         config = self.safebeat_config
@@ -700,6 +634,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def _sleep_time(self) -> float:
         now = self._monotonic()
         deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
-        if now < self._broker_retry_at:
-            deadlines = [self._broker_retry_at, self._next_heartbeat]
+        if self._broker_backoff.waiting(now):
+            deadlines = [self._broker_backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))
