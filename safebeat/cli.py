@@ -28,8 +28,8 @@ from safebeat.entries import Entry, compile_schedule, describe
 from safebeat.errors import ConfigError, EntryError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.overview import EntryStatus, ReplicaStatus, entry_statuses, replica_statuses
+from safebeat.records import DispatchRecord, Status
 from safebeat.stores import Store, store_from_config
-from safebeat.stores.base import DispatchRecord, Status
 
 
 @dataclass

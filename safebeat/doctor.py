@@ -17,7 +17,8 @@ from typing import Any
 from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
-from safebeat.stores.base import Status, Store
+from safebeat.records import Status
+from safebeat.stores.base import Store
 
 #: A replica whose heartbeat is older than this counts as gone (three missed heartbeats).
 ALIVE_FOR = timedelta(seconds=30)

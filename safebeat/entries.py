@@ -21,7 +21,7 @@ from celery import schedules
 from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
-from safebeat.stores.base import Definition
+from safebeat.records import Definition
 from safebeat.windows import (
     SOLAR_EVENTS,
     ClockedRule,

@@ -20,7 +20,8 @@ from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
 from safebeat.publishing import send
-from safebeat.stores.base import Claim, NewClaim, Store
+from safebeat.records import Claim, NewClaim
+from safebeat.stores.base import Store
 
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 
 from safebeat import windows
 from safebeat.entries import Entry
-from safebeat.stores.base import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status, Store
+from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
+from safebeat.stores.base import Store
 
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50

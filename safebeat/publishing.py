@@ -24,13 +24,8 @@ from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 
 from safebeat.entries import Entry
-from safebeat.identity import format_window
-from safebeat.stores.base import Claim
-
-#: Message headers safebeat adds to every task it sends.
-ENTRY_HEADER = "safebeat_entry"
-WINDOW_HEADER = "safebeat_window"
-PERIODIC_TASK_HEADER = "periodic_task_name"
+from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
+from safebeat.records import Claim
 
 #: Options the direct path passes on exactly as `send_task` would; any other option (eta,
 #: countdown, expires, links, shadow, stamping...) takes Celery's full path.

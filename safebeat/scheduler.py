@@ -31,16 +31,8 @@ from safebeat.identity import current_replica, format_window, task_id_for
 from safebeat.metrics import BeatMetrics
 from safebeat.overlap import running_timeout
 from safebeat.publishing import Publisher
+from safebeat.records import Claim, EntryState, NewClaim, NewSkip, Reclaim, TickPlan, TickResult
 from safebeat.stores import Store, store_from_config
-from safebeat.stores.base import (
-    Claim,
-    EntryState,
-    NewClaim,
-    NewSkip,
-    Reclaim,
-    TickPlan,
-    TickResult,
-)
 from safebeat.urls import redact
 from safebeat.windows import Overlap
 

@@ -49,7 +49,7 @@ from safebeat.errors import SafebeatError
 from safebeat.identity import format_window, task_id_for
 from safebeat.local_store import config_of, store_of
 from safebeat.overlap import running_timeout
-from safebeat.stores.base import Outcome, Start
+from safebeat.records import Outcome, Start
 from safebeat.worker_metrics import child_exited, pool_name
 from safebeat.worker_metrics import metrics as worker_metrics
 

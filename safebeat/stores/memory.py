@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
@@ -27,6 +27,7 @@ from safebeat.stores.base import (
     Status,
     TickPlan,
     TickResult,
+    decide_start,
     system_clock,
 )
 
@@ -346,11 +347,15 @@ class MemoryStore:
             record = ns.dispatches.get((entry, window))
             if record is None or record.task_id is None:
                 return Start.UNKNOWN
-            if record.started_at is None or retries > (record.retries or 0):
-                verdict = Start.RUN
-            elif record.finished_at is None and record.started_at < now - stale_after:
-                verdict = Start.TAKEOVER
-            else:
+            verdict = decide_start(
+                started_at=record.started_at,
+                finished_at=record.finished_at,
+                recorded_retries=record.retries,
+                retries=retries,
+                now=now,
+                stale_after=stale_after,
+            )
+            if verdict is Start.DUPLICATE:
                 ns.dispatches[(entry, window)] = replace(record, duplicates=record.duplicates + 1)
                 return Start.DUPLICATE
             ns.dispatches[(entry, window)] = replace(

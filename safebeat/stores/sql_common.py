@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TypeAlias
 
 from safebeat.identity import Replica
-from safebeat.stores.base import EntryState, TickPlan
+from safebeat.records import EntryState, TickPlan
 
 
 def advisory_key(*parts: str) -> int:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
@@ -40,6 +40,7 @@ from safebeat.stores.base import (
     Start,
     Status,
     TickResult,
+    decide_start,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, migration_state
@@ -598,11 +599,15 @@ class DjangoStore:
                 return Start.UNKNOWN
             row_id, started_at, finished_at, recorded_retries = found
             now = vendors.clock(connection)
-            if started_at is None or retries > (recorded_retries or 0):
-                verdict = Start.RUN
-            elif finished_at is None and started_at < now - stale_after:
-                verdict = Start.TAKEOVER
-            else:
+            verdict = decide_start(
+                started_at=started_at,
+                finished_at=finished_at,
+                recorded_retries=recorded_retries,
+                retries=retries,
+                now=now,
+                stale_after=stale_after,
+            )
+            if verdict is Start.DUPLICATE:
                 rows.filter(id=row_id).update(duplicates=F("duplicates") + 1)
                 return Start.DUPLICATE
             rows.filter(id=row_id).update(

@@ -31,7 +31,7 @@ import psycopg
 from django.db import DatabaseError, transaction
 
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,

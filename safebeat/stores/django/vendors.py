@@ -24,7 +24,7 @@ from typing import Any
 from django.db import DatabaseError, OperationalError, transaction
 
 from safebeat.errors import StoreError
-from safebeat.stores.base import system_clock
+from safebeat.records import system_clock
 from safebeat.stores.sql_common import advisory_key
 
 VENDORS = ("postgresql", "mysql", "sqlite")

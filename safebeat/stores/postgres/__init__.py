@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,

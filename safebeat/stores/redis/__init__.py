@@ -34,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from safebeat.config import RedisEviction
 from safebeat.errors import ConfigError, StoreError, StoreUnavailable
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,

@@ -19,7 +19,7 @@ from typing import Any
 
 from safebeat.errors import ConfigError, StoreError, StoreUnavailable
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
@@ -34,6 +34,7 @@ from safebeat.stores.base import (
     Status,
     TickPlan,
     TickResult,
+    decide_start,
     system_clock,
 )
 from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
@@ -451,11 +452,15 @@ class SqliteStore:
                 return Start.UNKNOWN
             row_id, started_at, finished_at, recorded_retries = row
             now = self.clock()
-            if started_at is None or retries > (recorded_retries or 0):
-                verdict = Start.RUN
-            elif finished_at is None and started_at < _us(now - stale_after):
-                verdict = Start.TAKEOVER
-            else:
+            verdict = decide_start(
+                started_at=_maybe_instant(started_at),
+                finished_at=_maybe_instant(finished_at),
+                recorded_retries=recorded_retries,
+                retries=retries,
+                now=now,
+                stale_after=stale_after,
+            )
+            if verdict is Start.DUPLICATE:
                 conn.execute(Q["count_duplicate"], {"id": row_id})
                 return Start.DUPLICATE
             conn.execute(
