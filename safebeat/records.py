@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 
@@ -132,12 +132,13 @@ class Claim:
 
 @dataclass(frozen=True)
 class TickResult:
-    """The outcome of one locked tick."""
+    """The outcome of one locked tick: `states` after the plan, and the plan itself."""
 
     now: datetime
     states: Mapping[str, EntryState]
     claimed: Sequence[Claim]
     reclaimed: Sequence[Claim]
+    plan: TickPlan = field(default_factory=TickPlan)
 
 
 @dataclass(frozen=True)
@@ -231,3 +232,13 @@ def decide_start(
     if finished_at is None and started_at < now - stale_after:
         return Start.TAKEOVER
     return Start.DUPLICATE
+
+
+def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:
+    """Apply the plan's advances to `states` the way the stores do: the later window wins."""
+    result = dict(states)
+    for name, window in plan.advances.items():
+        state = result.get(name)
+        if state is not None and (state.last_window is None or window > state.last_window):
+            result[name] = replace(state, last_window=window)
+    return result

@@ -27,11 +27,12 @@ from safebeat.broker import connection_errors
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
-from safebeat.identity import current_replica, format_window, task_id_for
+from safebeat.identity import current_replica, format_window
 from safebeat.metrics import BeatMetrics
 from safebeat.overlap import running_timeout
+from safebeat.planning import Planned, plan_tick
 from safebeat.publishing import Publisher
-from safebeat.records import Claim, EntryState, NewClaim, NewSkip, Reclaim, TickPlan, TickResult
+from safebeat.records import Claim, EntryState, NewSkip, Reclaim, TickResult
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 from safebeat.windows import Overlap
@@ -88,7 +89,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._monotonic = monotonic or time.monotonic
         self._ready = False
         self._due_at: dict[str, float] = {}
-        self._upcoming: dict[str, datetime | None] = {}
         self._store_backoff = Backoff()
         self._store_failures = 0
         self._broker_backoff = Backoff()
@@ -329,13 +329,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         return self._sleep_time()
 
     def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
-        self._upcoming = {}
         config = self.safebeat_config
         started = self._monotonic()
         result = self.store.tick(
             config.namespace,
             due,
-            self._plan,
+            self._planner,
             replica=self.replica,
             reclaim=(
                 Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
@@ -346,8 +345,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if result is None:
             return None
         self._last_store_now = result.now
+        planned = result.plan if isinstance(result.plan, Planned) else Planned()
+        self._report(planned)
         for name in due:
-            self._schedule_next(name, result, started)
+            self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)
         missing = [name for name in due if name not in result.states]
         if missing:
             logger.warning(
@@ -369,99 +370,51 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
         return result
 
-    def _plan(self, now: datetime, states: Mapping[str, EntryState]) -> TickPlan:
-        """Decide every due entry's windows (called under the tick lock; no I/O)."""
-        namespace = self.safebeat_config.namespace
-        claims: list[NewClaim] = []
-        skips: list[NewSkip] = []
-        advances: dict[str, datetime] = {}
-        for name, state in states.items():
-            entry = self.entries.get(name)
-            if entry is None:
-                continue
-            try:
-                after = state.decided_until
-                if entry.not_before is not None:  # no window before the entry's start
-                    after = max(after, entry.not_before - timedelta(microseconds=1))
-                decision = windows.due(
-                    entry.rule,
-                    after=after,
-                    now=now,
-                    policy=entry.policy,
-                    anchor=state.anchor,
-                )
-            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
-                self._entry_failed(name, exc)
-                self._upcoming[name] = now + timedelta(seconds=self.max_interval)
-                continue
-            if state.paused:
-                decision = windows.paused(decision)
-            elif entry.overlap is Overlap.FORBID:
-                decision = windows.forbid_overlap(
-                    decision,
-                    running_since=state.running_since,
-                    now=now,
-                    timeout=self._overlap_timeouts[name],
-                )
-            for window in decision.dispatch:
-                claims.append(
-                    NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
-                )
-            for span in decision.skipped:
-                skips.append(NewSkip(name, span.last, span.first, span.count, span.reason.value))
-                logger.debug(
-                    "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
-                    name,
-                    "many" if span.count is None else span.count,
-                    format_window(span.first),
-                    format_window(span.last),
-                    span.reason.value,
-                )
-            if decision.last_window is not None:
-                advances[name] = decision.last_window
-            self._upcoming[name] = decision.next_window
-        for skip in skips:
+    def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
+        """The pure planner, with this replica's entries (run by the store under its lock)."""
+        return plan_tick(
+            self.entries,
+            states,
+            now,
+            namespace=self.safebeat_config.namespace,
+            overlap_timeouts=self._overlap_timeouts,
+            retry_after=timedelta(seconds=self.max_interval),
+        )
+
+    def _report(self, planned: Planned) -> None:
+        """Log and count what a committed plan decided."""
+        for name, exc in planned.errors.items():
+            self.metrics.entry_error(name)
+            logger.error(
+                "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
+                "the other entries run",
+                name,
+                exc,
+                exc_info=exc,
+            )
+        for skip in planned.skips:
             self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
+            logger.debug(
+                "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
+                skip.entry,
+                "many" if skip.count is None else skip.count,
+                format_window(skip.first),
+                format_window(skip.window),
+                skip.reason,
+            )
         # Windows of paused entries are skipped on purpose: recorded, not warned about.
-        unexpected = [skip for skip in skips if skip.reason != windows.SkipReason.PAUSED.value]
+        unexpected = [s for s in planned.skips if s.reason != windows.SkipReason.PAUSED.value]
         if unexpected:
-            self._log_skips(unexpected)
-        return TickPlan(claims, skips, advances)
+            _log_skips(unexpected)
 
-    @staticmethod
-    def _log_skips(skips: Sequence[NewSkip]) -> None:
-        """One line per tick, however many entries skipped windows (details at DEBUG)."""
-        by_reason: dict[str, int] = {}
-        for skip in skips:
-            by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
-        names = sorted({skip.entry for skip in skips})
-        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
-        logger.warning(
-            "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
-            len(names),
-            "y" if len(names) == 1 else "ies",
-            reasons,
-            shown,
-        )
-
-    def _entry_failed(self, name: str, exc: Exception) -> None:
-        self.metrics.entry_error(name)
-        logger.error(
-            "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
-            "the other entries run",
-            name,
-            exc,
-            exc_info=True,
-        )
-
-    def _schedule_next(self, name: str, result: TickResult, started: float) -> None:
-        upcoming = self._upcoming.get(name, result.now)
+    def _schedule_next(
+        self, name: str, upcoming: datetime | None, now: datetime, started: float
+    ) -> None:
         if upcoming is None:
             self._due_at.pop(name, None)
             logger.info("safebeat: entry %r has no more windows", name)
             return
-        self._due_at[name] = started + max(0.0, (upcoming - result.now).total_seconds())
+        self._due_at[name] = started + max(0.0, (upcoming - now).total_seconds())
 
     def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
         """Publish claimed windows and record the outcome in one store call.
@@ -629,3 +582,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if self._broker_backoff.waiting(now):
             deadlines = [self._broker_backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))
+
+
+def _log_skips(skips: Sequence[NewSkip]) -> None:
+    """One line per tick, however many entries skipped windows (details at DEBUG)."""
+    by_reason: dict[str, int] = {}
+    for skip in skips:
+        by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
+    names = sorted({skip.entry for skip in skips})
+    shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
+    logger.warning(
+        "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
+        len(names),
+        "y" if len(names) == 1 else "ies",
+        reasons,
+        shown,
+    )

@@ -148,7 +148,7 @@ class MemoryStore:
                 states = self._with_running(
                     ns, {n: s for n, s in ns.entries.items() if n in wanted}
                 )
-            return TickResult(now, states, claimed, reclaimed)
+            return TickResult(now, states, claimed, reclaimed, plan)
         finally:
             ns.tick_lock.release()
 

@@ -41,10 +41,11 @@ from safebeat.records import (
     Status,
     TickResult,
     decide_start,
+    states_after,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, migration_state
-from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
+from safebeat.stores.sql_common import dispatch_rows, replica_columns
 from safebeat.urls import django_alias
 
 if TYPE_CHECKING:  # imported when used: it needs psycopg 3, which MySQL/SQLite sites lack
@@ -291,7 +292,7 @@ class DjangoStore:
                 )
         except vendors.LockBusy:
             return None
-        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
     def _insert(self, namespace: str, plan: Any, now: datetime, replica: Replica) -> list[Claim]:
         m = django_models(self.alias)

@@ -36,6 +36,7 @@ from safebeat.records import (
     Start,
     Status,
     TickResult,
+    states_after,
 )
 from safebeat.stores.sql_common import (
     DispatchRow,
@@ -43,7 +44,6 @@ from safebeat.stores.sql_common import (
     as_columns,
     dispatch_rows,
     replica_columns,
-    states_after,
 )
 from safebeat.stores.sqlfiles import load_queries
 
@@ -202,7 +202,7 @@ def tick(
         if row[4] == Status.CLAIMED.value
     ]
     reclaimed = [Claim(*row) for row in stale]
-    return TickResult(now, states_after(states, plan), claimed, reclaimed)
+    return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
 
 def record_publish(cursor: Cursor, sent: Sequence[int], failed: Mapping[int, str]) -> None:

@@ -49,10 +49,10 @@ from safebeat.records import (
     Status,
     TickPlan,
     TickResult,
+    states_after,
 )
 from safebeat.stores.redis.checks import check_eviction, eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client, Timeouts, connect
-from safebeat.stores.sql_common import states_after
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import redact, scrub
 
@@ -311,7 +311,7 @@ class RedisStore:
             key = (namespace, claim.entry)
             if key not in self._claimed_until or claim.window > self._claimed_until[key]:
                 self._claimed_until[key] = claim.window
-        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
     def _unclaimed_by_us(self, namespace: str, plan: TickPlan) -> TickPlan:
         claims = [

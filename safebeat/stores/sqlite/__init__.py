@@ -35,9 +35,10 @@ from safebeat.records import (
     TickPlan,
     TickResult,
     decide_start,
+    states_after,
     system_clock,
 )
-from safebeat.stores.sql_common import dispatch_rows, replica_columns, states_after
+from safebeat.stores.sql_common import dispatch_rows, replica_columns
 from safebeat.stores.sqlfiles import load_migrations, load_queries
 from safebeat.urls import redact
 
@@ -307,7 +308,7 @@ class SqliteStore:
                 )
         except _Busy:
             return None
-        return TickResult(now, states_after(states, plan), claimed, reclaimed)
+        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
     @staticmethod
     def _insert(
