@@ -14,7 +14,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,8 +22,8 @@ from celery import beat
 from safebeat import windows
 from safebeat._version import __version__
 from safebeat.backoff import Backoff
-from safebeat.broker import connection_errors
 from safebeat.config import Config, config_from_app
+from safebeat.dispatch import Dispatched, Dispatcher
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import current_replica, format_window
@@ -38,10 +37,6 @@ from safebeat.urls import redact
 from safebeat.windows import Overlap
 
 logger = logging.getLogger("safebeat.scheduler")
-
-
-class _TooLate(Exception):
-    """The claims left are too old to publish safely from this replica."""
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
@@ -67,8 +62,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
     claim_batch = 5000
-    #: Messages buffered per flush where the transport can batch publishes.
-    publish_chunk = 500
 
     def __init__(
         self,
@@ -91,7 +84,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._due_at: dict[str, float] = {}
         self._store_backoff = Backoff()
         self._store_failures = 0
-        self._broker_backoff = Backoff()
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -100,10 +92,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
         self._metrics_served = False
-        self.publisher = Publisher(app)
+        self.dispatcher = Dispatcher(
+            app,
+            claim_timeout=self.safebeat_config.claim_timeout,
+            replica=self.replica.id,
+            monotonic=self._monotonic,
+        )
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # --- Celery's Scheduler interface -----------------------------------------------------
+
+    @property
+    def publisher(self) -> Publisher:
+        """Builds and sends each window's message (the dispatcher's)."""
+        return self.dispatcher.publisher
 
     @property
     def store(self) -> Store:
@@ -313,7 +315,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if self._broker_backoff.waiting(now):
+        if self.dispatcher.backoff.waiting(now):
             # Claiming now would only pile up unsent claims; windows that pass meanwhile
             # follow the missed-window policy, and other replicas may still send them.
             due, reclaim = [], False
@@ -417,138 +419,42 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._due_at[name] = started + max(0.0, (upcoming - now).total_seconds())
 
     def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
-        """Publish claimed windows and record the outcome in one store call.
-
-        Where the transport can batch (kombu's Redis transport), claims go out in chunks
-        of `publish_chunk`, each flushed before its claims count as sent; a chunk that
-        fails to flush stays claimed and is re-published with the same ids.
-
-        Nothing is handed to the broker after `claim_timeout / 2` from the claim: past
-        `claim_timeout` another replica re-publishes what is unsent, so a late publish
-        here would be a second copy. Each message's reconnect-and-retry is bounded to fit.
-        """
+        """Publish claimed windows through the dispatcher; count and log what happened."""
         if not claims:
             return
-        sent: list[int] = []
-        failed: dict[int, str] = {}
-        broker_down = connection_errors(self.connection)
-        publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
-        start = 0
-        while start < len(claims):
-            try:
-                batching = self._can_batch()
-                chunk = claims[start : start + (self.publish_chunk if batching else 1)]
-                with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
-                    buffered = self._send_chunk(chunk, failed, broker_down, publish_until)
-                    if self._monotonic() > publish_until:
-                        raise _TooLate  # discards the buffered chunk unsent
-            except _TooLate:
-                logger.warning(
-                    "safebeat: %d claim(s) are too old to publish safely from here; "
-                    "they will be re-published by the next replica that ticks",
-                    len(claims) - start,
-                )
-                break
-            except broker_down as exc:
-                self._broker_unreachable(exc, len(claims) - start)
-                break
-            start += len(chunk)
-            sent.extend(buffered)
-            if buffered:
-                self._broker_backoff.succeeded()
-        self.store.record_publish(self.safebeat_config.namespace, sent, failed)
-        self._measure_publish(claims, sent, failed, claimed_at)
-        if sent:
-            done = set(sent)
-            self.published([claim for claim in claims if claim.id in done])
+        dispatched = self.dispatcher.dispatch(
+            self.store,
+            self.safebeat_config.namespace,
+            claims,
+            entries=self.entries,
+            connection=self.connection,
+            producer=lambda: self.producer,
+            claimed_at=claimed_at,
+        )
+        if dispatched.failed:
+            self.metrics.publish_failed("message", len(dispatched.failed))
+        if dispatched.broker_error is not None:
+            self.metrics.publish_failed("broker")
+            logger.warning(
+                "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
+                "re-published when it is back; claiming nothing for %.1fs",
+                dispatched.broker_error,
+                len(dispatched.unsent),
+                self.dispatcher.backoff.until - self._monotonic(),
+            )
+        self._measure_publish(claims, dispatched, claimed_at)
+        if dispatched.sent:
+            self.published(dispatched.sent)
 
-    def _measure_publish(
-        self, claims: Sequence[Claim], sent: Sequence[int], failed: Mapping[int, str], at: float
-    ) -> None:
+    def _measure_publish(self, claims: Sequence[Claim], dispatched: Dispatched, at: float) -> None:
         """Feed the metrics: dispatches and their lag on the store's clock, and what is owed."""
-        self.metrics.claims_left_unsent(len(claims) - len(sent) - len(failed))
+        self.metrics.claims_left_unsent(len(dispatched.unsent))
         if self._last_store_now is None:
             return
         published = self._last_store_now + timedelta(seconds=self._monotonic() - at)
-        done = set(sent)
-        for claim in claims:
-            if claim.id in done and claim.attempts == 1:
+        for claim in dispatched.sent:
+            if claim.attempts == 1:
                 self.metrics.dispatched(claim.entry, claim.window, published)
-
-    def _can_batch(self) -> bool:
-        producer = self.producer
-        return hasattr(producer, "batch") and bool(
-            getattr(producer, "supports_batch_publish", False)
-        )
-
-    def _send_chunk(
-        self,
-        chunk: Sequence[Claim],
-        failed: dict[int, str],
-        broker_down: tuple[type[BaseException], ...],
-        publish_until: float,
-    ) -> list[int]:
-        """Send each claim; return the ids handed to the producer.
-
-        Connection errors propagate; so does `_TooLate` once `publish_until` has passed.
-        """
-        handed: list[int] = []
-        for claim in chunk:
-            left = publish_until - self._monotonic()
-            if left < 0:
-                raise _TooLate
-            entry = self.entries.get(claim.entry)
-            if entry is None:
-                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self.replica.id}"
-                continue
-            logger.info(
-                "Scheduler: Sending due task %s (%s) for window %s",
-                entry.name,
-                entry.task,
-                format_window(claim.window),
-            )
-            try:
-                self.publisher.send(
-                    self.producer, entry, claim, retry_policy=self._retry_policy(left)
-                )
-            except broker_down:
-                raise
-            except Exception as exc:
-                self.metrics.publish_failed("message")
-                failed[claim.id] = f"{type(exc).__name__}: {exc}"
-                logger.error(
-                    "safebeat: entry %r: publishing window %s failed: %s",
-                    entry.name,
-                    format_window(claim.window),
-                    exc,
-                    exc_info=True,
-                )
-            else:
-                handed.append(claim.id)
-        return handed
-
-    def _retry_policy(self, seconds_left: float) -> dict[str, float | int]:
-        """kombu's retry for one message: one reconnect, and only if it fits in the time left.
-
-        A reconnect can take the broker's connect timeout; a publish that completes after
-        another replica has taken the claim over would be a second copy. Past one retry,
-        the claim stays unsent and safebeat's own backoff and re-publish take over.
-        """
-        connect_timeout = float(getattr(self.connection, "connect_timeout", None) or 4.0)
-        retries = 1 if seconds_left > 2 * connect_timeout else 0
-        return {"max_retries": retries, "interval_start": 0, "interval_step": 0, "interval_max": 0}
-
-    def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
-        self.publisher.forget_declarations()
-        self.metrics.publish_failed("broker")
-        pause = self._broker_backoff.failed(self._monotonic())
-        logger.warning(
-            "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
-            "re-published when it is back; claiming nothing for %.1fs",
-            exc,
-            unsent,
-            pause,
-        )
 
     def _heartbeat(self) -> None:
         config = self.safebeat_config
@@ -579,8 +485,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def _sleep_time(self) -> float:
         now = self._monotonic()
         deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
-        if self._broker_backoff.waiting(now):
-            deadlines = [self._broker_backoff.until, self._next_heartbeat]
+        if self.dispatcher.backoff.waiting(now):
+            deadlines = [self.dispatcher.backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))
 
 

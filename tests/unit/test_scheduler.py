@@ -13,6 +13,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from safebeat import Scheduler
+from safebeat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
 from safebeat.identity import format_window, task_id_for
 from safebeat.stores.base import NewClaim, Status, TickPlan
@@ -510,6 +511,6 @@ def test_kombu_retries_a_publish_only_when_a_reconnect_fits_in_the_time_left(
     """A reconnect (up to the connect timeout) must not carry a publish past the deadline."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}}, broker_connection_timeout=3)
     scheduler = memory_scheduler(app, clock)
-    assert scheduler._retry_policy(10.0)["max_retries"] == 1
-    assert scheduler._retry_policy(5.0)["max_retries"] == 0
-    assert scheduler._retry_policy(0.5)["max_retries"] == 0
+    assert retry_policy(scheduler.connection, 10.0)["max_retries"] == 1
+    assert retry_policy(scheduler.connection, 5.0)["max_retries"] == 0
+    assert retry_policy(scheduler.connection, 0.5)["max_retries"] == 0
