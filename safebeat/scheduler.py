@@ -19,22 +19,27 @@ from typing import Any
 
 from celery import beat
 
-from safebeat import windows
-from safebeat._version import __version__
-from safebeat.backoff import Backoff
 from safebeat.config import Config, config_from_app
-from safebeat.dispatch import Dispatched, Dispatcher
+from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import EntryError, StoreError, StoreUnavailable
-from safebeat.identity import current_replica, format_window
+from safebeat.errors import EntryError
+from safebeat.guard import TickGuard
+from safebeat.housekeeping import heartbeat, prune
+from safebeat.identity import current_replica
 from safebeat.metrics import BeatMetrics
-from safebeat.overlap import running_timeout
+from safebeat.overlap import overlap_timeouts
 from safebeat.planning import Planned, plan_tick
 from safebeat.publishing import Publisher
-from safebeat.records import Claim, EntryState, NewSkip, Reclaim, TickResult
+from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.reporting import (
+    report_claims,
+    report_dispatch,
+    report_entries,
+    report_plan,
+    serve_metrics,
+)
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
-from safebeat.windows import Overlap
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -82,8 +87,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._monotonic = monotonic or time.monotonic
         self._ready = False
         self._due_at: dict[str, float] = {}
-        self._store_backoff = Backoff()
-        self._store_failures = 0
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -91,7 +94,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
-        self._metrics_served = False
+        self._guard = TickGuard(
+            self.metrics,
+            monotonic=self._monotonic,
+            max_sleep=self.max_interval,
+            store_url=lambda: self.store.display_url,
+        )
         self.dispatcher = Dispatcher(
             app,
             claim_timeout=self.safebeat_config.claim_timeout,
@@ -116,8 +124,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def setup_schedule(self) -> None:
         """Compile the entries and try to reach the store; a store that is down is retried."""
         config = self.safebeat_config
-        if config.metrics_port is not None and not self._metrics_served:
-            self._serve_metrics(config.metrics_port)
+        if config.metrics_port is not None and not self.metrics.recording:
+            serve_metrics(self.metrics, config.metrics_port)
         self.use_entries(
             *compile_schedule(
                 self.schedule_source(),
@@ -132,19 +140,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             config.namespace,
             self.replica.id,
         )
-        self._try(self._bootstrap)
-
-    def _serve_metrics(self, port: int) -> None:
-        try:
-            self.metrics.serve(port)
-        except OSError as exc:
-            logger.error(
-                "safebeat: cannot serve metrics on port %d (%s); beat runs without them",
-                port,
-                exc,
-            )
-        else:
-            self._metrics_served = True
+        self._guard.run(self._bootstrap)
 
     def schedule_source(self) -> dict[str, Any]:
         """The `beat_schedule` items to compile: stock beat's own and the app's.
@@ -159,23 +155,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
         Entries that changed are registered again before the next tick claims anything.
         """
-        for name, error in broken.items():
-            previous = self.broken_entries.get(name)
-            if previous is None or str(previous) != str(error):
-                self.metrics.entry_error(name)
-                logger.error("safebeat: %s; this entry is skipped, the others run", error)
+        report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
         self.data = dict(self.entries)
-        self.metrics.entries(len(entries))
-        for name, entry in entries.items() if self.metrics.recording else ():
-            period = windows.typical_period(entry.rule)
-            if period is not None:
-                self.metrics.entry_period(name, period.total_seconds())
-        self._overlap_timeouts = {
-            name: self._overlap_timeout(entry)
-            for name, entry in self.entries.items()
-            if entry.overlap is Overlap.FORBID
-        }
+        self._overlap_timeouts = overlap_timeouts(self.app, self.safebeat_config, entries)
         self._ready = False
 
     def refresh_entries(self) -> None:
@@ -184,16 +167,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def published(self, claims: Sequence[Claim]) -> None:
         """Called with the claims just published and recorded as sent. Does nothing by default."""
-
-    def _overlap_timeout(self, entry: Entry) -> timedelta:
-        """How long a started run of `entry` blocks the next (see safebeat.overlap)."""
-        task = self.app.tasks.get(entry.task)
-        return running_timeout(
-            self.safebeat_config,
-            entry.options.get("time_limit"),
-            getattr(task, "time_limit", None),
-            self.app.conf.task_time_limit,
-        )
 
     def _default_entries(self) -> dict[str, Any]:
         """The entries stock beat adds by itself (result cleanup), compiled like the others."""
@@ -210,10 +183,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""
         started = self._monotonic()
-        if self._store_backoff.waiting(started):
-            return min(self._store_backoff.until - started, self.max_interval)
+        if self._guard.backoff.waiting(started):
+            return min(self._guard.backoff.until - started, self.max_interval)
         try:
-            return self._try(self._tick)
+            return self._guard.run(self._tick)
         finally:
             self.metrics.tick(self._monotonic() - started)
 
@@ -247,38 +220,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         return self.connection.ensure_connection(report, max_retries=1)
 
     # --- the tick -------------------------------------------------------------------------
-
-    def _try(self, step: Callable[[], float]) -> float:
-        """Run a step; turn store trouble into a backoff and anything else into a log line."""
-        try:
-            delay = step()
-        except StoreUnavailable as exc:
-            self.metrics.store_error("unavailable")
-            return self._failed(exc, "store unreachable", logging.WARNING)
-        except StoreError as exc:
-            self.metrics.store_error("error")
-            return self._failed(exc, "store error", logging.ERROR)
-        except Exception as exc:
-            logger.exception("safebeat: unexpected error in tick: %s", exc)
-            return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
-        if self._store_failures:
-            logger.info(
-                "safebeat: store %s reachable again after %d failed attempt(s)",
-                self.store.display_url,
-                self._store_failures,
-            )
-            self._store_failures = 0
-        self._store_backoff.succeeded()
-        return delay
-
-    def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
-        if counted:
-            self._store_failures += 1
-        delay = self._store_backoff.failed(self._monotonic())
-        logger.log(
-            level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
-        )
-        return min(delay, self.max_interval)
 
     def _bootstrap(self) -> float:
         store, config = self.store, self.safebeat_config
@@ -348,7 +289,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             return None
         self._last_store_now = result.now
         planned = result.plan if isinstance(result.plan, Planned) else Planned()
-        self._report(planned)
+        report_plan(planned, self.metrics)
         for name in due:
             self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)
         missing = [name for name in due if name not in result.states]
@@ -360,15 +301,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._ready = False
         if reclaim:
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
-        if result.reclaimed:
-            for claim in result.reclaimed:
-                self.metrics.republished(claim.entry)
-            logger.warning(
-                "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
-                "(same task ids)",
-                len(result.reclaimed),
-            )
-        self.metrics.claimed(len(result.claimed))
+        report_claims(result.claimed, result.reclaimed, self.metrics)
         self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
         return result
 
@@ -382,32 +315,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             overlap_timeouts=self._overlap_timeouts,
             retry_after=timedelta(seconds=self.max_interval),
         )
-
-    def _report(self, planned: Planned) -> None:
-        """Log and count what a committed plan decided."""
-        for name, exc in planned.errors.items():
-            self.metrics.entry_error(name)
-            logger.error(
-                "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
-                "the other entries run",
-                name,
-                exc,
-                exc_info=exc,
-            )
-        for skip in planned.skips:
-            self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
-            logger.debug(
-                "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
-                skip.entry,
-                "many" if skip.count is None else skip.count,
-                format_window(skip.first),
-                format_window(skip.window),
-                skip.reason,
-            )
-        # Windows of paused entries are skipped on purpose: recorded, not warned about.
-        unexpected = [s for s in planned.skips if s.reason != windows.SkipReason.PAUSED.value]
-        if unexpected:
-            _log_skips(unexpected)
 
     def _schedule_next(
         self, name: str, upcoming: datetime | None, now: datetime, started: float
@@ -431,55 +338,33 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             producer=lambda: self.producer,
             claimed_at=claimed_at,
         )
-        if dispatched.failed:
-            self.metrics.publish_failed("message", len(dispatched.failed))
-        if dispatched.broker_error is not None:
-            self.metrics.publish_failed("broker")
-            logger.warning(
-                "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
-                "re-published when it is back; claiming nothing for %.1fs",
-                dispatched.broker_error,
-                len(dispatched.unsent),
-                self.dispatcher.backoff.until - self._monotonic(),
-            )
-        self._measure_publish(claims, dispatched, claimed_at)
+        now = self._monotonic()
+        store_now = self._last_store_now
+        report_dispatch(
+            dispatched,
+            self.metrics,
+            published_at=None
+            if store_now is None
+            else store_now + timedelta(seconds=now - claimed_at),
+            broker_retry_in=self.dispatcher.backoff.until - now,
+        )
         if dispatched.sent:
             self.published(dispatched.sent)
 
-    def _measure_publish(self, claims: Sequence[Claim], dispatched: Dispatched, at: float) -> None:
-        """Feed the metrics: dispatches and their lag on the store's clock, and what is owed."""
-        self.metrics.claims_left_unsent(len(dispatched.unsent))
-        if self._last_store_now is None:
-            return
-        published = self._last_store_now + timedelta(seconds=self._monotonic() - at)
-        for claim in dispatched.sent:
-            if claim.attempts == 1:
-                self.metrics.dispatched(claim.entry, claim.window, published)
-
     def _heartbeat(self) -> None:
-        config = self.safebeat_config
-        self.store.heartbeat(
-            config.namespace,
+        digests = {name: entry.digest for name, entry in self.entries.items()}
+        heartbeat(
+            self.store,
+            self.safebeat_config,
             self.replica,
-            __version__,
-            {name: entry.digest for name, entry in self.entries.items()},
+            digests,
+            self.metrics,
+            interval=self.heartbeat_interval,
         )
         self._next_heartbeat = self._monotonic() + self.heartbeat_interval
-        if self._metrics_served:
-            replicas = self.store.replicas(config.namespace)
-            newest = max(r.heartbeat_at for r in replicas)
-            alive_after = newest - timedelta(seconds=3 * self.heartbeat_interval)
-            self.metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
 
     def _prune(self, now: datetime) -> None:
-        config = self.safebeat_config
-        deleted = self.store.prune(config.namespace, now - config.retention)
-        if deleted:
-            logger.info(
-                "safebeat: pruned %d row(s): dispatches older than the retention, expired "
-                "effect keys",
-                deleted,
-            )
+        prune(self.store, self.safebeat_config, now)
         self._next_prune = self._monotonic() + self.prune_interval
 
     def _sleep_time(self) -> float:
@@ -488,20 +373,3 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if self.dispatcher.backoff.waiting(now):
             deadlines = [self.dispatcher.backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))
-
-
-def _log_skips(skips: Sequence[NewSkip]) -> None:
-    """One line per tick, however many entries skipped windows (details at DEBUG)."""
-    by_reason: dict[str, int] = {}
-    for skip in skips:
-        by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
-    names = sorted({skip.entry for skip in skips})
-    shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
-    logger.warning(
-        "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
-        len(names),
-        "y" if len(names) == 1 else "ies",
-        reasons,
-        shown,
-    )
