@@ -24,7 +24,7 @@ from safebeat.entries import Entry
 from safebeat.identity import format_window
 from safebeat.publishing import Publisher
 from safebeat.records import Claim
-from safebeat.stores.base import Store
+from safebeat.stores.base import TickStore
 
 # Beat's log lines, under the logger docs/operations.md names for them.
 logger = logging.getLogger("safebeat.scheduler")
@@ -94,7 +94,7 @@ class Dispatcher:
 
     def dispatch(
         self,
-        store: Store,
+        store: TickStore,
         namespace: str,
         claims: Sequence[Claim],
         *,

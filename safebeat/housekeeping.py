@@ -10,7 +10,7 @@ from safebeat._version import __version__
 from safebeat.config import Config
 from safebeat.identity import Replica
 from safebeat.metrics import BeatMetrics
-from safebeat.stores.base import Store
+from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -34,7 +34,7 @@ def heartbeat(
         metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
 
 
-def prune(store: Store, config: Config, now: datetime) -> None:
+def prune(store: TickStore, config: Config, now: datetime) -> None:
     """Delete history older than `safebeat_retention` (store time `now`) and expired keys."""
     deleted = store.prune(config.namespace, now - config.retention)
     if deleted:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from safebeat import windows
 from safebeat.entries import Entry
 from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
-from safebeat.stores.base import Store
+from safebeat.stores.base import AdminStore
 
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
@@ -83,7 +83,7 @@ def entry_status(
 
 
 def entry_statuses(
-    store: Store, namespace: str, entries: Mapping[str, Entry] | None = None
+    store: AdminStore, namespace: str, entries: Mapping[str, Entry] | None = None
 ) -> list[EntryStatus]:
     """Every registered entry of `namespace`, by name; `entries` adds next windows."""
     now = store.clock()
@@ -99,7 +99,7 @@ def entry_statuses(
     ]
 
 
-def replica_statuses(store: Store, namespace: str) -> list[ReplicaStatus]:
+def replica_statuses(store: AdminStore, namespace: str) -> list[ReplicaStatus]:
     """Every replica that heartbeated within the retention, newest heartbeat first."""
     now = store.clock()
     return [ReplicaStatus(r, now - r.heartbeat_at) for r in store.replicas(namespace)]

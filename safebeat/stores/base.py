@@ -1,15 +1,19 @@
-"""The Store protocol: what every backend guarantees to the scheduler (records: safebeat.records).
+"""The store's protocols: what every backend guarantees to each of its clients.
 
 A store holds only schedule state, claims, their history (including what the worker hook
-recorded about each execution) and effect keys; Celery owns tasks and results.
-Several replicas share one store. The guarantees below are what make "each window is
-dispatched once" true, and the contract suite (`tests/integration/test_store_contract.py`)
-checks them against every backend.
+recorded about each execution) and effect keys; Celery owns tasks and results. Several
+replicas share one store. Each client sees the slice it uses: beat a `TickStore`, the
+worker hook an `ExecutionStore`, `safebeat.claim` an `EffectStore`, the operator tools
+(CLI, admin, doctor) an `AdminStore`; a backend implements `Store`, their union. The
+guarantees below are what make "each window is dispatched once" true, and the contract
+suite (`tests/integration/test_store_contract.py`) checks them against every backend.
+The records these methods take and return live in `safebeat.records`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -38,10 +42,13 @@ from safebeat.records import (
 )
 
 __all__ = [
+    "AdminStore",
     "Claim",
     "Definition",
     "DispatchRecord",
+    "EffectStore",
     "EntryState",
+    "ExecutionStore",
     "NewClaim",
     "NewSkip",
     "Outcome",
@@ -52,15 +59,28 @@ __all__ = [
     "Start",
     "Status",
     "Store",
+    "StoreCheck",
+    "StoreConnection",
     "TickPlan",
     "TickResult",
+    "TickStore",
     "decide_start",
     "system_clock",
 ]
 
 
-class Store(Protocol):
-    """The contract between the scheduler and a backend. Every method is synchronous.
+@dataclass(frozen=True)
+class StoreCheck:
+    """A check only one backend can make, for `safebeat doctor`: `problem` is None when it
+    passed, and `found` says what was seen."""
+
+    name: str
+    found: str
+    problem: str | None = None
+
+
+class StoreConnection(Protocol):
+    """What every client of a store may call. Every method is synchronous.
 
     Methods raise `StoreUnavailable` when the backend cannot be reached (callers retry
     with backoff) and `StoreError` for anything retrying will not fix; driver exceptions
@@ -70,16 +90,24 @@ class Store(Protocol):
     #: The store's URL with any password replaced by `***`, for banners and logs.
     display_url: str
 
+    def clock(self) -> datetime:
+        """Return the store's "now" as an aware UTC datetime (the same clock for all replicas)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store reconnects if used again."""
+        ...
+
+
+class TickStore(StoreConnection, Protocol):
+    """What beat uses: register its entries, tick, confirm publishes, heartbeat, prune."""
+
     def migrate(self) -> int:
         """Bring the schema to this version of safebeat; return the schema version.
 
         Safe to call from many replicas at once: one applies, the others wait and see
         the result.
         """
-        ...
-
-    def clock(self) -> datetime:
-        """Return the store's "now" as an aware UTC datetime (the same clock for all replicas)."""
         ...
 
     def register(
@@ -93,12 +121,6 @@ class Store(Protocol):
         does `defined_at` become store now (arguments or options do not move windows).
         Its anchor and `last_window` are always kept. An unchanged entry is left as it is.
         """
-        ...
-
-    def states(self, namespace: str) -> dict[str, EntryState]:
-        """Return the shared state of every registered entry of `namespace`, each with its
-        `running_since` (the latest `started_at` among its dispatch rows that have a start
-        and no `finished_at`, else None)."""
         ...
 
     def tick(
@@ -141,39 +163,15 @@ class Store(Protocol):
         """Record that `replica` is alive now, with the entry digests it runs."""
         ...
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
-        """Return every replica's last heartbeat, newest first."""
+    def prune(self, namespace: str, before: datetime) -> int:
+        """Delete dispatch rows claimed before `before`, replicas silent since then, and
+        effect keys whose expiry has passed (store now); return how many dispatch rows
+        and effect keys were deleted."""
         ...
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
-        """Return dispatch rows, newest window first, optionally of one entry."""
-        ...
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        """Pause or resume `entry` for every replica; return False if it is not registered.
-
-        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
-        returns. Registering the entry again (a restart, a changed definition) keeps the
-        flag; only set_paused changes it.
-        """
-        ...
-
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        """Claim windows outside the schedule's tick: a run triggered by hand
-        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
-
-        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
-        key (namespace, entry, window) as a tick: a window that already has a row (sent,
-        skipped or claimed) is left alone and not returned. Does not take the tick lock and
-        does not change `last_window`. Returns the committed claims (`attempts` 1); the
-        caller publishes them and calls record_publish, and a claim it leaves unsent is
-        taken over by a tick's reclaim like any other.
-        """
-        ...
+class ExecutionStore(StoreConnection, Protocol):
+    """What the worker hook uses: record each execution of a window, skip duplicates."""
 
     def start_execution(
         self,
@@ -230,6 +228,10 @@ class Store(Protocol):
         """
         ...
 
+
+class EffectStore(StoreConnection, Protocol):
+    """What `safebeat.claim` uses: record an effect key once."""
+
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
     ) -> bool:
@@ -251,12 +253,65 @@ class Store(Protocol):
         """
         ...
 
-    def prune(self, namespace: str, before: datetime) -> int:
-        """Delete dispatch rows claimed before `before`, replicas silent since then, and
-        effect keys whose expiry has passed (store now); return how many dispatch rows
-        and effect keys were deleted."""
+
+class AdminStore(StoreConnection, Protocol):
+    """What the operator tools use (CLI, admin, doctor): read the shared state and
+    history, pause entries, claim windows outside the schedule, check the schema."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        """Return the shared state of every registered entry of `namespace`, each with its
+        `running_since` (the latest `started_at` among its dispatch rows that have a start
+        and no `finished_at`, else None)."""
         ...
 
-    def close(self) -> None:
-        """Release connections; the store reconnects if used again."""
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        """Return every replica's last heartbeat, newest first."""
         ...
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        """Return dispatch rows, newest window first, optionally of one entry."""
+        ...
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        """Pause or resume `entry` for every replica; return False if it is not registered.
+
+        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
+        returns. Registering the entry again (a restart, a changed definition) keeps the
+        flag; only set_paused changes it.
+        """
+        ...
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        """Claim windows outside the schedule's tick: a run triggered by hand
+        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
+
+        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
+        key (namespace, entry, window) as a tick: a window that already has a row (sent,
+        skipped or claimed) is left alone and not returned. Does not take the tick lock and
+        does not change `last_window`. Returns the committed claims (`attempts` 1); the
+        caller publishes them and calls record_publish, and a claim it leaves unsent is
+        taken over by a tick's reclaim like any other.
+        """
+        ...
+
+    def schema_version(self) -> int:
+        """Return the schema (or key layout) version the store is at; 0: never migrated."""
+        ...
+
+    @property
+    def expected_schema_version(self) -> int:
+        """The schema version this safebeat writes: `migrate` brings the store to it."""
+        ...
+
+    def checks(self) -> list[StoreCheck]:
+        """Run the checks only this backend can make (a Redis eviction policy that could
+        delete claims, ...); most backends have none."""
+        ...
+
+
+class Store(TickStore, ExecutionStore, EffectStore, AdminStore, Protocol):
+    """What a backend implements: every client's protocol."""

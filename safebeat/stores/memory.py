@@ -30,6 +30,7 @@ from safebeat.records import (
     decide_start,
     system_clock,
 )
+from safebeat.stores.base import StoreCheck
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,16 @@ class MemoryStore:
             self._namespaces[namespace] = _Namespace({}, {}, {}, threading.Lock(), {})
         return self._namespaces[namespace]
 
+    expected_schema_version = 1
+
     def migrate(self) -> int:
         return 1
+
+    def schema_version(self) -> int:
+        return 1
+
+    def checks(self) -> list[StoreCheck]:
+        return []
 
     def clock(self) -> datetime:
         return self._clock()

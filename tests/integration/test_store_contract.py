@@ -107,6 +107,14 @@ def test_migrate_is_idempotent(store: Store) -> None:
     assert store.migrate() == first
 
 
+def test_a_migrated_store_reports_the_schema_version_this_safebeat_writes(store: Store) -> None:
+    """After migrate, schema_version() is expected_schema_version, and the backend's own
+    checks answer (a list, each with what it found)."""
+    store.migrate()
+    assert store.schema_version() == store.expected_schema_version >= 1
+    assert all(check.name and check.found for check in store.checks())
+
+
 def test_clock_is_aware_utc_and_moves_forward(store: Store) -> None:
     """The store clock returns aware instants that do not go backwards."""
     first, second = store.clock(), store.clock()

@@ -43,8 +43,9 @@ from safebeat.records import (
     decide_start,
     states_after,
 )
+from safebeat.stores.base import StoreCheck
 from safebeat.stores.django import vendors
-from safebeat.stores.django.setup import django_models, migration_state
+from safebeat.stores.django.setup import django_models, known_migrations, migration_state
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
 from safebeat.urls import django_alias
 
@@ -160,6 +161,20 @@ class DjangoStore:
                 f"`python manage.py migrate safebeat --database {self.alias}`"
             )
         return len(known)
+
+    @property
+    def expected_schema_version(self) -> int:
+        """How many migrations of safebeat.contrib.django this safebeat ships."""
+        return len(known_migrations())
+
+    def schema_version(self) -> int:
+        """How many of those are applied (Django's `migrate` applies them)."""
+        with self._boundary("read the migration state") as connection:
+            applied, known = migration_state(connection)
+        return len(applied & set(known))
+
+    def checks(self) -> list[StoreCheck]:
+        return []
 
     # --- the protocol ---------------------------------------------------------------------
 

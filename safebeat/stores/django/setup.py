@@ -57,15 +57,20 @@ def _check(alias: str) -> None:
         )
 
 
+def known_migrations() -> list[str]:
+    """The names of the app's migrations, in order."""
+    from safebeat.contrib.django import migrations  # noqa: PLC0415
+
+    return sorted(
+        info.name for info in pkgutil.iter_modules(migrations.__path__) if info.name[:4].isdigit()
+    )
+
+
 def migration_state(connection: Any) -> tuple[set[str], list[str]]:
     """Return (applied, known) migration names of the app on `connection`."""
     from django.db.migrations.recorder import MigrationRecorder  # noqa: PLC0415
 
-    from safebeat.contrib.django import migrations  # noqa: PLC0415
-
-    known = sorted(
-        info.name for info in pkgutil.iter_modules(migrations.__path__) if info.name[:4].isdigit()
-    )
+    known = known_migrations()
     recorder = MigrationRecorder(connection)
     applied = (
         {name for app, name in recorder.applied_migrations() if app == APP_LABEL}

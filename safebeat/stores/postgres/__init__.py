@@ -46,6 +46,7 @@ from safebeat.records import (
     Start,
     TickResult,
 )
+from safebeat.stores.base import StoreCheck
 from safebeat.stores.postgres import statements
 from safebeat.stores.postgres.statements import Q
 from safebeat.stores.sql_common import advisory_key
@@ -161,6 +162,11 @@ class PostgresStore:
                     )
                     version = migration.version
             return version
+
+    expected_schema_version = len(MIGRATIONS)
+
+    def checks(self) -> list[StoreCheck]:
+        return []
 
     def schema_version(self) -> int:
         """Return the applied schema version (0: never migrated)."""

@@ -51,6 +51,7 @@ from safebeat.records import (
     TickResult,
     states_after,
 )
+from safebeat.stores.base import StoreCheck
 from safebeat.stores.redis.checks import check_eviction, eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client, Timeouts, connect
 from safebeat.stores.sqlfiles import load_queries
@@ -218,6 +219,19 @@ class RedisStore:
         with self._boundary("read the layout version") as client:
             value = client.get(LAYOUT_KEY)
         return int(value) if value else 0
+
+    expected_schema_version = LAYOUT_VERSION
+
+    def checks(self) -> list[StoreCheck]:
+        """Whether the server's eviction policy could delete claims."""
+        policy, maxmemory = self.memory_policy()
+        return [
+            StoreCheck(
+                "redis eviction",
+                f"maxmemory-policy is {policy}",
+                eviction_hazard(policy, maxmemory),
+            )
+        ]
 
     def memory_policy(self) -> tuple[str, int]:
         """(maxmemory-policy, maxmemory) of the server; of a cluster, the riskiest node's."""

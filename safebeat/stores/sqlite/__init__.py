@@ -38,6 +38,7 @@ from safebeat.records import (
     states_after,
     system_clock,
 )
+from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
 from safebeat.stores.sqlfiles import load_migrations, load_queries
 from safebeat.urls import redact
@@ -224,6 +225,11 @@ class SqliteStore:
                     )
                     version = migration.version
             return version
+
+    expected_schema_version = len(MIGRATIONS)
+
+    def checks(self) -> list[StoreCheck]:
+        return []
 
     def schema_version(self) -> int:
         """Return the applied schema version (0: never migrated)."""
