@@ -165,7 +165,7 @@ class DjangoStore:
     @property
     def expected_schema_version(self) -> int:
         """How many migrations of safebeat.contrib.django this safebeat ships."""
-        return len(known_migrations())
+        return len(known_migrations(self.alias))
 
     def schema_version(self) -> int:
         """How many of those are applied (Django's `migrate` applies them)."""
