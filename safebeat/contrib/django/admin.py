@@ -142,10 +142,10 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         self, action: str, selected: list[tuple[str, str]]
     ) -> list[actions.Message]:
         """Pause, resume or trigger each selected (namespace, entry); return the messages."""
-        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         # The database this page reads the entries from is the one the actions write to.
-        store = DjangoStore(f"django://{router.db_for_write(Entry)}")
+        store = open_django_store(f"django://{router.db_for_write(Entry)}")
         found: list[actions.Message] = []
         for namespace, name in selected:
             if action == "trigger":
