@@ -12,78 +12,134 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from safebeat import cron, doctor, execute, operations
-from safebeat.config import Config, config_from_app, load_config, parse_duration
-from safebeat.entries import Entry, compile_schedule, describe
-from safebeat.errors import ConfigError, EntryError, SafebeatError
+from safebeat.app_schedule import Schedule
+from safebeat.cli_app import AppNotFound
+from safebeat.cli_context import Options, choose_namespace, missing_store, open_store
+from safebeat.config import Config, parse_duration
+from safebeat.entries import Entry, describe
+from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
-from safebeat.overview import EntryStatus, ReplicaStatus, entry_statuses, replica_statuses
+from safebeat.overview import (
+    EntryStatus,
+    ReplicaStatus,
+    empty_namespace,
+    entry_statuses,
+    replica_statuses,
+)
 from safebeat.records import DispatchRecord, Status
 from safebeat.stores import Store, store_from_config
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@dataclass
-class Options:
-    """The global options; the app, config and store are loaded on first use."""
 
-    app_name: str | None
-    url: str | None
-    namespace: str | None
-    _app: Any = field(default=None, repr=False)
+class UsageProblem(click.ClickException):
+    """A command given wrongly (a bad -A, a missing -A): one line and exit status 2."""
 
-    @property
-    def app(self) -> Any | None:
-        if self.app_name and self._app is None:
-            from celery.app.utils import find_app  # noqa: PLC0415 - only with -A
+    exit_code = 2
 
-            self._app = find_app(self.app_name)
-        return self._app
 
-    def config(self) -> Config:
-        app = self.app
-        config = config_from_app(app) if app is not None else load_config({})
-        if self.url:
-            config = dataclasses.replace(config, url=self.url)
-        if self.namespace:
-            config = dataclasses.replace(config, namespace=self.namespace)
-        return config
+def one_line(text: str) -> str:
+    """`text` on one line: a driver's multi-line message joined with "; "."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
-    def store(self) -> tuple[Config, Store]:
-        config = self.config()
-        return config, store_from_config(config)
 
-    def entries(self, config: Config) -> tuple[dict[str, Entry], dict[str, EntryError]] | None:
-        """The app's compiled schedule (with -A), as beat would run it; else None."""
-        app = self.app
-        if app is None:
-            return None
-        from safebeat.scheduler import Scheduler  # noqa: PLC0415 - needs the app
+def _debug(ctx: click.Context) -> bool:
+    root = ctx.find_root()
+    return bool(root.params.get("traceback")) or os.environ.get("SAFEBEAT_DEBUG", "") not in (
+        "",
+        "0",
+    )
 
-        source = Scheduler(app, lazy=True).schedule_source()
-        return compile_schedule(source, app_timezone=app.timezone, config=config)
+
+class _Main(click.Group):
+    """The command group: every error is one line, unless --traceback asks for the trace."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except AppNotFound as exc:
+            if _debug(ctx):
+                raise
+            problem = UsageProblem if exc.usage else click.ClickException
+            raise problem(one_line(str(exc))) from exc
+        except SafebeatError as exc:
+            if _debug(ctx):
+                raise
+            raise click.ClickException(one_line(str(exc))) from exc
+        except Exception as exc:
+            if _debug(ctx):
+                raise
+            raise click.ClickException(
+                f"unexpected {type(exc).__name__}: {one_line(str(exc))} (run again with "
+                "--traceback, or SAFEBEAT_DEBUG=1, to see where it happened)"
+            ) from exc
+
+
+def _set_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Record -A, --url or --namespace given after the command, as if given before it."""
+    if value is not None and param.name is not None:
+        setattr(ctx.ensure_object(Options), param.name, value)
+
+
+def _store_options(command: F) -> F:
+    """Accept -A, --url and --namespace after the command too (`safebeat status --url ...`)."""
+    for option in reversed(
+        [
+            click.option(
+                "-A",
+                "--app",
+                "app_name",
+                metavar="APP",
+                expose_value=False,
+                callback=_set_option,
+                help="As before the command: the Celery app.",
+            ),
+            click.option(
+                "--url",
+                metavar="URL",
+                expose_value=False,
+                callback=_set_option,
+                help="As before the command: the store URL.",
+            ),
+            click.option(
+                "--namespace",
+                metavar="NAME",
+                expose_value=False,
+                callback=_set_option,
+                help="As before the command: the namespace.",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)
 
 
 @contextmanager
-def _opened(options: Options) -> Iterator[tuple[Config, Store]]:
-    """The config and store; safebeat's errors become one line and exit code 1."""
+def _opened(options: Options, *, create: bool = False) -> Iterator[tuple[Config, Store]]:
+    """The config (namespace chosen) and the store, closed after use.
+
+    The store must exist unless `create`; see safebeat.cli_context.
+    """
+    config, store = open_store(options, create=create)
     try:
-        config, store = options.store()
-    except SafebeatError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        yield config, store
-    except SafebeatError as exc:
-        raise click.ClickException(str(exc)) from exc
+        yield choose_namespace(options, config, store, _say), store
     finally:
         store.close()
 
@@ -133,22 +189,37 @@ def _emit_json(value: Any) -> None:
     click.echo(json.dumps(_jsonable(value), indent=2, sort_keys=True))
 
 
-@click.group()
+@click.group(cls=_Main)
 @click.option("-A", "--app", "app_name", help="The Celery app whose settings to use (`celery -A`).")
 @click.option("--url", help="Store URL; overrides safebeat_url and $SAFEBEAT_URL.", metavar="URL")
 @click.option("--namespace", help="Namespace; overrides safebeat_namespace.", metavar="NAME")
+@click.option(
+    "--traceback",
+    is_flag=True,
+    help="Show the traceback of an unexpected error (also SAFEBEAT_DEBUG=1).",
+)
 @click.pass_context
-def main(ctx: click.Context, app_name: str | None, url: str | None, namespace: str | None) -> None:
+def main(
+    ctx: click.Context,
+    app_name: str | None,
+    url: str | None,
+    namespace: str | None,
+    traceback: bool,
+) -> None:
     """Operate safebeat: inspect the store, check the setup, migrate and prune."""
     ctx.obj = Options(app_name, url, namespace)
 
 
 @main.command()
+@_store_options
 @click.pass_obj
 def migrate(options: Options) -> None:
     """Create or upgrade safebeat's tables in the store (safe to run from many places)."""
-    with _opened(options) as (_, store):
+    _, store = open_store(options, create=True)
+    try:
         version = store.migrate()
+    finally:
+        store.close()
     click.echo(f"{store.display_url}: schema at version {version}")
 
 
@@ -172,6 +243,7 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
 def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
     return {
         "replica": r.record.replica,
+        "live": r.live,
         "version": r.record.version,
         "started_at": r.record.started_at,
         "heartbeat_at": r.record.heartbeat_at,
@@ -182,21 +254,26 @@ def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@_store_options
 @click.pass_obj
 def status(options: Options, as_json: bool) -> None:
-    """Every entry (next and last window, who sent it, lag, outcome) and the live replicas."""
+    """Every entry (next and last window, who sent it, lag, outcome) and the replicas."""
     with _opened(options) as (config, store):
-        compiled = options.entries(config)
+        schedule = options.schedule(config)
         statuses = entry_statuses(
-            store, config.namespace, None if compiled is None else compiled[0]
+            store, config.namespace, None if schedule is None else schedule.entries
         )
+        if not statuses:
+            raise click.ClickException(empty_namespace(store, config.namespace))
         replicas = replica_statuses(store, config.namespace)
+    broken = {} if schedule is None else schedule.broken
     if as_json:
         _emit_json(
             {
                 "store": store.display_url,
                 "namespace": config.namespace,
                 "entries": [_status_row(s) for s in statuses],
+                "broken": [{"entry": n, "problem": e.problem} for n, e in sorted(broken.items())],
                 "replicas": [_replica_row(r) for r in replicas],
             }
         )
@@ -210,7 +287,7 @@ def status(options: Options, as_json: bool) -> None:
                 [
                     s.name + (" (paused)" if s.paused else ""),
                     s.schedule,
-                    _next_cell(s, compiled is not None),
+                    _next_cell(s, schedule),
                     _when(None if s.last_sent is None else s.last_sent.window),
                     s.sent_by or "-",
                     _span(s.lag),
@@ -222,12 +299,22 @@ def status(options: Options, as_json: bool) -> None:
             ],
         )
     )  # fmt: skip
+    if broken:
+        click.echo("\nbroken entries (beat skips them):")
+        for name, error in sorted(broken.items()):
+            click.echo(f"  {name}: {error.problem}")
     click.echo("\nreplicas:")
     click.echo(
         _table(
-            ["replica", "version", "started", "heartbeat age"],
+            ["replica", "state", "version", "started", "heartbeat age"],
             [
-                [r.record.replica, r.record.version, _when(r.record.started_at), _span(r.age)]
+                [
+                    r.record.replica,
+                    "live" if r.live else "dead",
+                    r.record.version,
+                    _when(r.record.started_at),
+                    _span(r.age),
+                ]
                 for r in replicas
             ],
         )
@@ -239,10 +326,12 @@ def status(options: Options, as_json: bool) -> None:
 _RUN_OUTSIDE_CELERY = ("exec ", "apscheduler ")
 
 
-def _next_cell(s: EntryStatus, compiled: bool) -> str:
-    if compiled or s.schedule.startswith(_RUN_OUTSIDE_CELERY):
-        return _when(s.next_window)
-    return "(needs -A)"
+def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
+    if schedule is None and not s.schedule.startswith(_RUN_OUTSIDE_CELERY):
+        return "(needs -A)"
+    if schedule is not None and s.name in schedule.broken:
+        return "(broken)"
+    return _when(s.next_window)
 
 
 def _history_row(r: DispatchRecord) -> dict[str, Any]:
@@ -272,11 +361,14 @@ def _history_row(r: DispatchRecord) -> dict[str, Any]:
 @click.argument("entry")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_store_options
 @click.pass_obj
 def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
     """ENTRY's recent windows: who sent each, lag, outcome, and what was skipped and why."""
     with _opened(options) as (config, store):
         known = store.states(config.namespace)
+        if not known:
+            raise click.ClickException(empty_namespace(store, config.namespace))
         if entry not in known:
             raise click.ClickException(_unknown_entry(entry, known, config.namespace))
         rows = store.history(config.namespace, entry, limit=limit)
@@ -331,6 +423,7 @@ def _unknown_entry(entry: str, known: dict[str, Any], namespace: str) -> str:
     show_default=True,
     help="Oldest heartbeat that counts as alive (3 missed heartbeats by default).",
 )
+@_store_options
 @click.pass_obj
 def health(options: Options, any_replica: bool, max_age: str) -> None:
     """Exit 0 if a replica on this host (or any, with --any) heartbeated within --max-age.
@@ -363,27 +456,29 @@ def health(options: Options, any_replica: bool, max_age: str) -> None:
 
 @main.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@_store_options
 @click.pass_obj
 def doctor_command(options: Options, as_json: bool) -> None:
     """Check the setup for common mistakes; exit 1 if any check finds a problem."""
-    try:
-        config = options.config()
-        compiled = options.entries(config)
+    config = options.config()
+    schedule = options.schedule(config)
+    missing = missing_store(config)
+    if missing is not None:
+        findings = [doctor.Finding("store", doctor.Level.PROBLEM, missing)]
+    else:
         store = store_from_config(config)
-    except SafebeatError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        findings = doctor.run_checks(
-            doctor.Context(
-                store=store,
-                config=config,
-                app=options.app,
-                entries=None if compiled is None else compiled[0],
-                broken=None if compiled is None else compiled[1],
+        try:
+            findings = doctor.run_checks(
+                doctor.Context(
+                    store=store,
+                    config=_doctor_namespace(options, config, store),
+                    app=options.app,
+                    entries=None if schedule is None else schedule.entries,
+                    broken=None if schedule is None else schedule.broken,
+                )
             )
-        )
-    finally:
-        store.close()
+        finally:
+            store.close()
     if as_json:
         _emit_json([dataclasses.asdict(f) for f in findings])
     else:
@@ -393,12 +488,25 @@ def doctor_command(options: Options, as_json: bool) -> None:
         sys.exit(1)
 
 
+def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
+    """The namespace doctor checks, chosen as every command chooses it.
+
+    Where it cannot be chosen, the checks run on the default: the store check reports an
+    unreachable store, and the namespace check lists a store's several namespaces.
+    """
+    try:
+        return choose_namespace(options, config, store, _say)
+    except SafebeatError:
+        return config
+
+
 @main.command()
 @click.option(
     "--older-than",
     help="Delete history older than this (default: safebeat_retention).",
     metavar="DURATION",
 )
+@_store_options
 @click.pass_obj
 def prune(options: Options, older_than: str | None) -> None:
     """Delete dispatch history and silent replicas past the retention, and expired effect keys."""
@@ -412,6 +520,7 @@ def prune(options: Options, older_than: str | None) -> None:
 
 @main.command()
 @click.argument("entry")
+@_store_options
 @click.pass_obj
 def pause(options: Options, entry: str) -> None:
     """Pause ENTRY for every replica: its windows are skipped (reason `paused`) until resumed."""
@@ -424,6 +533,7 @@ def pause(options: Options, entry: str) -> None:
 
 @main.command()
 @click.argument("entry")
+@_store_options
 @click.pass_obj
 def resume(options: Options, entry: str) -> None:
     """Resume ENTRY: its next window is dispatched; windows that passed while paused are not."""
@@ -432,16 +542,24 @@ def resume(options: Options, entry: str) -> None:
     click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
 
 
-def _compiled_entry(options: Options, config: Config, name: str, command: str) -> Entry:
-    compiled = options.entries(config)
-    if compiled is None:
-        raise click.UsageError(f"{command} publishes the task: give the app with -A")
-    entries, broken = compiled
-    if name in broken:
-        raise click.ClickException(str(broken[name]))
-    if name not in entries:
-        raise click.ClickException(_unknown_entry(name, entries, config.namespace))
-    return entries[name]
+def _require_app(options: Options, command: str) -> None:
+    if options.app_name is None:
+        raise UsageProblem(
+            f"{command} publishes the task, so it needs the Celery app: give it with -A, "
+            "as to `celery -A proj beat`"
+        )
+
+
+def _compiled_entry(options: Options, config: Config, name: str) -> Entry:
+    """ENTRY as this app's beat runs it (a beat_schedule item or a django-celery-beat row)."""
+    schedule = options.schedule(config)
+    assert schedule is not None  # noqa: S101 - _require_app ran first
+    found = schedule.find(name)
+    if isinstance(found, Entry):
+        return found
+    if found is not None:
+        raise click.ClickException(str(found))
+    raise click.ClickException(_unknown_entry(name, schedule.entries, config.namespace))
 
 
 def _report(published: operations.Published, what: str) -> None:
@@ -462,11 +580,13 @@ def _report(published: operations.Published, what: str) -> None:
 
 @main.command()
 @click.argument("entry")
+@_store_options
 @click.pass_obj
 def trigger(options: Options, entry: str) -> None:
     """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
+    _require_app(options, "trigger")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry, "trigger")
+        compiled = _compiled_entry(options, config, entry)
         published = operations.trigger(options.app, store, config.namespace, compiled)
     _report(published, f"triggered {entry!r}")
 
@@ -498,6 +618,7 @@ def _instant(value: str, name: str) -> datetime:
     type=click.IntRange(1, 100_000),
     help="Refuse ranges with more windows than this.",
 )
+@_store_options
 @click.pass_obj
 def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> None:
     """Dispatch ENTRY's windows between --from and --to that were never sent. Needs -A.
@@ -506,8 +627,9 @@ def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> 
     reason `backfill` and keeps its own window (and task id).
     """
     first, last = _instant(start, "--from"), _instant(end, "--to")
+    _require_app(options, "backfill")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry, "backfill")
+        compiled = _compiled_entry(options, config, entry)
         published = operations.backfill(
             options.app, store, config.namespace, compiled, start=first, end=last, limit=limit
         )
@@ -552,6 +674,7 @@ def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> 
     help="Run the command, untracked, when the store cannot be reached (default: don't).",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED, metavar="-- COMMAND...")
+@_store_options
 @click.pass_obj
 def exec_command(
     options: Options,
@@ -594,9 +717,9 @@ def exec_command(
         fail_open=fail_open,
     )
     try:
-        config, store = options.store()
+        config, store = open_store(options, create=True)
     except SafebeatError as exc:
-        click.echo(f"Error: {exc}; the command was not run", err=True)
+        click.echo(f"Error: {one_line(str(exc))}; the command was not run", err=True)
         sys.exit(execute.EXIT_NOT_RUN)
     try:
         code = execute.run_once(

@@ -31,6 +31,8 @@ _KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT
 WINDOW_VARIABLES = frozenset(
     {"SAFEBEAT_SCHEDULED_TIME", "SAFEBEAT_JOB_NAME", "SAFEBEAT_ENTRY", "SAFEBEAT_WINDOW"}
 )
+#: Variables of the `safebeat` command itself, not settings (SAFEBEAT_DEBUG: show tracebacks).
+COMMAND_VARIABLES = frozenset({"SAFEBEAT_DEBUG"})
 _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 #: What a Redis store does about an eviction policy that could delete claims.
 RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]
@@ -220,10 +222,13 @@ def _conf_keys(conf: Mapping[str, Any], app_namespace: str | None) -> dict[str, 
     return found
 
 
-def _unknown(name: str, where: str) -> ConfigError:
+def _unknown(name: str, where: str, *, variable: bool = False) -> ConfigError:
+    """The error for an unknown key, suggesting the closest one as it is spelt there:
+    `safebeat_url` in a Celery configuration, `SAFEBEAT_URL` in the environment."""
     close = difflib.get_close_matches(name.lower(), SETTINGS, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    known = ", ".join(SETTINGS)
+    spell = str.upper if variable else str
+    hint = f"; did you mean {spell(close[0])!r}?" if close else ""
+    known = ", ".join(spell(setting) for setting in SETTINGS)
     return ConfigError(f"unknown setting {name!r} in {where}{hint} (known: {known})")
 
 
@@ -250,7 +255,7 @@ def load_config(
     for var, raw in environ.items():
         if not var.startswith("SAFEBEAT_") or var.startswith("SAFEBEAT_TEST_"):
             continue
-        if var in WINDOW_VARIABLES:
+        if var in WINDOW_VARIABLES or var in COMMAND_VARIABLES:
             continue
         short = var.removeprefix("SAFEBEAT_").lower()
         if _KUBERNETES_SERVICE_VAR.match(var):
@@ -261,7 +266,7 @@ def load_config(
             logger.warning("ignoring %s=%r: a Kubernetes service link, not a setting", var, raw)
             continue
         if short not in _PARSERS:
-            logger.warning("ignoring %s", _unknown(var, "the environment"))
+            logger.warning("ignoring %s", _unknown(var, "the environment", variable=True))
             continue
         values[short] = _PARSERS[short](raw, var)
         sources[short] = f"${var}"

@@ -17,11 +17,14 @@ from typing import Any
 from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
+from safebeat.liveness import LIVE_WITHIN, is_live
+from safebeat.overview import empty_namespace
 from safebeat.records import Status
 from safebeat.stores.base import AdminStore
+from safebeat.urls import redact
 
-#: A replica whose heartbeat is older than this counts as gone (three missed heartbeats).
-ALIVE_FOR = timedelta(seconds=30)
+#: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
+ALIVE_FOR = LIVE_WITHIN
 #: Store clock vs this host's clock: beyond this, logs and the store disagree visibly.
 SKEW_WARNING = timedelta(seconds=2)
 #: History rows scanned for claims left unsent.
@@ -61,9 +64,11 @@ def run_checks(context: Context) -> list[Finding]:
     if any(f.level is Level.PROBLEM for f in findings):
         return findings
     for check in (
+        check_namespace,
         check_clock,
         check_time_zones,
         check_backend,
+        check_publisher_confirms,
         check_entries,
         check_replicas,
         check_unsent_claims,
@@ -97,6 +102,15 @@ def check_store(context: Context) -> list[Finding]:
             )
         ]
     return [Finding("store", Level.OK, f"{store.display_url} answers, schema version {version}")]
+
+
+def check_namespace(context: Context) -> list[Finding]:
+    """The namespace has registered entries; if not, which namespaces the store holds."""
+    store, namespace = context.store, context.config.namespace
+    count = len(store.states(namespace))
+    if count:
+        return [Finding("namespace", Level.OK, f"namespace {namespace!r}: {count} entries")]
+    return [Finding("namespace", Level.PROBLEM, empty_namespace(store, namespace))]
 
 
 def check_clock(context: Context) -> list[Finding]:
@@ -185,6 +199,51 @@ def check_backend(context: Context) -> list[Finding]:
     ]
 
 
+#: What "sent" means on brokers that acknowledge nothing back to the publisher.
+_CONFIRMS_HINT = (
+    "set broker_transport_options = {'confirm_publish': True} so that a publish waits for "
+    "the broker's acknowledgement"
+)
+
+
+def check_publisher_confirms(context: Context) -> list[Finding]:
+    """An AMQP broker used without publisher confirms: a message beat records as `sent`
+    was handed to the socket, and a broker crash before it was written loses it."""
+    if context.app is None:
+        return [Finding("publisher confirms", Level.OK, "skipped: needs -A to know the broker")]
+    connection = context.app.connection_for_write()
+    try:
+        driver = connection.transport.driver_type
+        confirms = bool(connection.transport_options.get("confirm_publish"))
+        broker = redact(connection.as_uri(include_password=True))
+    finally:
+        connection.release()
+    if driver != "amqp":
+        return [
+            Finding(
+                "publisher confirms",
+                Level.OK,
+                f"{broker}: 'sent' means the {driver} transport accepted the message",
+            )
+        ]
+    if confirms:
+        return [
+            Finding(
+                "publisher confirms",
+                Level.OK,
+                f"{broker}: publisher confirms on; 'sent' means the broker acknowledged it",
+            )
+        ]
+    return [
+        Finding(
+            "publisher confirms",
+            Level.WARNING,
+            f"{broker}: AMQP without publisher confirms, so a message marked 'sent' can be "
+            f"lost if the broker crashes before storing it; {_CONFIRMS_HINT}",
+        )
+    ]
+
+
 def check_entries(context: Context) -> list[Finding]:
     """Entries of the app that cannot be scheduled (with -A)."""
     if not context.broken:
@@ -196,7 +255,7 @@ def check_replicas(context: Context) -> list[Finding]:
     """Live replicas, and replicas that run different definitions of one entry."""
     store, namespace = context.store, context.config.namespace
     now = store.clock()
-    alive = [r for r in store.replicas(namespace) if now - r.heartbeat_at <= ALIVE_FOR]
+    alive = [r for r in store.replicas(namespace) if is_live(r.heartbeat_at, now)]
     if not alive:
         return [
             Finding(

@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -21,7 +22,7 @@ from celery import schedules
 from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
-from safebeat.records import Definition
+from safebeat.records import Definition, EntryState
 from safebeat.windows import (
     SOLAR_EVENTS,
     ClockedRule,
@@ -62,6 +63,24 @@ class Entry:
     @property
     def definition(self) -> Definition:
         return Definition(self.name, self.schedule_text, self.digest)
+
+
+def undecided_after(entry: Entry, state: EntryState) -> datetime:
+    """The instant after which `entry`'s windows are still to be decided: the shared
+    state's `decided_until`, but never before the entry's `not_before`.
+
+    A one-off's single window counts even when it lies before the entry was registered
+    (a django-celery-beat clocked task set for "now" is saved a moment before beat sees
+    it): until it is decided, it is due, as stock beat runs it; its policy then dispatches
+    it or records it as skipped.
+    """
+    after = state.decided_until
+    rule = entry.rule
+    if isinstance(rule, ClockedRule) and (state.last_window is None or state.last_window < rule.at):
+        after = min(after, rule.at - timedelta(microseconds=1))
+    if entry.not_before is not None:  # no window before the entry's start
+        after = max(after, entry.not_before - timedelta(microseconds=1))
+    return after
 
 
 def compile_schedule(
@@ -293,7 +312,7 @@ def _interval(name: str, every: timedelta, relative: bool) -> IntervalRule:
 def describe(rule: Rule) -> str:
     """Return a canonical text of a rule: equal text, equal windows."""
     if isinstance(rule, IntervalRule):
-        every = f"every {rule.every.total_seconds():g}s"
+        every = f"every {_seconds_text(rule.every)}s"
         return every if rule.anchor is None else f"{every} from {format_window(rule.anchor)}"
     if isinstance(rule, CrontabRule):
         fields = " ".join(
@@ -307,8 +326,26 @@ def describe(rule: Rule) -> str:
         )
         return f"crontab {fields} in {_zone_name(rule.tz)}"
     if isinstance(rule, SolarRule):
-        return f"solar {rule.event} at {rule.lat:g},{rule.lon:g}"
+        return f"solar {rule.event} at {_number_text(rule.lat)},{_number_text(rule.lon)}"
     return f"once at {format_window(rule.at)}"
+
+
+def _seconds_text(duration: timedelta) -> str:
+    """A duration in seconds, exact to the microsecond: the short form (`60`, `0.25`,
+    `1e+06`) that earlier versions wrote whenever it is exact, so existing entries keep
+    their text; the full decimal (`1000001`, `123456.789`) where that form rounded."""
+    micro = duration // timedelta(microseconds=1)
+    short = f"{micro / 1_000_000:g}"
+    if Decimal(short) * 1_000_000 == micro:
+        return short
+    whole, fraction = divmod(micro, 1_000_000)
+    return f"{whole}.{fraction:06d}".rstrip("0") if fraction else str(whole)
+
+
+def _number_text(value: float) -> str:
+    """A coordinate exactly: the short form when it is exact, else Python's round-trip repr."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def _zone_name(zone: tzinfo) -> str:

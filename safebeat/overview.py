@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from safebeat import windows
 from safebeat.entries import Entry
+from safebeat.liveness import is_live
 from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
 from safebeat.stores.base import AdminStore
 
@@ -49,10 +50,15 @@ class EntryStatus:
 
 @dataclass(frozen=True)
 class ReplicaStatus:
-    """A replica's last heartbeat and how old it is (store clock)."""
+    """A replica's last heartbeat, how old it is (store clock), and whether it is live."""
 
     record: ReplicaRecord
     age: timedelta
+
+    @property
+    def live(self) -> bool:
+        """Whether it heartbeated recently enough to count as running (safebeat.liveness)."""
+        return is_live(self.record.heartbeat_at, self.record.heartbeat_at + self.age)
 
 
 def entry_status(
@@ -97,6 +103,25 @@ def entry_statuses(
         )
         for name, state in sorted(states.items())
     ]
+
+
+def empty_namespace(store: AdminStore, namespace: str) -> str:
+    """What to say when `namespace` has no registered entry: which namespaces exist."""
+    others = store.namespaces()
+    if others:
+        return (
+            f"namespace {namespace!r} has no registered entries; {store.display_url} holds "
+            f"{listed(others)}: choose one with --namespace"
+        )
+    return (
+        f"namespace {namespace!r} has no registered entries, and {store.display_url} holds "
+        "none: is beat running against this store?"
+    )
+
+
+def listed(names: Sequence[str]) -> str:
+    """Names quoted and separated by commas, for a message."""
+    return ", ".join(repr(n) for n in names)
 
 
 def replica_statuses(store: AdminStore, namespace: str) -> list[ReplicaStatus]:

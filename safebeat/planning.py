@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from safebeat import windows
-from safebeat.entries import Entry
+from safebeat.entries import Entry, undecided_after
 from safebeat.identity import task_id_for
 from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan
 from safebeat.windows import Overlap
@@ -43,7 +43,7 @@ def plan_tick(
 ) -> Planned:
     """Decide the windows of every entry in `states` that this replica defines.
 
-    For each: the windows in `(decided_until, now]` (never before the entry's own start)
+    For each: the windows after `entries.undecided_after` up to `now`
     follow its missed-window policy (`windows.due`); a paused entry skips them all; an
     entry with `overlap="forbid"` skips them while its previous run is alive, by the
     timeout in `overlap_timeouts`. Dispatched windows become claims with their
@@ -61,11 +61,12 @@ def plan_tick(
         if entry is None:
             continue
         try:
-            after = state.decided_until
-            if entry.not_before is not None:  # no window before the entry's start
-                after = max(after, entry.not_before - timedelta(microseconds=1))
             decision = windows.due(
-                entry.rule, after=after, now=now, policy=entry.policy, anchor=state.anchor
+                entry.rule,
+                after=undecided_after(entry, state),
+                now=now,
+                policy=entry.policy,
+                anchor=state.anchor,
             )
         except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
             errors[name] = exc

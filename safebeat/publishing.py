@@ -12,9 +12,11 @@ beat.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from celery import Celery
@@ -22,10 +24,13 @@ from celery.app.task import Task
 from celery.beat import BeatLazyFunc
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
+from celery.utils.time import subtract_datetimes
 
 from safebeat.entries import Entry
 from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
 from safebeat.records import Claim
+
+logger = logging.getLogger(__name__)
 
 #: Options the direct path passes on exactly as `send_task` would; any other option (eta,
 #: countdown, expires, links, shadow, stamping...) takes Celery's full path.
@@ -163,7 +168,7 @@ class Publisher:
         kwargs: dict[str, Any],
         options: dict[str, Any],
     ) -> None:
-        """What `apply_async` -> `send_task` do for a message with no eta, expiry or links."""
+        """What `apply_async` -> `send_task` do for a message with no eta or links."""
         app, amqp, name = self.app, self.app.amqp, plan.entry.task
         if task is not None:
             if task.typing:
@@ -174,8 +179,11 @@ class Publisher:
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
         ignore_result = options.pop("ignore_result", None)
-        options.pop("expires", None)  # only the task's own, None: an entry's takes the full path
+        # Only the task's own expires can be here (an entry's takes the full path).
+        expires = options.pop("expires", None)
         options = amqp.router.route(options, name, args, kwargs, task)
+        if expires is not None:
+            options["expiration"] = self._seconds_left(task_id, expires)
         argsrepr, kwargsrepr = self._reprs(plan, args, kwargs)
         message = amqp.create_task_message(
             task_id,
@@ -190,6 +198,7 @@ class Publisher:
             soft_time_limit=soft_time_limit,
             create_sent_event=self._sent_event,
             ignore_result=ignore_result,
+            expires=expires,
             **options,
         )
         queue = options.get("queue")
@@ -208,6 +217,25 @@ class Publisher:
             amqp.send_task_message(producer, name, message, **options)
         if queue_name is not None:
             self._declared.add(queue_name)
+
+    def _seconds_left(self, task_id: str, expires: float | str | datetime) -> float:
+        """The message's time to live for `expires` (seconds, or an instant), as `send_task`
+        computes it: an instant already past gives 0 and a warning."""
+        if isinstance(expires, str):
+            expires = datetime.fromisoformat(expires)
+        if isinstance(expires, datetime):
+            seconds = float(subtract_datetimes(expires, self.app.now()).total_seconds())
+        else:
+            seconds = expires
+        if seconds < 0:
+            logger.warning(
+                "safebeat: task %s has an expiry in the past (%ss ago); it is sent with a "
+                "time to live of 0, as Celery does",
+                task_id,
+                -seconds,
+            )
+            return 0
+        return seconds
 
     def _origin_name(self) -> str:
         pid = os.getpid()

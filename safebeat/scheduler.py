@@ -19,13 +19,15 @@ from typing import Any
 
 from celery import beat
 
+from safebeat.app_schedule import settings_source
 from safebeat.config import Config, config_from_app
 from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import EntryError
+from safebeat.errors import EntryError, StoreError
 from safebeat.guard import TickGuard
 from safebeat.housekeeping import heartbeat, prune
 from safebeat.identity import current_replica
+from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
 from safebeat.overlap import overlap_timeouts
 from safebeat.planning import Planned, plan_tick
@@ -59,7 +61,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Seconds to wait before retrying when another replica holds the tick lock.
     busy_retry = 0.2
     #: Seconds between heartbeats of this replica.
-    heartbeat_interval = 10.0
+    heartbeat_interval = HEARTBEAT_INTERVAL.total_seconds()
     #: Seconds between prunes of history older than `safebeat_retention`.
     prune_interval = 3600.0
     #: Most stale claims one tick takes over for re-publishing.
@@ -148,7 +150,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         A subclass that reads schedules from elsewhere extends this (see
         `safebeat.contrib.django.DatabaseScheduler`).
         """
-        return {**self._default_entries(), **self.app.conf.beat_schedule}
+        return settings_source(self.app)
 
     def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
         """Run exactly these compiled entries from now on; report the broken ones (once each).
@@ -168,18 +170,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def published(self, claims: Sequence[Claim]) -> None:
         """Called with the claims just published and recorded as sent. Does nothing by default."""
 
-    def _default_entries(self) -> dict[str, Any]:
-        """The entries stock beat adds by itself (result cleanup), compiled like the others."""
-        if self.app.conf.result_expires and not self.app.backend.supports_autoexpire:
-            return {
-                "celery.backend_cleanup": {
-                    "task": "celery.backend_cleanup",
-                    "schedule": beat.crontab("0", "4", "*"),
-                    "options": {"expires": 12 * 3600},
-                }
-            }
-        return {}
-
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""
         started = self._monotonic()
@@ -197,11 +187,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         """Nothing to flush: claims and states are committed when they happen."""
 
     def close(self) -> None:
+        """Stop cleanly: this replica's heartbeat is removed, so `safebeat status` drops it."""
         try:
             super().close()
         finally:
             if self._store is not None:
+                if self._next_heartbeat:
+                    self._forget_replica()
                 self._store.close()
+
+    def _forget_replica(self) -> None:
+        try:
+            self.store.forget_replica(self.safebeat_config.namespace, self.replica)
+        except StoreError as exc:
+            logger.warning("safebeat: could not remove this replica's heartbeat: %s", exc)
 
     @property
     def info(self) -> str:

@@ -79,7 +79,7 @@ def _netloc_and_tail(rest: str) -> tuple[str, str]:
     return rest[:end], rest[end:]
 
 
-def _password(url: str) -> str | None:
+def password_of(url: str) -> str | None:
     """The password of `url`'s userinfo as written, also when urlsplit rejects the URL."""
     try:
         return urlsplit(url).password
@@ -91,7 +91,7 @@ def _password(url: str) -> str | None:
 
 def scrub(text: str, url: str) -> str:
     """Remove the password of `url` from `text` (a driver's error message, say)."""
-    password = _password(url)
+    password = password_of(url)
     if password:
         text = text.replace(password, "***")
     return _PASSWORD_IN_QUERY.sub(r"\1***", text)

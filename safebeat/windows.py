@@ -23,6 +23,8 @@ MAX_CRONTAB_SEARCH_DAYS = 366 * 30
 _MAX_FOLD = timedelta(hours=3)
 #: Counting skipped windows one by one stops here; the count is then reported as unknown.
 MAX_COUNTED_SKIPS = 10_000
+#: Counting a crontab's skipped windows stops after this many local days (unknown beyond).
+MAX_COUNTED_DAYS = 400
 
 
 @dataclass(frozen=True)
@@ -320,6 +322,7 @@ _SOLAR_DAY_SHIFT = {
     "transit": timedelta(0),
 }
 _DAY = timedelta(days=1)
+_HOUR = timedelta(hours=1)
 
 
 def _solar_event(rule: SolarRule, start: datetime, *, forward: bool) -> datetime | None:
@@ -519,16 +522,118 @@ def _span(
 def count_windows(
     rule: Rule, first: datetime, last: datetime, anchor: datetime | None = None
 ) -> int | None:
-    """Count the windows in `[first, last]` (both windows).
+    """Count the windows in `[first, last]` (both windows), with work bounded per rule.
 
-    Intervals are counted exactly by arithmetic; other rules are counted one window at a
-    time, and None is returned past MAX_COUNTED_SKIPS.
+    Intervals and crontabs are counted exactly by arithmetic: a crontab one local day at a
+    time, whatever its number of slots, for at most MAX_COUNTED_DAYS days. Solar events and
+    one-offs are counted one window at a time, at most MAX_COUNTED_SKIPS of them. None means
+    the span was too long to count within those bounds.
     """
     if isinstance(rule, IntervalRule):
         return (last - first) // rule.every + 1
+    if isinstance(rule, CrontabRule):
+        return _count_crontab(rule, first, last)
+    return _count_stepwise(rule, first, last, anchor, limit=MAX_COUNTED_SKIPS)
+
+
+def _count_stepwise(
+    rule: Rule, first: datetime, last: datetime, anchor: datetime | None, *, limit: int
+) -> int | None:
+    """Count the windows in `[first, last]` one at a time; None past `limit` of them."""
     count = 0
     for _ in windows_between(rule, first - _MICROSECOND, last, anchor):
         count += 1
-        if count > MAX_COUNTED_SKIPS:
+        if count > limit:
             return None
+    return count
+
+
+def _count_crontab(rule: CrontabRule, first: datetime, last: datetime) -> int | None:
+    """Count a crontab's windows in `[first, last]`, one local day (or hour) per step.
+
+    Over a stretch of wall-clock time whose UTC offset holds throughout (and since the
+    instant before it), each matching slot is one window at its wall-clock time less that
+    offset, so the slots between two wall-clock times are counted with two binary
+    searches. A day where the clocks change is taken an hour at a time, and only the
+    hours the change falls in, and any repeated stretch after clocks go back, are walked
+    window by window. The work is bounded by the days counted, at most MAX_COUNTED_DAYS.
+    """
+    tz = rule.tz
+    total = 0
+    cursor = first
+    block_start = datetime.combine(first.astimezone(tz).date(), time())
+    block = _DAY
+    limit = block_start + MAX_COUNTED_DAYS * _DAY
+    while cursor <= last:
+        if block_start >= limit:
+            return None
+        steady = _steady_offset(tz, block_start, block)
+        if steady is None and block == _DAY:
+            block = _HOUR  # look at the day of a clock change hour by hour
+            continue
+        if steady is None:
+            stop = wall_to_instant(block_start + block, tz)
+            if stop > cursor:
+                total += _windows_in(rule, cursor, min(last, stop - _MICROSECOND))
+                cursor = stop
+        else:
+            start, offset = steady
+            end = start + block
+            if cursor < start:  # a repeated stretch that belongs to no block of its own
+                total += _windows_in(rule, cursor, min(last, start - _MICROSECOND))
+                cursor = start
+                continue
+            if cursor < end and rule.matches_day(block_start.date()):
+                since = _naive(cursor - _MICROSECOND + offset)
+                upto = _naive(min(last, end - _MICROSECOND) + offset)
+                day = block_start.date()
+                total += _slots_until(rule, day, upto) - _slots_until(rule, day, since)
+            cursor = max(cursor, end)
+        block_start += block
+        if block_start.hour == 0:
+            block = _DAY
+    return total
+
+
+def _windows_in(rule: CrontabRule, first: datetime, last: datetime) -> int:
+    """Count the windows in `[first, last]` (at most a day long) one by one."""
+    count = 0
+    window = _crontab_next(rule, first - _MICROSECOND)
+    while window is not None and window <= last:
+        count += 1
+        window = _crontab_next(rule, window)
+    return count
+
+
+def _steady_offset(
+    tz: tzinfo, wall: datetime, length: timedelta
+) -> tuple[datetime, timedelta] | None:
+    """The instant the naive wall-clock time `wall` shows and the UTC offset there, if that
+    offset holds from just before it until `length` later; None if the clocks change."""
+    offset = wall.replace(tzinfo=tz).utcoffset()
+    if offset is None:
+        return None
+    start = wall.replace(tzinfo=UTC) - offset
+    for probe in (start - _MICROSECOND, start, start + length - _MICROSECOND):
+        if probe.astimezone(tz).utcoffset() != offset:
+            return None
+    return start, offset
+
+
+def _naive(instant: datetime) -> datetime:
+    return instant.replace(tzinfo=None)
+
+
+def _slots_until(rule: CrontabRule, day: date, local: datetime) -> int:
+    """How many slots of `day` (a day the rule matches) fall at or before the wall-clock
+    time `local`."""
+    if local.date() < day:
+        return 0
+    hours, minutes = rule.hours, rule.minutes
+    if local.date() > day:
+        return len(hours) * len(minutes)
+    whole_hours = bisect.bisect_left(hours, local.hour)
+    count = whole_hours * len(minutes)
+    if whole_hours < len(hours) and hours[whole_hours] == local.hour:
+        count += bisect.bisect_right(minutes, local.minute)
     return count

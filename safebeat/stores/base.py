@@ -163,6 +163,14 @@ class TickStore(StoreConnection, Protocol):
         """Record that `replica` is alive now, with the entry digests it runs."""
         ...
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        """Delete `replica`'s heartbeat: it stopped cleanly and is no longer a replica.
+
+        Called by beat on a clean stop, so `replicas` lists it no more. A replica that was
+        never recorded is not an error.
+        """
+        ...
+
     def prune(self, namespace: str, before: datetime) -> int:
         """Delete dispatch rows claimed before `before`, replicas silent since then, and
         effect keys whose expiry has passed (store now); return how many dispatch rows
@@ -266,6 +274,14 @@ class AdminStore(StoreConnection, Protocol):
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
         """Return every replica's last heartbeat, newest first."""
+        ...
+
+    def namespaces(self) -> list[str]:
+        """Return every namespace that has a registered entry, sorted.
+
+        For operators who do not know which namespace beat used (the app's main name by
+        default); reads only, creates nothing.
+        """
         ...
 
     def history(

@@ -298,6 +298,14 @@ class MemoryStore:
             records = list(self._ns(namespace).replicas.values())
         return sorted(records, key=lambda r: r.heartbeat_at, reverse=True)
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._mutex:
+            self._ns(namespace).replicas.pop(replica.id, None)
+
+    def namespaces(self) -> list[str]:
+        with self._mutex:
+            return sorted(name for name, ns in self._namespaces.items() if ns.entries)
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

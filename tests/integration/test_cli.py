@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -21,13 +23,15 @@ from click.testing import CliRunner, Result
 from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica
+from safebeat.liveness import LIVE_WITHIN
 from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from tests import services
-from tests.acceptance.harness import redis_messages, safebeat_messages
+from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 
 REPLICA = Replica("host-a", 1, "aaaaaa")
+OTHER = Replica("host-b", 2, "bbbbbb")
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(sqlite_url: str) -> None:
@@ -85,13 +89,19 @@ def test_without_auto_migrate_beat_waits_for_safebeat_migrate(
 
 
 @pytest.fixture
-def filled(redis_url: str, sqlite_url: str, namespace: str) -> Iterator[str]:
-    """A SQLite store after three seconds of a real scheduler publishing to Redis."""
+def running(redis_url: str, sqlite_url: str, namespace: str) -> Iterator[Scheduler]:
+    """A real scheduler that published to Redis for three seconds and is still running."""
     queue = f"cli-{namespace}"
     scheduler = Scheduler(make_app(redis_url, queue, sqlite_url, namespace))
     run(scheduler, 3)
+    yield scheduler
     scheduler.close()
     redis.Redis.from_url(redis_url).delete(queue)
+
+
+@pytest.fixture
+def filled(running: Scheduler, sqlite_url: str) -> str:
+    """The SQLite store of `running`: its history, and its replica's heartbeat."""
     return sqlite_url
 
 
@@ -114,6 +124,7 @@ def test_status_lists_each_entry_with_its_sender_and_the_live_replicas(
     assert entry["last_sent_window"] <= entry["last_window"]
     [replica] = report["replicas"]
     assert replica["replica"] == current_replica().id
+    assert replica["live"] is True
     table = cli("--url", filled, "--namespace", namespace, "status")
     assert table.exit_code == 0
     assert "every-1s" in table.output
@@ -292,9 +303,6 @@ def test_trigger_publishes_one_extra_run_recorded_as_such(
     assert (row.status, row.reason, row.task_id) == (Status.SENT, "trigger", message.task_id)
     assert message.window == row.window
     assert store.states(namespace)["report"].last_window is None  # the schedule is untouched
-    without_app = cli("--url", sqlite_url, "--namespace", namespace, "trigger", "report")
-    assert without_app.exit_code == 2
-    assert "give the app with -A" in without_app.output
 
 
 def test_backfill_sends_only_the_windows_never_sent(
@@ -329,3 +337,379 @@ def test_backfill_sends_only_the_windows_never_sent(
     naive = cli("-A", app_module, "backfill", "report", "--from", "2026-01-01", "--to", iso(end))
     assert naive.exit_code == 2
     assert "has no time zone" in naive.output
+
+
+# --- errors are one line: a wrong -A, a missing store, an unexpected failure --------------
+
+
+def safebeat(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m safebeat ARGS` run as a user would, in `cwd`, without SAFEBEAT_URL."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SAFEBEAT_")}
+    environ.pop("PYTHONPATH", None)
+    environ.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "safebeat", *args],
+        cwd=cwd,
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def one_error_line(result: subprocess.CompletedProcess[str] | Result) -> str:
+    """The command's only line of output, an error; fails if there is more (a traceback)."""
+    text = result.stderr if isinstance(result, subprocess.CompletedProcess) else result.output
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    assert lines[0].startswith("Error: ")
+    return lines[0]
+
+
+def test_a_missing_app_module_is_one_line_naming_it_and_the_folder(tmp_path: Path) -> None:
+    """`-A nosuchmod` exits 2 with one line naming the module and the current directory."""
+    result = safebeat("-A", "nosuchmod", "status", cwd=tmp_path)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "no module named 'nosuchmod'" in line
+    assert str(tmp_path) in line
+
+
+def test_a_missing_app_attribute_is_one_line_naming_it(tmp_path: Path) -> None:
+    """`-A proj.celery:nosuchapp` exits 2 with one line naming the module and the attribute."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "__init__.py").write_text("")
+    (tmp_path / "proj" / "celery.py").write_text(
+        "from celery import Celery\napp = Celery('proj', broker='memory://')\n"
+    )
+    result = safebeat("-A", "proj.celery:nosuchapp", "status", cwd=tmp_path)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "module 'proj.celery' has no attribute 'nosuchapp'" in line
+
+
+def test_an_app_run_from_the_wrong_folder_is_one_line_naming_that_folder(tmp_path: Path) -> None:
+    """`-A proj` from a folder that does not hold proj exits 2 naming the folder."""
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "__init__.py").write_text(
+        "from celery import Celery\napp = Celery('proj', broker='memory://')\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = safebeat("-A", "proj", "status", cwd=elsewhere)
+    assert result.returncode == 2
+    line = one_error_line(result)
+    assert "no module named 'proj'" in line
+    assert f"({elsewhere})" in line
+    found = safebeat("-A", "proj", "--url", "sqlite:///s.sqlite3", "migrate", cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+
+
+def test_an_app_that_fails_to_import_is_one_line_and_traceback_shows_where(
+    tmp_path: Path,
+) -> None:
+    """An app whose import raises exits 1 with one line; --traceback or SAFEBEAT_DEBUG=1
+    shows the traceback instead."""
+    (tmp_path / "broken.py").write_text("raise RuntimeError('settings are wrong')\n")
+    result = safebeat("-A", "broken", "status", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "RuntimeError: settings are wrong" in one_error_line(result)
+    for shown in (
+        safebeat("--traceback", "-A", "broken", "status", cwd=tmp_path),
+        safebeat("-A", "broken", "status", cwd=tmp_path, SAFEBEAT_DEBUG="1"),
+    ):
+        assert shown.returncode == 1
+        assert "Traceback (most recent call last)" in shown.stderr
+        assert "broken.py" in shown.stderr
+
+
+def test_an_unexpected_error_is_one_line_unless_traceback_is_asked(
+    filled: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure safebeat did not foresee is one line naming its type, exit 1; with
+    --traceback the exception itself propagates."""
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise ValueError("something nobody foresaw")
+
+    monkeypatch.setattr("safebeat.cli.entry_statuses", fail)
+    result = cli("--url", filled, "--namespace", namespace, "status")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "unexpected ValueError: something nobody foresaw" in line
+    assert "--traceback" in line
+    traced = cli("--traceback", "--url", filled, "--namespace", namespace, "status")
+    assert isinstance(traced.exception, ValueError)
+
+
+def test_without_a_store_configured_the_cli_says_so_and_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No -A, --url or SAFEBEAT_URL: every reading command says so, exit 1, no file made."""
+    monkeypatch.delenv("SAFEBEAT_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for command in (["status"], ["history", "a"], ["health"], ["doctor"], ["migrate"]):
+        result = cli(*command)
+        assert result.exit_code == 1, command
+        line = one_error_line(result)
+        assert line == "Error: no store configured: give -A, --url or SAFEBEAT_URL"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reading_commands_never_create_a_store_or_its_schema(
+    tmp_path: Path, namespace: str
+) -> None:
+    """status, history, health, doctor, pause and prune on a missing SQLite file report it
+    and leave no file; on an empty file they create no table."""
+    url = f"sqlite:///{tmp_path}/missing.sqlite3"
+    for command in (["status"], ["history", "a"], ["health"], ["pause", "a"], ["prune"]):
+        result = cli("--url", url, "--namespace", namespace, *command)
+        assert result.exit_code == 1, command
+        assert "no SQLite store at" in one_error_line(result)
+    doctor = cli("--url", url, "--namespace", namespace, "doctor")
+    assert doctor.exit_code == 1
+    assert "problem  store: no SQLite store at" in doctor.output
+    assert list(tmp_path.iterdir()) == []
+
+    empty = tmp_path / "empty.sqlite3"
+    empty.touch()
+    result = cli("--url", f"sqlite:///{empty}", "--namespace", namespace, "status")
+    assert result.exit_code == 1
+    with sqlite3.connect(empty) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master").fetchall() == []
+
+
+# --- namespaces ------------------------------------------------------------------------
+
+
+def test_without_a_namespace_the_store_s_only_one_is_used_and_named(
+    sqlite_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one namespace in the store and none given, status uses it and says so on stderr."""
+    monkeypatch.delenv("SAFEBEAT_NAMESPACE", raising=False)
+    registered(sqlite_url, namespace)
+    result = CliRunner().invoke(main, ["--url", sqlite_url, "status", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["namespace"] == namespace
+    assert f"using namespace {namespace!r}, the only one" in result.stderr
+
+
+def test_with_several_namespaces_the_cli_lists_them_and_asks_for_one(
+    sqlite_url: str, namespace: str
+) -> None:
+    """Two namespaces and none given: one line listing both, exit 1; an empty namespace
+    given says which namespaces exist, in status and in doctor."""
+    store = registered(sqlite_url, namespace)
+    store.register(f"{namespace}-2", [Definition("other", "every 60s", "d")], REPLICA)
+    several = cli("--url", sqlite_url, "status")
+    assert several.exit_code == 1
+    line = one_error_line(several)
+    assert f"holds namespaces {namespace!r}, {namespace + '-2'!r}" in line
+    assert "--namespace" in line
+    empty = cli("--url", sqlite_url, "--namespace", "default", "status")
+    assert empty.exit_code == 1
+    assert "namespace 'default' has no registered entries" in one_error_line(empty)
+    assert repr(namespace) in empty.output
+    doctor = cli("--url", sqlite_url, "--namespace", "default", "doctor")
+    assert doctor.exit_code == 1
+    assert "problem  namespace: namespace 'default' has no registered entries" in doctor.output
+    assert repr(namespace) in doctor.output
+    chosen = cli("--url", sqlite_url, "status", "--namespace", f"{namespace}-2", "--json")
+    assert chosen.exit_code == 0, chosen.output
+    assert [e["entry"] for e in json.loads(chosen.output)["entries"]] == ["other"]
+
+
+# --- replicas: live, dead, gone ----------------------------------------------------------
+
+
+def test_status_marks_replicas_live_or_dead_by_their_heartbeat_age(
+    sqlite_url: str, namespace: str
+) -> None:
+    """A replica that missed three heartbeats is dead, a fresh one live (safebeat.liveness)."""
+    registered(sqlite_url, namespace)
+    now = datetime.now(timezone.utc)
+    for replica, at in ((REPLICA, now - LIVE_WITHIN - timedelta(seconds=5)), (OTHER, now)):
+        SqliteStore(sqlite_url, clock=lambda at=at: at).heartbeat(namespace, replica, "1", {})
+    result = cli("--url", sqlite_url, "--namespace", namespace, "status", "--json")
+    assert result.exit_code == 0, result.output
+    live = {r["replica"]: r["live"] for r in json.loads(result.output)["replicas"]}
+    assert live == {REPLICA.id: False, OTHER.id: True}
+    table = cli("--url", sqlite_url, "--namespace", namespace, "status").output
+    [dead_line] = [line for line in table.splitlines() if line.startswith(REPLICA.id)]
+    [live_line] = [line for line in table.splitlines() if line.startswith(OTHER.id)]
+    assert dead_line.split()[1] == "dead"
+    assert live_line.split()[1] == "live"
+
+
+def test_a_replica_that_stopped_cleanly_is_dropped_at_once(
+    running: Scheduler, sqlite_url: str, namespace: str
+) -> None:
+    """Scheduler.close (what SIGTERM does) removes the replica's heartbeat: status lists it
+    no more, while its history stays."""
+    before = cli("--url", sqlite_url, "--namespace", namespace, "status", "--json")
+    assert [r["replica"] for r in json.loads(before.output)["replicas"]] == [running.replica.id]
+    running.close()
+    after = cli("--url", sqlite_url, "--namespace", namespace, "status", "--json")
+    report = json.loads(after.output)
+    assert report["replicas"] == []
+    assert report["entries"][0]["sent_by"] == running.replica.id
+
+
+# --- options after the command, store errors in one line ---------------------------------
+
+
+def test_url_and_namespace_are_accepted_after_the_command(filled: str, namespace: str) -> None:
+    """`safebeat status --url URL --namespace NAME` works as the options before it do."""
+    result = cli("status", "--url", filled, "--namespace", namespace, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["namespace"] == namespace
+    history = cli("history", "every-1s", "--namespace", namespace, "--url", filled)
+    assert history.exit_code == 0, history.output
+
+
+def test_a_redis_wanting_a_password_the_url_lacks_says_so(namespace: str) -> None:
+    """Against a server with requirepass, a URL without a password gets a clear line, not
+    Redis's "HELLO must be called ..."."""
+    server = services.start_redis_server(None, "--requirepass", "s3cret-pw")
+    try:
+        result = cli("--url", server.url, "--namespace", namespace, "status")
+        wrong = cli(
+            "--url", server.url.replace("redis://", "redis://:not-it@"), "--namespace",
+            namespace, "status",
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "the server requires a password and the URL gives none" in line
+    assert "HELLO" not in line
+    assert wrong.exit_code == 1
+    assert "check the user name and password" in one_error_line(wrong)
+    assert "not-it" not in wrong.output
+
+
+def test_connection_refused_is_one_line() -> None:
+    """An unreachable PostgreSQL (libpq's two-line message) is reported on one line."""
+    url = f"postgresql://app:hunter2@127.0.0.1:{services.free_port()}/app"
+    result = cli("--url", url, "--namespace", "x", "status")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "Connection refused" in line
+    assert "hunter2" not in line
+
+
+def test_trigger_without_an_app_is_one_line_exit_2(sqlite_url: str, namespace: str) -> None:
+    """`trigger` and `backfill` without -A say in one line that they need the app."""
+    registered(sqlite_url, namespace)
+    for command in (["trigger", "report"], ["backfill", "report", "--from", "2026-01-01T00:00Z",
+                                            "--to", "2026-01-02T00:00Z"]):  # fmt: skip
+        result = cli("--url", sqlite_url, "--namespace", namespace, *command)
+        assert result.exit_code == 2
+        assert "needs the Celery app: give it with -A" in one_error_line(result)
+
+
+# --- django-celery-beat rows: the schedule beat runs -------------------------------------
+
+
+@pytest.fixture
+def rows_app(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    namespace: str,
+) -> Iterator[str]:
+    """A Celery app (`-A <name>`) whose beat runs django-celery-beat rows, one good, one bad."""
+    from tests import djangosite
+
+    alias = djangosite.alias_for(request, "sqlite")
+    djangosite.migrate(alias, "django_celery_beat")
+    djangosite.BeatRouter.alias = alias
+    name = f"clirows_{namespace.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from celery import Celery\n"
+        f"app = Celery({namespace!r}, broker='memory://', set_as_current=False)\n"
+        f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
+        "    beat_scheduler='safebeat.contrib.django:DatabaseScheduler',\n"
+        "    beat_schedule={'charge': {'task': 'billing.charge'}})\n"  # broken, and shadowed
+        "@app.task(name='billing.charge', shared=False)\n"
+        "def charge():\n"
+        "    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    every, _ = IntervalSchedule.objects.get_or_create(every=60, period="seconds")
+    PeriodicTask.objects.create(name="charge", task="billing.charge", interval=every)
+    PeriodicTask.objects.create(name="bad-json", task="billing.charge", interval=every, args="[1")
+    yield name
+    PeriodicTask.objects.all().delete()
+    djangosite.BeatRouter.alias = "default"
+
+
+@pytest.mark.django
+def test_django_celery_beat_rows_are_read_as_beat_reads_them(
+    rows_app: str, sqlite_url: str, namespace: str
+) -> None:
+    """With DatabaseScheduler, status shows a row's next window and the bad row (a row wins
+    over a setting of its name), doctor reports the bad row, and trigger accepts the row."""
+    store = SqliteStore(sqlite_url)
+    store.migrate()
+    store.register(namespace, [Definition("charge", "every 60s", "d")], REPLICA)
+    result = cli("-A", rows_app, "status", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    [entry] = report["entries"]
+    assert entry["entry"] == "charge"
+    assert entry["next_window"] is not None
+    [broken] = report["broken"]
+    assert broken["entry"] == "bad-json"
+    assert "args is not valid JSON" in broken["problem"]
+    table = cli("-A", rows_app, "status")
+    assert "bad-json: " in table.output
+
+    doctor = cli("-A", rows_app, "doctor")
+    assert "problem  entries: schedule entry 'bad-json'" in doctor.output
+
+    triggered = cli("-A", rows_app, "trigger", "charge")
+    assert triggered.exit_code == 0, triggered.output
+    assert "sent (task id" in triggered.output
+    [row] = store.history(namespace, "charge")
+    assert (row.status, row.reason) == (Status.SENT, "trigger")
+    bad = cli("-A", rows_app, "trigger", "bad-json")
+    assert bad.exit_code == 1
+    assert "args is not valid JSON" in one_error_line(bad)
+
+
+def replicas_listed(url: str, namespace: str) -> list[str]:
+    result = cli("--url", url, "--namespace", namespace, "status", "--json")
+    return [] if result.exit_code else [r["replica"] for r in json.loads(result.output)["replicas"]]
+
+
+def test_a_celery_beat_stopped_by_sigterm_leaves_status_at_once(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """Two real `celery beat` processes: after SIGTERM to one, status lists only the other."""
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    beats = Cluster(
+        workdir=tmp_path,
+        broker_url=redis_url,
+        queue=f"cli-{namespace}",
+        schedule={"every-1s": 1.0},
+        env={"SAFEBEAT_URL": url, "SAFEBEAT_NAMESPACE": namespace},
+    )
+    try:
+        beats.start(2)
+        beats.wait_started()
+        deadline = time.monotonic() + 30
+        while len(replicas_listed(url, namespace)) < 2:  # both heartbeated: a state, not a time
+            assert time.monotonic() < deadline, beats.logs()
+            time.sleep(0.2)
+        stopped, kept = beats.processes
+        beats.signal(0, signal.SIGTERM)
+        assert stopped.wait(20) == 0, beats.logs()
+        [left] = replicas_listed(url, namespace)
+        assert left.split(":")[1] == str(kept.pid)
+    finally:
+        beats.stop()
+        redis.Redis.from_url(redis_url).delete(f"cli-{namespace}")

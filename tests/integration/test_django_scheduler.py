@@ -258,6 +258,26 @@ def test_one_off_start_time_and_expires_are_honoured(
     assert max(windows["expiring"]) <= now + timedelta(seconds=3)
 
 
+def test_a_clocked_one_off_set_for_now_is_sent_once(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """A clocked one_off row whose time passed a moment before beat saw it (set for "now" in
+    the admin) is sent once, at its window, and disabled, as django-celery-beat does."""
+    from django_celery_beat.models import ClockedSchedule, PeriodicTask
+
+    at = clock.now() - timedelta(seconds=2)
+    moment = ClockedSchedule.objects.create(clocked_time=at)
+    PeriodicTask.objects.create(
+        name="now-once", task="billing.charge", clocked=moment, one_off=True
+    )
+    clock.advance(1)  # beat starts after the row was saved
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 4)
+    sent = [m for m in drain(app) if m["safebeat_entry"] == "now-once"]
+    assert [datetime.fromisoformat(m["safebeat_window"]) for m in sent] == [at]
+    assert PeriodicTask.objects.get(name="now-once").enabled is False
+
+
 def test_a_row_wins_over_a_beat_schedule_entry_of_its_name(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:

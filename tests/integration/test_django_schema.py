@@ -55,8 +55,13 @@ def test_migrations_are_in_step_with_the_models(django_aliases: dict[str, str]) 
     call_command("makemigrations", "safebeat", check=True, dry_run=True, verbosity=0)
 
 
+#: Django migrations with no SQL counterpart: they change only what MySQL/MariaDB needs.
+MYSQL_ONLY_MIGRATIONS = ["0004_binary_keys_on_mysql"]
+
+
 def test_one_django_migration_per_sql_migration(django_aliases: dict[str, str]) -> None:
-    """Each numbered SQL file of the PostgreSQL store has its Django migration, in order."""
+    """Each numbered SQL file of the PostgreSQL store has its Django migration, in order;
+    the only others are the MySQL/MariaDB-only ones."""
     from django.db import connections
 
     from safebeat.contrib.django.schema import postgres_migrations
@@ -64,7 +69,64 @@ def test_one_django_migration_per_sql_migration(django_aliases: dict[str, str]) 
 
     _, known = migration_state(connections["sqlite"])
     sql = [m.name.removesuffix(".sql") for m in postgres_migrations()]
-    assert known == sql
+    assert [name for name in known if name not in MYSQL_ONLY_MIGRATIONS] == sql
+    assert set(MYSQL_ONLY_MIGRATIONS) <= set(known)
+
+
+#: Every key column of safebeat's tables: (table, column).
+KEY_COLUMNS = {
+    ("safebeat_entry", "namespace"),
+    ("safebeat_entry", "name"),
+    ("safebeat_dispatch", "namespace"),
+    ("safebeat_dispatch", "entry"),
+    ("safebeat_replica", "namespace"),
+    ("safebeat_replica", "replica"),
+    ("safebeat_effect", "namespace"),
+    ("safebeat_effect", "key"),
+}
+
+
+def key_collations(cursor: Any) -> dict[tuple[str, str], str]:
+    cursor.execute(
+        "SELECT table_name, column_name, collation_name FROM information_schema.columns "
+        "WHERE table_schema = DATABASE() AND table_name LIKE 'safebeat\\_%%' "
+        "AND collation_name IS NOT NULL"
+    )
+    found = {(table, column): collation for table, column, collation in cursor.fetchall()}
+    return {column: found[column] for column in KEY_COLUMNS}
+
+
+@pytest.mark.mariadb
+def test_migration_gives_existing_mariadb_key_columns_a_binary_no_pad_collation(
+    request: pytest.FixtureRequest,
+) -> None:
+    """Key columns an older install created case-insensitive are made binary and no-pad."""
+    from django.core.management import call_command
+    from django.db import connections
+
+    from tests import djangosite
+
+    alias = djangosite.alias_for(request, "mariadb")
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        for table, column in KEY_COLUMNS:  # as 0001-0003 made them before
+            cursor.execute(
+                "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = %s AND column_name = %s",
+                [table, column],
+            )
+            (length,) = cursor.fetchone()
+            cursor.execute(
+                f"ALTER TABLE `{table}` MODIFY `{column}` varchar({length}) "
+                "CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL"
+            )
+        assert set(key_collations(cursor).values()) == {"utf8mb4_general_ci"}
+    call_command("migrate", "safebeat", "0003", database=alias, verbosity=0)
+    call_command("migrate", "safebeat", database=alias, verbosity=0)
+    with connection.cursor() as cursor:
+        assert set(key_collations(cursor).values()) == {"utf8mb4_nopad_bin"}
+        cursor.execute("SELECT 'a' = 'a ' COLLATE utf8mb4_nopad_bin")
+        assert cursor.fetchone() == (0,)
 
 
 @pytest.mark.postgres

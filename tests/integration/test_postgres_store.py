@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -207,3 +212,118 @@ def test_a_schedule_larger_than_one_register_slice_registers_whole_and_atomicall
     assert first.changed == {}
     assert again.changed == {"e00000": "d1", names[-1]: "d1"}
     assert set(again.states) == set(names)
+
+
+#: A replica that registers its entries over and over, until the test stops it mid-way.
+REGISTERING_REPLICA = """
+import sys
+from datetime import timedelta
+from safebeat.identity import Replica
+from safebeat.stores.base import Definition
+from safebeat.stores.postgres import PostgresStore
+
+url, namespace, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = PostgresStore(url, lock_timeout=timedelta(seconds=1))
+definitions = [Definition(f"e{i}", "every 1s", "d1") for i in range(count)]
+print(store._connection().info.backend_pid, flush=True)  # its server session, for the test
+while True:
+    store.register(namespace, definitions, Replica("frozen-host", 1, "f00000"))
+"""
+
+
+def session_of(admin: psycopg.Connection[Any], backend: int) -> tuple[str, str] | None:
+    """The (state, last query) of the server session `backend`, if it is still open."""
+    row = admin.execute(
+        "SELECT state, query FROM pg_stat_activity WHERE pid = %s", [backend]
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+def stop_inside_register(process: subprocess.Popen[bytes], admin: Any, backend: int) -> None:
+    """SIGSTOP `process` at a moment its session is idle inside register's transaction,
+    after the upsert: the replica is frozen holding whatever register locked."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        os.kill(process.pid, signal.SIGSTOP)
+        session = session_of(admin, backend)
+        after_upsert = session is not None and (
+            "INSERT INTO safebeat_entry" in session[1] or "running_since" in session[1]
+        )
+        if after_upsert and session is not None and session[0] == "idle in transaction":
+            return
+        os.kill(process.pid, signal.SIGCONT)
+        time.sleep(0.002)
+    raise AssertionError("never caught the replica inside register")
+
+
+def test_a_replica_frozen_inside_register_does_not_stop_the_others(
+    pg_url: str, namespace: str
+) -> None:
+    """A replica frozen inside register (its upsert done, no commit) locks no unchanged row,
+    so another replica's ticks go on at once, and the server ends the frozen session."""
+    names = [f"e{i}" for i in range(20)]
+    alive = PostgresStore(pg_url, lock_timeout=timedelta(seconds=1))
+    states = alive.register(namespace, [Definition(n, "every 1s", "d1") for n in names], ALIVE)
+    process = subprocess.Popen(
+        [sys.executable, "-c", REGISTERING_REPLICA, pg_url, namespace, str(len(names))],
+        stdout=subprocess.PIPE,
+    )
+    admin = psycopg.connect(pg_url, autocommit=True)
+    try:
+        assert process.stdout is not None
+        backend = int(process.stdout.readline())
+        stop_inside_register(process, admin, backend)
+        for second in (1, 2, 3):
+            window = states.states["e0"].anchor + timedelta(seconds=second)
+            plan = TickPlan(
+                claims=[NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in names],
+                advances=dict.fromkeys(names, window),
+            )
+            started = time.monotonic()
+            result = alive.tick(namespace, names, lambda n, s, p=plan: p, replica=ALIVE)
+            assert time.monotonic() - started < 0.9  # never waits for the frozen replica
+            assert result is not None
+            assert len(result.claimed) == len(names)
+        deadline = time.monotonic() + 10
+        while session_of(admin, backend) is not None:  # idle_in_transaction timeout
+            assert time.monotonic() < deadline, "the frozen register kept its session"
+            time.sleep(0.05)
+    finally:
+        process.kill()
+        os.kill(process.pid, signal.SIGCONT)
+        process.wait(10)
+        admin.close()
+        alive.close()
+
+
+def test_migrate_waits_a_bounded_time_for_a_frozen_migrator(pg_url: str) -> None:
+    """With another session frozen while holding the migration lock, migrate gives up after
+    about lock_timeout with an error saying so, instead of waiting for ever."""
+    from safebeat.stores.sql_common import advisory_key
+
+    frozen = psycopg.connect(pg_url)
+    frozen.execute("SELECT pg_advisory_xact_lock(%s)", [advisory_key("migrate")])
+    store = PostgresStore(pg_url, lock_timeout=timedelta(seconds=1))
+    outcome: dict[str, object] = {}
+
+    def migrate() -> None:
+        started = time.monotonic()
+        try:
+            outcome["version"] = store.migrate()
+        except StoreError as exc:
+            outcome["error"] = exc
+        outcome["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=migrate)
+    try:
+        thread.start()
+        thread.join(15)
+        assert not thread.is_alive(), "migrate waited for the frozen migrator"
+    finally:
+        frozen.rollback()
+        frozen.close()
+        thread.join(15)
+        store.close()
+    assert isinstance(outcome.get("error"), StoreError)
+    assert "lock" in str(outcome["error"])
+    assert 0.5 < float(outcome["seconds"]) < 5  # type: ignore[arg-type]

@@ -289,6 +289,8 @@ def exercise(store: Store, namespace: str) -> None:
     assert store.replicas(namespace)
     assert store.history(namespace, "a")
     assert store.states(namespace)
+    assert namespace in store.namespaces()
+    store.forget_replica(namespace, REPLICA)
     store.prune(namespace, store.clock() + timedelta(days=1))
 
 

@@ -380,6 +380,32 @@ def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     assert again.reclaimed == []
 
 
+def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:
+    """forget_replica (a clean stop) drops that replica at once, keeps the others, and may
+    be called twice; a later heartbeat lists it again."""
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    store.heartbeat(namespace, OTHER, "1.0", {"a": "d1"})
+    store.forget_replica(namespace, REPLICA)
+    assert [r.replica for r in store.replicas(namespace)] == [OTHER.id]
+    store.forget_replica(namespace, REPLICA)
+    store.forget_replica(f"{namespace}-none", OTHER)
+    assert [r.replica for r in store.replicas(namespace)] == [OTHER.id]
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    assert {r.replica for r in store.replicas(namespace)} == {REPLICA.id, OTHER.id}
+
+
+def test_namespaces_lists_those_with_registered_entries(store: Store, namespace: str) -> None:
+    """namespaces() lists, sorted, every namespace with a registered entry, and no other."""
+    other, bare = f"{namespace}-b", f"{namespace}-c"
+    assert namespace not in store.namespaces()
+    store.register(other, definitions("b"), OTHER)
+    store.register(namespace, definitions("a"), REPLICA)
+    store.heartbeat(bare, REPLICA, "1.0", {})  # a heartbeat alone registers nothing
+    found = store.namespaces()
+    assert found == sorted(found)
+    assert [n for n in found if n.startswith(namespace)] == [namespace, other]
+
+
 def test_heartbeats_list_live_replicas(store: Store, namespace: str) -> None:
     """A heartbeat upserts the replica: started_at stays, heartbeat_at and definitions update."""
     store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
@@ -782,3 +808,66 @@ def test_extra_claims_left_unsent_are_taken_over_by_a_tick(store: Store, namespa
     assert [(c.id, c.window, c.task_id, c.attempts) for c in result.reclaimed] == [
         (claim.id, window, claim.task_id, 2)
     ]
+
+
+#: Keys and names that a case-, accent- or trailing-space-insensitive comparison would merge.
+LOOKALIKES = (
+    "cus_AbC",
+    "cus_abc",
+    "jose",
+    "josé",
+    "invoice:17",
+    "invoice:17 ",
+    "Nightly",
+    "nightly",
+)
+
+
+@pytest.mark.executions
+def test_effect_keys_differing_by_case_accent_or_trailing_space_are_distinct(
+    store: Store, namespace: str
+) -> None:
+    """Effect keys are compared byte for byte: each lookalike is a key of its own, held once."""
+    keys = [f'["charge","{value}"]' for value in LOOKALIKES]
+    owners = [f"owner-{index}" for index in range(len(keys))]
+    first = [
+        store.claim_effect(namespace, key, owner=owner, keep_for=HOUR, task_id=None)
+        for key, owner in zip(keys, owners, strict=True)
+    ]
+    again = [
+        store.claim_effect(namespace, key, owner="late", keep_for=HOUR, task_id=None)
+        for key in keys
+    ]
+    assert first == [True] * len(keys)
+    assert again == [False] * len(keys)
+    released = [
+        store.release_effect(namespace, key, owner=owner)
+        for key, owner in zip(keys, owners, strict=True)
+    ]
+    assert released == [True] * len(keys)
+
+
+def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
+    store: Store, namespace: str
+) -> None:
+    """Entry names and namespaces are compared byte for byte: lookalikes each keep their own
+    state, stay registered, and each gets its own window claimed."""
+    registration = store.register(namespace, definitions(*LOOKALIKES), REPLICA)
+    assert sorted(registration.states) == sorted(LOOKALIKES)
+    again = store.register(namespace, definitions(*LOOKALIKES), OTHER)
+    assert again.changed == {}
+    assert sorted(again.states) == sorted(LOOKALIKES)
+    anchor = registration.states[LOOKALIKES[0]].anchor
+    window = anchor + SECOND
+    claims = [NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in LOOKALIKES]
+    plan = TickPlan(claims=claims, advances=dict.fromkeys(LOOKALIKES, window))
+    result = store.tick(namespace, list(LOOKALIKES), lambda now, states: plan, replica=REPLICA)
+    assert result is not None
+    assert sorted(claim.entry for claim in result.claimed) == sorted(LOOKALIKES)
+    states = store.states(namespace)
+    assert {name: states[name].last_window for name in LOOKALIKES} == dict.fromkeys(
+        LOOKALIKES, window
+    )
+    upper = store.register(namespace.upper(), definitions("Nightly"), REPLICA)
+    assert sorted(upper.states) == ["Nightly"]
+    assert sorted(store.states(namespace)) == sorted(LOOKALIKES)

@@ -25,11 +25,34 @@ COMMANDS = [
 INTRO = """# Command line
 
 The `safebeat` command (also `python -m safebeat`) reads the same settings as beat.
-`-A proj` loads the Celery app's `safebeat_*` settings (and, for `status` and `doctor`,
-its schedule). `--url` names the store directly, and `SAFEBEAT_*` environment variables
-apply as they do for beat. Every command prints tables or lines for people; `status`,
-`history` and `doctor` also take `--json`, for scripts. An error is one line and exit code
-1, and store URLs never show a password.
+`-A proj` loads the Celery app's `safebeat_*` settings (and, for `status`, `doctor`,
+`trigger` and `backfill`, the schedule its beat runs: the app's `beat_schedule` and, for
+`safebeat.contrib.django.DatabaseScheduler`, django-celery-beat's enabled rows, a row
+winning over a setting of its name; the rows are read when `beat_scheduler` names that
+scheduler or, since beat's `-S` is not visible here, when the app's Django project has
+`django_celery_beat` installed). `--url` names the store directly, and
+`SAFEBEAT_*` environment variables apply as they do for beat. `-A`, `--url` and
+`--namespace` may come before or after the command. Every command prints tables or lines
+for people; `status`, `history` and `doctor` also take `--json`, for scripts.
+
+An error is one line: exit status 2 for a command given wrongly (an `-A` that names no
+module or app, `trigger` without `-A`), 1 for anything else. `-A` is looked up as
+`celery -A` does, from the current directory, and the error names that directory. An
+unexpected failure is one line too, naming its type; `--traceback` (or
+`SAFEBEAT_DEBUG=1`) shows where it happened. Store URLs never show a password.
+
+With no `-A`, `--url` or `SAFEBEAT_URL`, a command stops with "no store configured: give
+-A, --url or SAFEBEAT_URL". Only `migrate` and `exec` may create a store: the others
+report a SQLite file that does not exist, and create nothing. Without `-A` or a namespace
+setting, a store holding one namespace gives it (the command says so on stderr); one
+holding several lists them and asks for `--namespace`, and a namespace with no entries
+says which namespaces the store holds.
+
+`status` marks each replica `live` or `dead`: dead once it missed three heartbeats (beat
+heartbeats every 10 s; the Django admin uses the same rule). A replica that stopped
+cleanly (SIGTERM) removed its heartbeat and is not listed. With `-A`, entries beat
+cannot run are listed under "broken entries", as beat logs them; `doctor` reports them
+as problems.
 
 `pause` and `resume` act on the whole cluster at the next tick of any replica: a paused
 entry's windows are recorded as skipped with reason `paused`, and resuming never sends
@@ -37,8 +60,8 @@ the windows that passed meanwhile. `trigger` and `backfill` claim their windows 
 the same unique key as beat, then publish them from this process with the app given by
 `-A`: a window already sent is never sent again, and every extra run is recorded with
 reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
-run. `trigger` and `backfill` find the entry in the app's `beat_schedule`; for
-django-celery-beat rows, use the Django admin's "trigger now" action.
+run. `trigger` and `backfill` find the entry in the schedule beat runs, django-celery-beat
+rows included.
 
 `exec` runs a command, not a task: it is what a cron line or a Kubernetes CronJob
 starts, and it runs the command only where the window's claim is new. Its exit status is

@@ -131,6 +131,25 @@ def test_unknown_environment_variable_warns_but_kubernetes_service_vars_are_quie
     assert "TEST_POSTGRES" not in caplog.text
 
 
+def test_a_mistyped_variable_is_corrected_to_the_variable_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A typo in the environment suggests SAFEBEAT_URL, the variable, not the setting's key."""
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        load_config({}, environ={"SAFEBEAT_URLL": "x"})
+    assert "did you mean 'SAFEBEAT_URL'?" in caplog.text
+    assert "safebeat_url" not in caplog.text
+
+
+def test_safebeat_debug_is_the_command_line_switch_not_a_setting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """SAFEBEAT_DEBUG (show tracebacks in the CLI) is not reported as an unknown setting."""
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        load_config({}, environ={"SAFEBEAT_DEBUG": "1"})
+    assert caplog.text == ""
+
+
 def test_config_is_frozen() -> None:
     """The config cannot change after startup."""
     config = load_config({}, environ={})

@@ -94,6 +94,47 @@ def test_solar_schedules_compile() -> None:
 
 
 @pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (1_000_000, 1_000_001),
+        (123_456.789, 123_456.788),
+        (86_400 * 400, 86_400 * 400 + 1),
+        (0.000_001, 0.000_002),
+    ],
+)
+def test_intervals_that_differ_have_different_text_and_digest(one: float, other: float) -> None:
+    """Two intervals that differ, even by a microsecond of a large one, never share a text
+    or a digest, so a changed interval is noticed during a rolling deploy."""
+    first = compile_one({"task": "t", "schedule": one})
+    second = compile_one({"task": "t", "schedule": other})
+    assert describe(first.rule) != describe(second.rule)
+    assert first.digest != second.digest
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (60, "every 60s"),
+        (0.25, "every 0.25s"),
+        (1e6, "every 1e+06s"),
+        (1_000_001, "every 1000001s"),
+    ],
+)
+def test_interval_text_keeps_the_short_form_where_it_is_exact(seconds: float, text: str) -> None:
+    """An interval's text is the short form entries were registered with whenever that form
+    is exact (so their stored definitions stay the same), and exact otherwise."""
+    assert describe(compile_one({"task": "t", "schedule": seconds}).rule) == text
+
+
+def test_solar_places_that_differ_have_different_text() -> None:
+    """Coordinates are described exactly: two places 10 m apart are two schedules."""
+    one = compile_one({"task": "t", "schedule": solar("sunset", 55.755826, 37.6173)})
+    other = compile_one({"task": "t", "schedule": solar("sunset", 55.755827, 37.6173)})
+    assert describe(one.rule) == "solar sunset at 55.755826,37.6173"
+    assert describe(one.rule) != describe(other.rule)
+
+
+@pytest.mark.parametrize(
     ("raw", "problem"),
     [
         ("not a dict", "expected a dict"),

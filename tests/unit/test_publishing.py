@@ -55,6 +55,19 @@ def make_app() -> Celery:
     )
     def tuned() -> None: ...
 
+    @app.task(name="proj.expiring", shared=False, expires=30)
+    def expiring() -> None: ...
+
+    @app.task(
+        name="proj.expiring_at",
+        shared=False,
+        expires=datetime(2100, 1, 1, tzinfo=timezone.utc),
+        priority=5,
+        delivery_mode=1,
+        compression="zlib",
+    )
+    def expiring_at() -> None: ...
+
     return app
 
 
@@ -117,11 +130,28 @@ CASES: dict[str, dict[str, Any]] = {
         "args": [BeatLazyFunc(lambda: 41)],
     },
     "expires (full path)": {"task": "proj.plain", "schedule": 60, "options": {"expires": 30}},
+    "task's own expires": {"task": "proj.expiring", "schedule": 60},
+    "task's own expiry instant, priority, delivery mode, compression": {
+        "task": "proj.expiring_at",
+        "schedule": 60,
+    },
 }
+
+
+def expiry_of(message: dict[str, Any]) -> tuple[float | None, float | None]:
+    """Remove and return a message's expiry: the `expires` header as a timestamp and the
+    `expiration` property (milliseconds to live) in seconds, both counted from each send."""
+    expires = message["headers"].pop("expires", None)
+    expiration = message["properties"].pop("expiration", None)
+    return (
+        None if expires is None else datetime.fromisoformat(expires).timestamp(),
+        None if expiration is None else float(expiration) / 1000,
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
+    """The direct path sends what apply_async would: headers, properties, body, queue, expiry."""
     app = make_app()
     raw = CASES[case]
     if case == "queue option":
@@ -129,10 +159,15 @@ def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
     full, direct = publish_both_ways(app, raw)
     assert len(full) == 1
     assert full[0]["headers"]["origin"]
-    if case == "expires (full path)":  # expiry is counted from the moment of each send
-        for message in (*full, *direct):
-            assert message["headers"].pop("expires") is not None
-            assert message["properties"].pop("expiration") is not None
+    full_expiry, direct_expiry = expiry_of(full[0]), expiry_of(direct[0])
+    assert (full_expiry[0] is None) == (direct_expiry[0] is None)
+    assert (full_expiry[1] is None) == (direct_expiry[1] is None)
+    if "expires" in case:
+        assert full_expiry[0] is not None
+        assert full_expiry[1] is not None
+    for sent_first, sent_second in zip(full_expiry, direct_expiry, strict=True):
+        if sent_first is not None and sent_second is not None:
+            assert abs(sent_second - sent_first) < 5  # the same expiry, a moment later
     assert direct == full
 
 

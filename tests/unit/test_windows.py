@@ -6,8 +6,10 @@ All instants are explicit datetimes; nothing here reads a clock or sleeps.
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
+from types import FrameType, SimpleNamespace
 from zoneinfo import ZoneInfo
 
 import ephem
@@ -18,7 +20,7 @@ from safebeat import windows
 from safebeat.config import Config
 from safebeat.entries import compile_entry, describe
 from safebeat.windows import (
-    MAX_COUNTED_SKIPS,
+    MAX_COUNTED_DAYS,
     SKIP_DEFAULT_GRACE,
     ClockedRule,
     CrontabRule,
@@ -600,18 +602,76 @@ def test_decided_state_ahead_of_now_dispatches_nothing() -> None:
     assert got == Due((), (), at(21))
 
 
-def test_skipped_count_is_unknown_past_the_counting_limit() -> None:
-    """A crontab span longer than MAX_COUNTED_SKIPS reports count None; intervals count exactly."""
+def test_skipped_crontab_windows_are_counted_exactly_past_ten_thousand() -> None:
+    """A week of missed minutely crontab windows is counted exactly, like an interval's."""
     minutely_cron = compiled(crontab(), zone=ZoneInfo("UTC"))
     after = utc(2024, 3, 1)
-    now = after + timedelta(minutes=MAX_COUNTED_SKIPS + 5, seconds=1)
+    now = after + timedelta(minutes=10_005, seconds=1)
     got = windows.due(minutely_cron, after=after, now=now, policy=Policy())
-    newest = after + timedelta(minutes=MAX_COUNTED_SKIPS + 5)
+    newest = after + timedelta(minutes=10_005)
     assert got.dispatch == (newest,)
-    assert got.skipped == (SkippedSpan(after + MINUTE, newest - MINUTE, None, SkipReason.MISSED),)
+    assert got.skipped == (SkippedSpan(after + MINUTE, newest - MINUTE, 10_004, SkipReason.MISSED),)
     interval = IntervalRule(MINUTE, anchor=after)
     counted = windows.due(interval, after=after, now=now, policy=Policy())
-    assert counted.skipped[0].count == MAX_COUNTED_SKIPS + 4
+    assert counted.skipped[0].count == 10_004
+
+
+def test_skipped_crontab_count_is_unknown_past_the_counted_days() -> None:
+    """A crontab span longer than MAX_COUNTED_DAYS reports count None instead of counting on."""
+    daily = compiled(crontab(minute=0, hour=3), zone=BERLIN)
+    after = utc(2020, 1, 1)
+    now = after + timedelta(days=MAX_COUNTED_DAYS + 10)
+    got = windows.due(daily, after=after, now=now, policy=Policy())
+    assert [span.count for span in got.skipped] == [None]
+    near = windows.due(daily, after=after, now=after + timedelta(days=300), policy=Policy())
+    assert [span.count for span in near.skipped] == [299]  # 300 days, the newest sent
+
+
+def window_math_calls(decide: Callable[[], object]) -> int:
+    """How many Python function calls inside `safebeat.windows` one decision makes."""
+    calls = 0
+
+    def profile(frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call" and frame.f_code.co_filename == windows.__file__:
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        decide()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+BACKLOG_RULES: dict[str, Rule] = {
+    "minutely-crontab-utc": compiled(crontab(), zone=ZoneInfo("UTC")),
+    "minutely-crontab-berlin": compiled(crontab(), zone=BERLIN),
+    "secondly-interval": IntervalRule(timedelta(seconds=1), anchor=utc(2024, 1, 1)),
+}
+
+
+@pytest.mark.parametrize("rule_name", BACKLOG_RULES)
+@pytest.mark.parametrize("misfire", list(Misfire))
+@pytest.mark.parametrize("backlog", [timedelta(hours=12), timedelta(days=30)], ids=["12h", "30d"])
+def test_a_long_backlog_is_planned_in_a_bounded_number_of_steps(
+    rule_name: str, misfire: Misfire, backlog: timedelta
+) -> None:
+    """Deciding one entry after 12 h or 30 days of outage (a clock change included) takes a
+    bounded number of steps, not one per missed window, so it fits inside a store transaction."""
+    rule = BACKLOG_RULES[rule_name]
+    now = utc(2024, 3, 31, 12, 0, 0, 500_000)  # Berlin's clocks went forward this morning
+    policy = Policy(misfire)
+    steps = window_math_calls(
+        lambda: windows.due(rule, after=now - backlog, now=now, policy=policy, anchor=None)
+    )
+    assert steps < 2_000
+    decision = windows.due(rule, after=now - backlog, now=now, policy=policy)
+    first, newest = windows.next_window(rule, now - backlog), windows.latest_window(rule, now)
+    assert first is not None
+    assert newest is not None
+    decided = len(decision.dispatch) + sum(span.count or 0 for span in decision.skipped)
+    assert decided == windows.count_windows(rule, first, newest)
 
 
 ACCOUNTING_RULES: dict[str, Rule] = {

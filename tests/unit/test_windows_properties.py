@@ -20,6 +20,7 @@ from safebeat import windows
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.windows import CrontabRule, IntervalRule, Misfire, Policy, Rule, SolarRule
+from tests.unit.test_dst import slot_instant
 
 UTC = timezone.utc
 US = timedelta(microseconds=1)
@@ -431,3 +432,68 @@ def test_restarts_never_move_interval_windows(
         expected.append(origin + k * every)
         k += 1
     assert seen == expected
+
+
+# --- (5) skipped windows are counted exactly, without walking them -----------------------------
+
+
+def oracle_count(rule: CrontabRule, first: datetime, last: datetime) -> int:
+    """Count the distinct slot instants in [first, last], slot by slot over the local days."""
+    day = (first.astimezone(rule.tz) - timedelta(days=1)).date()
+    end_day = (last.astimezone(rule.tz) + timedelta(days=1)).date()
+    found = set()
+    while day <= end_day:
+        if rule.matches_day(day):
+            for hour in rule.hours:
+                for minute in rule.minutes:
+                    instant = slot_instant(datetime.combine(day, time(hour, minute)), rule.tz)
+                    if first <= instant <= last:
+                        found.add(instant)
+        day += timedelta(days=1)
+    return len(found)
+
+
+@st.composite
+def counting_cases(draw: st.DrawFn) -> tuple[CrontabRule, datetime, datetime]:
+    zone = draw(st.sampled_from(ZONES))
+    rule = compiled(draw(st.one_of(crontabs(), crontabs(sparse_days=False))), zone)
+    assert isinstance(rule, CrontabRule)
+    first = draw(instants(zone))
+    return rule, first, first + draw(st.timedeltas(timedelta(0), timedelta(days=3)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=counting_cases())
+def test_crontab_window_count_matches_the_slot_by_slot_oracle(
+    case: tuple[CrontabRule, datetime, datetime],
+) -> None:
+    """count_windows equals the distinct slot instants in the span, clock changes included."""
+    rule, first, last = case
+    assert windows.count_windows(rule, first, last) == oracle_count(rule, first, last)
+
+
+@st.composite
+def long_counting_cases(draw: st.DrawFn) -> tuple[CrontabRule, datetime, datetime]:
+    """A few slots a day over up to a year: many clock changes, few enough windows to walk."""
+    zone = draw(st.sampled_from(ZONES))
+    schedule = crontab(
+        minute=draw(st.lists(st.integers(0, 59), min_size=1, max_size=3, unique=True)),
+        hour=draw(
+            st.lists(st.sampled_from([0, 1, 2, 3, 12, 23]), min_size=1, max_size=3, unique=True)
+        ),
+    )
+    rule = compiled(schedule, zone)
+    assert isinstance(rule, CrontabRule)
+    first = draw(instants(zone))
+    return rule, first, first + draw(st.timedeltas(timedelta(days=3), timedelta(days=366)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=long_counting_cases())
+def test_crontab_window_count_over_months_matches_walking_every_window(
+    case: tuple[CrontabRule, datetime, datetime],
+) -> None:
+    """Over spans of days to a year, count_windows equals walking the windows one by one."""
+    rule, first, last = case
+    walked = sum(1 for _ in windows.windows_between(rule, first - US, last))
+    assert windows.count_windows(rule, first, last) == walked

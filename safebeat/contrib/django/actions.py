@@ -18,8 +18,9 @@ from typing import Any
 from django.contrib import messages
 
 from safebeat import operations
+from safebeat.app_schedule import periodic_task_schedule, settings_schedule
 from safebeat.config import Config, config_from_app
-from safebeat.entries import Entry, compile_schedule
+from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.stores.base import Store
@@ -122,27 +123,9 @@ def compiled_entry(app: Any, name: str, digest: str) -> tuple[Entry, str | None]
 
 def _periodic_task(app: Any, config: Config, name: str) -> Entry | EntryError | None:
     """The enabled django-celery-beat row `name`, compiled as DatabaseScheduler does."""
-    from django.apps import apps  # noqa: PLC0415
-
-    if not apps.is_installed("django_celery_beat"):
-        return None
-    from safebeat.contrib.django.source import PeriodicTaskSource, host_now  # noqa: PLC0415
-
-    app.loader.import_default_modules()  # register the project's tasks, as beat does
-    for row in PeriodicTaskSource(app, config, host_now).load():
-        if row.name == name:
-            return row.entry or row.error
-    return None
+    return periodic_task_schedule(app, config).find(name)
 
 
 def _beat_schedule(app: Any, config: Config, name: str) -> Entry | EntryError | None:
     """The `beat_schedule` item `name` (or stock beat's own entry), compiled as beat does."""
-    from safebeat.scheduler import Scheduler  # noqa: PLC0415 - loads Celery's beat
-
-    source = Scheduler(app, lazy=True).schedule_source()
-    if name not in source:
-        return None
-    entries, broken = compile_schedule(
-        {name: source[name]}, app_timezone=app.timezone, config=config
-    )
-    return entries.get(name) or broken[name]
+    return settings_schedule(app, config).find(name)

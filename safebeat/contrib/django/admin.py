@@ -10,7 +10,6 @@ trigger now (one window sent from the web process; see `safebeat.contrib.django.
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from typing import Any
 
 from celery import current_app
@@ -24,11 +23,12 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 
+from safebeat import liveness
 from safebeat.contrib.django import actions
 from safebeat.contrib.django.models import Dispatch, Entry, Replica
 
-#: A replica whose last heartbeat is older than this is shown as gone.
-LIVE_WITHIN = timedelta(seconds=30)
+#: A replica whose last heartbeat is older than this is shown as gone (safebeat.liveness).
+LIVE_WITHIN = liveness.LIVE_WITHIN
 #: The entries page's actions: form value -> label.
 ENTRY_ACTIONS = {
     "pause": "Pause selected entries",
@@ -204,13 +204,8 @@ def _selected(values: list[str]) -> list[tuple[str, str]]:
 
 def periodic_task_problems(app: Any) -> list[tuple[str, str]]:
     """(row name, problem) of every enabled django-celery-beat row beat would leave out."""
-    from django.apps import apps  # noqa: PLC0415
-
-    if not apps.is_installed("django_celery_beat"):
-        return []
+    from safebeat.app_schedule import periodic_task_schedule  # noqa: PLC0415
     from safebeat.config import config_from_app  # noqa: PLC0415
-    from safebeat.contrib.django.source import PeriodicTaskSource, host_now  # noqa: PLC0415
 
-    app.loader.import_default_modules()  # register the project's tasks, as beat does
-    rows = PeriodicTaskSource(app, config_from_app(app), host_now).load()
-    return sorted((row.name, row.error.problem) for row in rows if row.error is not None)
+    broken = periodic_task_schedule(app, config_from_app(app)).broken
+    return sorted((name, error.problem) for name, error in broken.items())

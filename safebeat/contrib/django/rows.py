@@ -26,7 +26,7 @@ from celery import schedules
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry, describe
 from safebeat.errors import EntryError
-from safebeat.windows import CrontabRule, IntervalRule, next_window
+from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
 
 #: The values of a row that decide its entry (`crontab_tz` is the raw time zone text).
 ROW_FIELDS = (
@@ -175,8 +175,11 @@ def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Ent
     if isinstance(rule, CrontabRule) and next_window(rule, now) is None:
         raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
     # Windows missed before the row's last edit (a re-enable, say) are not caught up,
-    # as with django-celery-beat's own scheduler; windows after it are the row's.
-    not_before = max((f for f in (start_time, row["date_changed"]) if f is not None), default=None)
+    # as with django-celery-beat's own scheduler; windows after it are the row's. A
+    # clocked row's one window is the point of the row, even when set for a moment
+    # before the edit that saved it.
+    changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
+    not_before = max((f for f in (start_time, changed) if f is not None), default=None)
     extra = {"not_before": str(not_before), "one_off": bool(row["one_off"])}
     digest = hashlib.sha256(
         json.dumps([entry.digest, describe(rule), extra], sort_keys=True).encode()

@@ -326,6 +326,19 @@ class DjangoOrmStore(DjangoStore):
             )
         return [ReplicaRecord(*row) for row in rows]
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        m = django_models(self.alias)
+        with self._boundary("forget a replica"):
+            m.Replica.objects.using(self.alias).filter(
+                namespace=namespace, replica=replica.id
+            ).delete()
+
+    def namespaces(self) -> list[str]:
+        m = django_models(self.alias)
+        with self._boundary("list namespaces"):
+            found = m.Entry.objects.using(self.alias).order_by().values_list("namespace", flat=True)
+            return sorted({str(name) for name in found.distinct()})
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

@@ -17,7 +17,7 @@ Django's connection, where the alias is PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import timedelta
 from typing import Any
@@ -57,9 +57,8 @@ class PostgresStore(PostgresOperations):
         self.display_url = redact(url)
         self._connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
-        super().__init__(
-            _Cursors(self._boundary), limits=tick_limits(lock_timeout, statement_timeout)
-        )
+        limits = tick_limits(lock_timeout, statement_timeout)
+        super().__init__(_Cursors(self._boundary, limits), limits=limits)
 
     # --- connection and error boundary ----------------------------------------------------
 
@@ -137,6 +136,9 @@ class PostgresStore(PostgresOperations):
 
     def migrate(self) -> int:
         with self._boundary("migrate") as conn, conn.transaction():
+            # Bounded like a tick: another migrator frozen while it holds the migration
+            # lock makes this one fail after lock_timeout, not wait for ever.
+            conn.execute(Q["bound_transaction"], self._limits)
             conn.execute(Q["lock_migrations"], {"key": _MIGRATION_LOCK})
             conn.execute(Q["create_version_table"])
             version = self._schema_version(conn)
@@ -171,9 +173,12 @@ class _Cursors:
     """The cursor source of `PostgresStore`: its connection, inside its error boundary."""
 
     def __init__(
-        self, boundary: Callable[[str], AbstractContextManager[psycopg.Connection[Any]]]
+        self,
+        boundary: Callable[[str], AbstractContextManager[psycopg.Connection[Any]]],
+        limits: Mapping[str, str],
     ) -> None:
         self._boundary = boundary
+        self._limits = limits
 
     @contextmanager
     def read(self, action: str) -> Iterator[Cursor]:
@@ -185,6 +190,8 @@ class _Cursors:
     @contextmanager
     def transaction(self, action: str) -> Iterator[Cursor]:
         with self._boundary(action) as conn, conn.transaction():
+            # Bounded like a tick: a replica frozen here loses its session after lock_timeout.
+            conn.execute(Q["bound_transaction"], self._limits)
             yield conn.cursor()
 
     def tick(

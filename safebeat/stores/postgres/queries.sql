@@ -53,19 +53,31 @@ SELECT name, digest FROM safebeat_entry
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s);
 
 -- name: register
-INSERT INTO safebeat_entry AS e
+-- New entries are inserted and changed ones updated; an entry whose digest is unchanged
+-- is neither written nor locked (ON CONFLICT DO UPDATE would lock it even when its WHERE
+-- is false), so a replica frozen inside register holds up no other replica's tick.
+WITH d(name, schedule, digest) AS (
+    SELECT * FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
+),
+changed AS (
+    UPDATE safebeat_entry AS e
+    SET schedule = d.schedule,
+        digest = d.digest,
+        defined_at = CASE WHEN e.schedule <> d.schedule
+                          THEN %(now)s::timestamptz ELSE e.defined_at END,
+        registered_by = %(replica)s
+    FROM d
+    WHERE e.namespace = %(namespace)s AND e.name = d.name AND e.digest <> d.digest
+)
+INSERT INTO safebeat_entry
     (namespace, name, schedule, digest, anchor, defined_at, registered_by)
 SELECT %(namespace)s, d.name, d.schedule, d.digest,
        date_trunc('second', %(now)s::timestamptz), %(now)s, %(replica)s
-FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
-     AS d(name, schedule, digest)
-ON CONFLICT (namespace, name) DO UPDATE
-    SET schedule = excluded.schedule,
-        digest = excluded.digest,
-        defined_at = CASE WHEN e.schedule <> excluded.schedule
-                          THEN excluded.defined_at ELSE e.defined_at END,
-        registered_by = excluded.registered_by
-    WHERE e.digest <> excluded.digest;
+FROM d
+WHERE NOT EXISTS (
+    SELECT 1 FROM safebeat_entry AS e WHERE e.namespace = %(namespace)s AND e.name = d.name
+)
+ON CONFLICT (namespace, name) DO NOTHING;
 
 -- name: insert_dispatches
 -- The claims: a row per window under the unique key; an existing row wins silently.
@@ -146,6 +158,12 @@ WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
 -- name: prune_replicas
 DELETE FROM safebeat_replica
 WHERE namespace = %(namespace)s AND heartbeat_at < %(before)s;
+
+-- name: forget_replica
+DELETE FROM safebeat_replica WHERE namespace = %(namespace)s AND replica = %(replica)s;
+
+-- name: namespaces
+SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each

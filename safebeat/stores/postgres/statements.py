@@ -343,6 +343,15 @@ class PostgresOperations:
                 )
             return records
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._cursors.statement("forget a replica") as cursor:
+            cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
+
+    def namespaces(self) -> list[str]:
+        with self._cursors.read("list namespaces") as cursor:
+            cursor.execute(Q["namespaces"])
+            return [str(row[0]) for row in cursor.fetchall()]
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

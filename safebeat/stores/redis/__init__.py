@@ -55,7 +55,7 @@ from safebeat.stores.base import StoreCheck
 from safebeat.stores.redis.checks import check_eviction, eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client, Timeouts, connect
 from safebeat.stores.sqlfiles import load_queries
-from safebeat.urls import redact, scrub
+from safebeat.urls import password_of, redact, scrub
 
 logger = logging.getLogger("safebeat.stores.redis")
 
@@ -70,6 +70,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: How Redis reports an ACL denial inside a Lua script (not as a NOPERM error).
 _SCRIPT_DENIED = "can't run this command"
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+#: The key every namespace with a registered entry has (its entries' digests).
+NAMESPACE_PATTERN = "safebeat:{*}:digest"
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
 
@@ -166,9 +168,9 @@ class RedisStore:
 
     def _translate(self, action: str, exc: Exception) -> StoreError:
         """The safebeat error for a redis-py error; a connection error drops the client."""
-        message = self._message(action, exc)
         if isinstance(exc, redis.exceptions.AuthenticationError):
-            return StoreError(f"{message}; check the user name and password in safebeat_url")
+            return StoreError(self._refused(action, exc))
+        message = self._message(action, exc)
         if isinstance(
             exc,
             redis.exceptions.ConnectionError
@@ -187,6 +189,19 @@ class RedisStore:
                 "docs/redis.md lists"
             )
         return StoreError(message)
+
+    def _refused(self, action: str, exc: BaseException) -> str:
+        """Why Redis refused us, in words: no password given, or a wrong one."""
+        text = str(exc)
+        if password_of(self._url) is None and ("NOAUTH" in text or "HELLO must be called" in text):
+            # Redis's own words ("HELLO must be called with the client already
+            # authenticated...") name a protocol step, not the fix.
+            return (
+                f"Redis store {self.display_url}: {action} failed: the server requires a "
+                "password and the URL gives none; write redis://:PASSWORD@host:port/db "
+                "(or redis://USER:PASSWORD@...)"
+            )
+        return f"{self._message(action, exc)}; check the user name and password in the store URL"
 
     def _message(self, action: str, exc: BaseException) -> str:
         detail = scrub(str(exc).strip() or type(exc).__name__, self._url)
@@ -427,6 +442,20 @@ class RedisStore:
                 )
             )
         return records
+
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        prefix = key_prefix(namespace)
+        with self._boundary("forget a replica"):
+            self._run("forget_replica", [f"{prefix}:heartbeats"], [prefix, replica.id])
+
+    def namespaces(self) -> list[str]:
+        """Found by SCAN over every node (no index to keep up to date in the tick's path)."""
+        found: set[str] = set()
+        with self._boundary("list namespaces") as client:
+            for key in client.scan_iter(match=NAMESPACE_PATTERN, count=1000):
+                text = key.decode() if isinstance(key, bytes) else str(key)
+                found.add(text[len("safebeat:{") : -len("}:digest")])
+        return sorted(found)
 
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100

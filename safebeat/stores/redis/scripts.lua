@@ -314,6 +314,13 @@ for _, id in ipairs(ids) do
 end
 return #ids
 
+-- name: forget_replica
+-- KEYS[1]: P:heartbeats. ARGV: prefix, replica id. Forgets a replica that stopped cleanly.
+local p = ARGV[1]
+redis.call('HDEL', p .. ':replicas', ARGV[2])
+redis.call('HDEL', p .. ':started', ARGV[2])
+return redis.call('ZREM', KEYS[1], ARGV[2])
+
 -- name: start_execution
 -- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, stale_after (us).
 -- Returns run, takeover, duplicate or unknown (see Store.start_execution).

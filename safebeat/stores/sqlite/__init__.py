@@ -399,6 +399,14 @@ class SqliteStore:
             for r in rows
         ]
 
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._write("forget a replica") as conn:
+            conn.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
+
+    def namespaces(self) -> list[str]:
+        with self._boundary("list namespaces") as conn:
+            return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]
+
     def history(
         self, namespace: str, entry: str | None = None, limit: int = 100
     ) -> list[DispatchRecord]:

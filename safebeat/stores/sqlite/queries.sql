@@ -108,6 +108,12 @@ DELETE FROM safebeat_dispatch WHERE namespace = :namespace AND claimed_at < :bef
 -- name: prune_replicas
 DELETE FROM safebeat_replica WHERE namespace = :namespace AND heartbeat_at < :before;
 
+-- name: forget_replica
+DELETE FROM safebeat_replica WHERE namespace = :namespace AND replica = :replica;
+
+-- name: namespaces
+SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
+
 -- name: execution_of
 SELECT id, started_at, finished_at, retries
 FROM safebeat_dispatch

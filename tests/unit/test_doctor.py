@@ -1,0 +1,50 @@
+"""`safebeat doctor` checks that read only the settings (no store or broker is contacted)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from safebeat.config import Config
+from safebeat.doctor import Context, Level, check_publisher_confirms
+from safebeat.stores.memory import MemoryStore
+
+
+def confirms_finding(broker: str, **transport_options: Any) -> tuple[Level, str]:
+    app = Celery("doctor", broker=broker, set_as_current=False)
+    app.conf.broker_transport_options = transport_options
+    [finding] = check_publisher_confirms(Context(MemoryStore(), Config(), app=app))
+    return finding.level, finding.message
+
+
+def test_amqp_without_publisher_confirms_is_a_warning_naming_the_setting() -> None:
+    """On RabbitMQ without confirm_publish, doctor warns that 'sent' can be lost, and says
+    which setting turns confirms on, without the broker's password."""
+    level, message = confirms_finding("amqp://beat:hunter2@rabbit:5672//")
+    assert level is Level.WARNING
+    assert "broker_transport_options = {'confirm_publish': True}" in message
+    assert "hunter2" not in message
+
+
+@pytest.mark.parametrize(
+    ("broker", "options"),
+    [
+        ("amqp://guest:guest@rabbit:5672//", {"confirm_publish": True}),
+        ("pyamqp://guest:guest@rabbit:5672//", {"confirm_publish": True}),
+        ("redis://127.0.0.1:6379/0", {}),
+    ],
+)
+def test_confirmed_amqp_and_other_transports_are_ok(broker: str, options: dict[str, Any]) -> None:
+    """AMQP with confirm_publish, and transports without confirms to ask for, pass."""
+    level, message = confirms_finding(broker, **options)
+    assert level is Level.OK
+    assert "sent" in message
+
+
+def test_without_the_app_the_check_is_skipped_saying_why() -> None:
+    """Without -A the broker is unknown: the check says it was skipped and why."""
+    [finding] = check_publisher_confirms(Context(MemoryStore(), Config()))
+    assert finding.level is Level.OK
+    assert "needs -A" in finding.message
