@@ -823,7 +823,6 @@ LOOKALIKES = (
 )
 
 
-@pytest.mark.executions
 def test_effect_keys_differing_by_case_accent_or_trailing_space_are_distinct(
     store: Store, namespace: str
 ) -> None:
