@@ -181,6 +181,17 @@ def test_each_window_is_claimed_once(store: Store, namespace: str) -> None:
     assert first.claimed[0].task_id == task_id_for(namespace, "a", first.claimed[0].window)
 
 
+def test_a_tick_returns_the_plan_its_planner_made(store: Store, namespace: str) -> None:
+    """The tick result carries the planner's own plan object back, so whatever the planner
+    decided besides the rows (the next windows, the entries that failed) reaches the
+    scheduler after the commit."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    plan = claim_plan("a", namespace, window_after(state, 1))
+    result = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert result is not None
+    assert result.plan is plan
+
+
 def test_concurrent_replicas_never_claim_a_window_twice(
     open_store: StoreFactory, namespace: str
 ) -> None:

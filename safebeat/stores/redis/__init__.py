@@ -20,6 +20,7 @@ import secrets
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -357,7 +358,7 @@ class RedisStore:
             self.display_url,
             len(plan.claims) - len(claims),
         )
-        return TickPlan(claims, plan.skips, plan.advances)
+        return replace(plan, claims=claims)  # the planner's own type, with all it said
 
     def _release(self, lock: str, token: str) -> None:
         try:
