@@ -6,30 +6,33 @@ several schedulers in one test behave like replicas. Nothing survives the proces
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
+from typing import Any, TypeVar
 
 from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
     EntryState,
-    Planner,
     Reclaim,
     Registration,
     ReplicaRecord,
     Status,
     TickPlan,
-    TickResult,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
 from safebeat.stores.memory.executions import MemoryExecutions
 from safebeat.stores.memory.state import _Namespace
+from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
+
+T = TypeVar("T")
 
 
-class MemoryStore(MemoryExecutions, MemoryAdmin):
+class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
     """Implements `safebeat.stores.base.Store` in memory; `clock` makes time controllable.
 
     The state is `state.py`'s; operator reads are `admin.py`'s, executions and effects
@@ -77,42 +80,38 @@ class MemoryStore(MemoryExecutions, MemoryAdmin):
             states = {n: s for n, s in ns.entries.items() if n in names}
             return Registration(states, changed)
 
-    def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
+    @contextmanager
+    def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:
         with self._mutex:
             ns = self._ns(namespace)
         if not ns.tick_lock.acquire(blocking=False):
-            return None
+            raise TickLockBusy(namespace)
         try:
             now = self.clock()
-            with self._mutex:
-                wanted = set(names)
-                states = self._with_running(
-                    ns, {n: s for n, s in ns.entries.items() if n in wanted}
-                )
-            plan = planner(now, states)
-            with self._mutex:
-                claimed = self._insert(ns, plan, replica, now)
-                for name, window in plan.advances.items():
-                    state = ns.entries.get(name)
-                    if state is not None and (
-                        state.last_window is None or window > state.last_window
-                    ):
-                        ns.entries[name] = replace(state, last_window=window)
-                reclaimed = [] if reclaim is None else self._reclaim(ns, reclaim, replica, now)
-                states = self._with_running(
-                    ns, {n: s for n, s in ns.entries.items() if n in wanted}
-                )
-            return TickResult(now, states, claimed, reclaimed, plan)
+            yield TickSteps(
+                now=now,
+                load=lambda names: self._locked(self._load, ns, names),
+                insert=lambda plan: self._locked(self._insert, ns, plan, replica, now),
+                advance=lambda advances: self._locked(self._advance, ns, advances),
+                reclaim=lambda reclaim: self._locked(self._reclaim, ns, reclaim, replica, now),
+            )
         finally:
             ns.tick_lock.release()
+
+    def _locked(self, step: Callable[..., T], *args: Any) -> T:
+        with self._mutex:
+            return step(*args)
+
+    def _load(self, ns: _Namespace, names: Collection[str]) -> dict[str, EntryState]:
+        wanted = set(names)
+        return self._with_running(ns, {n: s for n, s in ns.entries.items() if n in wanted})
+
+    @staticmethod
+    def _advance(ns: _Namespace, advances: Mapping[str, datetime]) -> None:
+        for name, window in advances.items():
+            state = ns.entries.get(name)
+            if state is not None and (state.last_window is None or window > state.last_window):
+                ns.entries[name] = replace(state, last_window=window)
 
     def _insert(
         self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime

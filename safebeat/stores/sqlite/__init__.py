@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
-    Planner,
     Reclaim,
     Registration,
     TickPlan,
-    TickResult,
-    states_after,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
@@ -37,11 +35,12 @@ from safebeat.stores.sqlite.connection import (
     path_of,
 )
 from safebeat.stores.sqlite.executions import SqliteExecutions
+from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
 
 MIGRATIONS = load_migrations(__name__)
 
 
-class SqliteStore(SqliteExecutions, SqliteAdmin):
+class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
     """Implements `safebeat.stores.base.Store` on one SQLite file in WAL mode: the
     connection (`connection.py`), the operator reads (`admin.py`), executions and effects
     (`executions.py`), and here beat's side: migrations, register, tick, heartbeat, prune."""
@@ -108,35 +107,33 @@ class SqliteStore(SqliteExecutions, SqliteAdmin):
         }
         return Registration(states, changed)
 
-    def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
+    @contextmanager
+    def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:
+        who = replica_columns(replica)
         try:
             with self._write("tick", busy_timeout=self._tick_lock_wait) as conn:
                 now = self.clock()
-                states = self._load(conn, namespace, names)
-                plan = planner(now, states)
-                who = replica_columns(replica)
-                claimed = self._insert(conn, namespace, plan, now, who)
-                conn.executemany(
-                    Q["advance_state"],
-                    [
-                        {"namespace": namespace, "name": name, "window": _us(window)}
-                        for name, window in plan.advances.items()
-                    ],
+                yield TickSteps(
+                    now=now,
+                    load=lambda names: self._load(conn, namespace, names),
+                    insert=lambda plan: self._insert(conn, namespace, plan, now, who),
+                    advance=lambda advances: self._advance(conn, namespace, advances),
+                    reclaim=lambda reclaim: self._reclaim(conn, namespace, reclaim, now, who),
                 )
-                reclaimed = (
-                    [] if reclaim is None else self._reclaim(conn, namespace, reclaim, now, who)
-                )
-        except _Busy:
-            return None
-        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+        except _Busy as exc:
+            raise TickLockBusy(namespace) from exc
+
+    @staticmethod
+    def _advance(
+        conn: sqlite3.Connection, namespace: str, advances: Mapping[str, datetime]
+    ) -> None:
+        conn.executemany(
+            Q["advance_state"],
+            [
+                {"namespace": namespace, "name": name, "window": _us(window)}
+                for name, window in advances.items()
+            ],
+        )
 
     @staticmethod
     def _insert(

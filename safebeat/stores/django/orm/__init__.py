@@ -11,7 +11,8 @@ way, without the tick lock.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -19,20 +20,18 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
-    Planner,
     Reclaim,
     Registration,
-    TickResult,
-    states_after,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.admin import DjangoOrmAdmin
 from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
+from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
 
 
-class DjangoOrmStore(DjangoOrmExecutions, DjangoOrmAdmin):
+class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
     """Implements `safebeat.stores.base.Store` with Django's ORM on one database alias:
     shared reads in `rows.py`, operator reads in `admin.py`, executions and effects in
     `executions.py`, beat's side (register, tick, heartbeat, prune) here."""
@@ -95,16 +94,8 @@ class DjangoOrmStore(DjangoOrmExecutions, DjangoOrmAdmin):
         }
         return Registration(states, changed)
 
-    def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
-        names = list(names)
+    @contextmanager
+    def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:
         try:
             with (
                 self._boundary("tick") as connection,
@@ -115,16 +106,15 @@ class DjangoOrmStore(DjangoOrmExecutions, DjangoOrmAdmin):
                     sqlite_wait=self._tick_lock_wait,
                 ) as now,
             ):
-                states = self._load(namespace, names)
-                plan = planner(now, states)
-                claimed = self._insert(namespace, plan, now, replica)
-                self._advance(namespace, plan.advances)
-                reclaimed = (
-                    [] if reclaim is None else self._reclaim(namespace, reclaim, now, replica)
+                yield TickSteps(
+                    now=now,
+                    load=lambda names: self._load(namespace, list(names)),
+                    insert=lambda plan: self._insert(namespace, plan, now, replica),
+                    advance=lambda advances: self._advance(namespace, advances),
+                    reclaim=lambda reclaim: self._reclaim(namespace, reclaim, now, replica),
                 )
-        except vendors.LockBusy:
-            return None
-        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+        except vendors.LockBusy as exc:
+            raise TickLockBusy(namespace) from exc
 
     def _insert(self, namespace: str, plan: Any, now: datetime, replica: Replica) -> list[Claim]:
         m = django_models(self.alias)
