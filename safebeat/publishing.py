@@ -259,8 +259,3 @@ class Publisher:
     def forget_declarations(self) -> None:
         """After a connection error: declare every queue again on the next message."""
         self._declared_on, self._declared = None, set()
-
-
-def send(app: Any, producer: Any, entry: Entry, claim: Claim) -> None:
-    """Publish one window (for one-off sends: the CLI's trigger and backfill, the admin)."""
-    Publisher(app).send(producer, entry, claim)
