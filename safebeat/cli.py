@@ -55,43 +55,58 @@ def one_line(text: str) -> str:
 
 
 def _debug(ctx: click.Context) -> bool:
-    root = ctx.find_root()
-    return bool(root.params.get("traceback")) or os.environ.get("SAFEBEAT_DEBUG", "") not in (
+    """Whether --traceback (of `safebeat` or `celery safebeat`) or SAFEBEAT_DEBUG asks for it."""
+    asked = ctx
+    while asked.parent is not None and "traceback" not in asked.params:
+        asked = asked.parent
+    return bool(asked.params.get("traceback")) or os.environ.get("SAFEBEAT_DEBUG", "") not in (
         "",
         "0",
     )
+
+
+def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -> Any:
+    """Run `invoke` (a group's own invoke) so every error is one line, unless --traceback."""
+    try:
+        return invoke()
+    except (click.ClickException, click.exceptions.Exit, click.Abort):
+        raise
+    except AppNotFound as exc:
+        if _debug(ctx):
+            raise
+        problem = UsageProblem if exc.usage else click.ClickException
+        raise problem(one_line(str(exc))) from exc
+    except SafebeatError as exc:
+        if _debug(ctx):
+            raise
+        raise click.ClickException(one_line(str(exc))) from exc
+    except Exception as exc:
+        if _debug(ctx):
+            raise
+        raise click.ClickException(
+            f"unexpected {type(exc).__name__}: {one_line(str(exc))} (run again with "
+            "--traceback, or SAFEBEAT_DEBUG=1, to see where it happened)"
+        ) from exc
 
 
 class _Main(click.Group):
     """The command group: every error is one line, unless --traceback asks for the trace."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.ClickException, click.exceptions.Exit, click.Abort):
-            raise
-        except AppNotFound as exc:
-            if _debug(ctx):
-                raise
-            problem = UsageProblem if exc.usage else click.ClickException
-            raise problem(one_line(str(exc))) from exc
-        except SafebeatError as exc:
-            if _debug(ctx):
-                raise
-            raise click.ClickException(one_line(str(exc))) from exc
-        except Exception as exc:
-            if _debug(ctx):
-                raise
-            raise click.ClickException(
-                f"unexpected {type(exc).__name__}: {one_line(str(exc))} (run again with "
-                "--traceback, or SAFEBEAT_DEBUG=1, to see where it happened)"
-            ) from exc
+        return invoke_with_one_line_errors(ctx, lambda: super(_Main, self).invoke(ctx))
 
 
 def _set_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Record -A, --url or --namespace given after the command, as if given before it."""
-    if value is not None and param.name is not None:
-        setattr(ctx.ensure_object(Options), param.name, value)
+    if value is None or param.name is None:
+        return
+    options = ctx.ensure_object(Options)
+    if param.name == "app_name" and options.app_given_to_celery and value != options.app_name:
+        raise UsageProblem(
+            f"-A {value} after the command, but `celery -A {options.app_name}` already "
+            f"named the app: give -A once, before `safebeat`, as for every celery command"
+        )
+    setattr(options, param.name, value)
 
 
 def _store_options(command: F) -> F:

@@ -41,6 +41,8 @@ class Options:
     url: str | None = None
     namespace: str | None = None
     _app: Any = field(default=None, repr=False)
+    #: True under `celery -A proj safebeat`: celery loaded the app `app_name` names.
+    app_given_to_celery: bool = False
 
     @property
     def app(self) -> Any | None:

@@ -84,6 +84,26 @@ def backfill(
     Windows already sent, skipped or claimed are left alone. `end` may not be in the
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
+    found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
+    return _claim_and_publish(
+        app, store, namespace, entry, windows_to_claim=found, reason="backfill"
+    )
+
+
+def backfill_windows(
+    store: Store,
+    namespace: str,
+    entry: Entry,
+    *,
+    start: datetime,
+    end: datetime,
+    limit: int = BACKFILL_LIMIT,
+) -> list[datetime]:
+    """The windows of `entry` in `[start, end]` that `backfill` would claim where free.
+
+    Raise OperationError for a range backfill refuses: reversed, reaching into the
+    future, holding no window or more than `limit`, or an entry not registered.
+    """
     if start > end:
         raise OperationError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
     state = _require_registered(store, namespace, entry.name)
@@ -106,9 +126,7 @@ def backfill(
         )
     if not found:
         raise OperationError(f"entry {entry.name!r} has no window in that range")
-    return _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=found, reason="backfill"
-    )
+    return found
 
 
 def _require_registered(store: Store, namespace: str, name: str) -> Any:

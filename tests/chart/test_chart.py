@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import yamale
 import yaml
 from click.testing import CliRunner
+from yamllint import linter as yamllint_linter
+from yamllint.config import YamlLintConfig
 
 from safebeat.cli import main as safebeat_cli
 from safebeat.config import SETTINGS, parse_duration
+from safebeat.identity import Replica
 from safebeat.scheduler import Scheduler
+from safebeat.stores.sqlite import SqliteStore
 from tests.chart.rendering import (
     CHART,
     CRD_KINDS,
@@ -69,12 +75,13 @@ def test_validation_catches_a_broken_manifest() -> None:
 
 
 def test_the_value_sets_render_what_they_promise() -> None:
-    """Standalone renders beats, a PDB and the hook; every option adds the monitoring objects."""
-    assert kinds(render(CHART, STANDALONE)) == ["Deployment", "Job", "PodDisruptionBudget"]
+    """Standalone renders beats, a PDB and the hooks; every option adds the monitoring objects."""
+    assert kinds(render(CHART, STANDALONE)) == ["Deployment", "Job", "Pod", "PodDisruptionBudget"]
     assert kinds(render(CHART, ci_values("all-features"))) == [
         "ConfigMap",
         "Deployment",
         "Job",
+        "Pod",
         "PodDisruptionBudget",
         "PrometheusRule",
         "Service",
@@ -84,6 +91,7 @@ def test_the_value_sets_render_what_they_promise() -> None:
     assert kinds(render(CHART, ci_values("sidecar"))) == [
         "ConfigMap",
         "Job",
+        "Pod",
         "PrometheusRule",
         "Service",
         "ServiceMonitor",
@@ -385,3 +393,88 @@ def test_crd_kinds_are_the_only_ones_without_a_kubernetes_schema() -> None:
         except kubernetes_validate.SchemaNotFoundError:
             unknown.add(manifest["kind"])
     assert unknown == CRD_KINDS
+
+
+# --- `helm test` and chart-testing's `ct lint` ------------------------------------------------
+
+CHART_TESTING = ROOT / "tests" / "chart" / "chart-testing"
+
+
+def helm_test_pod(values: dict[str, Any]) -> dict[str, Any]:
+    """The Pod the chart renders for `helm test`."""
+    [pod] = [m for m in render(CHART, values) if m["kind"] == "Pod"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    return pod
+
+
+@pytest.mark.parametrize("value_set", ["standalone", "sidecar"])
+def test_helm_test_hook_runs_safebeat_health_any_with_beats_store(value_set: str) -> None:
+    """`helm test` runs `safebeat -A <app> health --any` once, with beat's store and settings."""
+    values = ci_values(value_set)
+    pod = helm_test_pod(values)
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert "hook-succeeded" in pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    [test] = pod["spec"]["containers"]
+    assert test["command"] == ["safebeat", "-A", "proj", "health", "--any", "--max-age", "30s"]
+    variables = env(test)
+    assert variables["SAFEBEAT_URL"] == {
+        "secretKeyRef": {
+            "name": values["store"]["existingSecret"],
+            "key": values["store"].get("secretKey", "url"),
+        }
+    }
+    if value_set == "standalone":
+        beat_env = env(beat(values))
+        assert variables == {k: beat_env[k] for k in variables}
+
+
+def test_helm_test_command_passes_on_a_heartbeat_from_another_pod(tmp_path: Path) -> None:
+    """The hook's exact arguments pass when a beat on another host heartbeated, fail without."""
+    url = f"sqlite:///{tmp_path / 'store.sqlite3'}"
+    command = helm_test_pod(merged(STANDALONE, {"app": "tests.chart.probe_app"}))["spec"][
+        "containers"
+    ][0]["command"]
+    store = SqliteStore(url)
+    store.migrate()
+    nobody = CliRunner().invoke(safebeat_cli, command[1:], env={"SAFEBEAT_URL": url})
+    assert nobody.exit_code == 1, nobody.output
+    assert "on any host" in nobody.output
+    store.heartbeat("probe-app", Replica("rel-safebeat-7d9f-abcde", 1, "t"), "0.1.0", {})
+    store.close()
+    alive = CliRunner().invoke(safebeat_cli, command[1:], env={"SAFEBEAT_URL": url})
+    assert alive.exit_code == 0, alive.output
+    assert "ok: rel-safebeat-7d9f-abcde" in alive.output
+
+
+def test_chart_yaml_meets_chart_testings_schema_and_artifact_hub() -> None:
+    """Chart.yaml passes `ct lint`'s schema and has maintainers, icon, kubeVersion and links."""
+    schema = yamale.make_schema(str(CHART_TESTING / "chart_schema.yaml"))
+    yamale.validate(schema, yamale.make_data(str(CHART / "Chart.yaml")))  # raises on a problem
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["maintainers"], "ct lint requires maintainers"
+    assert chart["kubeVersion"] == f">={KUBE_VERSIONS[0]}.0-0"
+    assert chart["icon"].startswith(chart["home"])
+    assert (ROOT / chart["icon"].split("/raw/main/")[1]).is_file()
+    links = yaml.safe_load(chart["annotations"]["artifacthub.io/links"])
+    for link in links:
+        assert link["url"].startswith(chart["home"]), link
+        assert (ROOT / link["url"].split("/main/")[1]).exists(), link
+
+
+def test_yaml_files_pass_chart_testings_yamllint() -> None:
+    """Chart.yaml, values.yaml and every ci/ values file pass `ct lint`'s yamllint rules."""
+    config = YamlLintConfig(file=str(CHART_TESTING / "lintconf.yaml"))
+    files = [CHART / "Chart.yaml", CHART / "values.yaml", *sorted((CHART / "ci").glob("*.yaml"))]
+    for path in files:
+        problems = [
+            f"{path.name}:{p.line}: {p.message}"
+            for p in yamllint_linter.run(path.read_text(), config, str(path))
+        ]
+        assert problems == [], problems
+
+
+def test_chart_testings_yamllint_rules_catch_a_bad_file() -> None:
+    """The yamllint rules above do find problems: trailing spaces, a duplicated key."""
+    config = YamlLintConfig(file=str(CHART_TESTING / "lintconf.yaml"))
+    problems = list(yamllint_linter.run("name: a \nname: b\n", config))
+    assert {p.rule for p in problems} >= {"trailing-spaces", "key-duplicates"}

@@ -72,9 +72,13 @@ def test_sidecar_never_gates_the_app_pods_readiness(example_chart: Path) -> None
 
 
 def test_the_safebeat_chart_adds_the_hook_and_no_beats_of_its_own(example_chart: Path) -> None:
-    """In sidecar mode the dependency renders the migration Job (same image), no Deployment."""
+    """In sidecar mode the dependency renders the migration Job (same image), no Deployment.
+
+    Its `helm test` Pod comes along: `helm test web` checks the sidecars' heartbeats.
+    """
     manifests = render(example_chart, None, release="web")
-    assert kinds(manifests) == ["Deployment", "Job", "PodDisruptionBudget", "Service"]
+    assert kinds(manifests) == ["Deployment", "Job", "Pod", "PodDisruptionBudget", "Service"]
+    assert one(manifests, "Pod")["metadata"]["annotations"]["helm.sh/hook"] == "test"
     job = one(manifests, "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     image = container(job["spec"]["template"]["spec"], "migrate")["image"]
@@ -153,6 +157,6 @@ def test_sidecar_under_an_alias(tmp_path: Path) -> None:
         "  volumes:\n"
         '    {{- include "safebeat.sidecarVolumes" (dict "values" .Values.beat) | nindent 4 }}\n'
     )
-    pod = one(render(app, None), "Pod")
+    [pod] = [m for m in render(app, None) if m["metadata"]["name"] == "app"]
     validate(pod, KUBE_VERSIONS[-1])
     assert container(pod["spec"], "beat")["image"] == "registry.example.com/proj:2"

@@ -67,6 +67,16 @@ rows included.
 starts, and it runs the command only where the window's claim is new. Its exit status is
 the command's (see [Protect cron and Kubernetes CronJob](cron.md) for the others).
 
+The same commands run inside Celery's own command line, beside `celery inspect`:
+`celery -A proj safebeat status` is `safebeat -A proj status`. There `-A`, `-b`/`--broker`,
+`--workdir` and celery's other global options come before `safebeat`, as for every celery
+command, and celery applies them: `trigger` and `backfill` publish to the broker `-b`
+names. `--url`, `--namespace` and `--traceback` come after `safebeat`; an `-A` after the
+command naming another app than celery's is refused. Without celery's `-A`, a command
+takes no schedule from celery's default app, as `safebeat` without `-A`. Celery finds
+the group through the `celery.commands` entry point of the installed package, so
+`celery --help` lists it.
+
 This page is the output of `--help`; a test keeps the two identical.
 """
 

@@ -2,15 +2,18 @@
 
 The history is read-only. Deleting a dispatch row would free its window's unique key, so
 a replica could claim the window again: the history cannot be edited or deleted from the
-admin (beat prunes it after `safebeat_retention`). The entries page has three actions,
-for users with the "Can change entry" permission: pause, resume (for every replica) and
-trigger now (one window sent from the web process; see `safebeat.contrib.django.actions`).
+admin (beat prunes it after `safebeat_retention`). The entries page has four actions,
+for users with the "Can change entry" permission: pause, resume (for every replica),
+trigger now (one window sent from the web process) and backfill (a form for a range, a
+preview of its windows, then the ones without a row sent; see
+`safebeat.contrib.django.actions`). Every label and message is translatable.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from celery import current_app
 from celery.local import Proxy
@@ -22,18 +25,22 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from safebeat import liveness
 from safebeat.contrib.django import actions
+from safebeat.contrib.django.forms import BackfillForm
 from safebeat.contrib.django.models import Dispatch, Entry, Replica
+from safebeat.identity import format_window
 
 #: A replica whose last heartbeat is older than this is shown as gone (safebeat.liveness).
 LIVE_WITHIN = liveness.LIVE_WITHIN
 #: The entries page's actions: form value -> label.
 ENTRY_ACTIONS = {
-    "pause": "Pause selected entries",
-    "resume": "Resume selected entries",
-    "trigger": "Trigger selected entries now",
+    "pause": _("Pause selected entries"),
+    "resume": _("Resume selected entries"),
+    "trigger": _("Trigger selected entries now"),
+    "backfill": _("Backfill the selected entry..."),
 }
 
 
@@ -79,6 +86,11 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         view = self.admin_site.admin_view
         return [
             path("entries/", _not_atomic(view(self.entries_view)), name="safebeat_entries"),
+            path(
+                "entries/backfill/",
+                _not_atomic(view(self.backfill_view)),
+                name="safebeat_backfill",
+            ),
             path("replicas/", view(self.replicas_view), name="safebeat_replicas"),
             *super().get_urls(),
         ]
@@ -106,7 +118,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         )
         context = {
             **self.admin_site.each_context(request),
-            "title": "safebeat entries",
+            "title": _("safebeat entries"),
             "entries": [
                 {**row, "key": json.dumps([row["namespace"], row["name"]])} for row in entries
             ],
@@ -125,15 +137,22 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         """Run the posted action on the selected entries; say what happened to each."""
         if not self.has_entry_action_permission(request):
             raise PermissionDenied
-        page = HttpResponseRedirect(reverse(f"{self.admin_site.name}:safebeat_entries"))
+        page = HttpResponseRedirect(self._url("safebeat_entries"))
         action = request.POST.get("action", "")
         selected = _selected(request.POST.getlist("entry"))
         if action not in ENTRY_ACTIONS:
-            messages.warning(request, "Choose an action for the selected entries.")
+            messages.warning(request, _("Choose an action for the selected entries."))
             return page
         if not selected:
-            messages.warning(request, "Select the entries to act on: no entry was changed.")
+            messages.warning(request, _("Select the entries to act on: no entry was changed."))
             return page
+        if action == "backfill":
+            if len(selected) != 1:
+                messages.warning(request, _("Select one entry to backfill."))
+                return page
+            namespace, name = selected[0]
+            query = urlencode({"namespace": namespace, "entry": name})
+            return HttpResponseRedirect(f"{self._url('safebeat_backfill')}?{query}")
         for message in self.run_entry_action(action, selected):
             messages.add_message(request, message.level, message.text)
         return page
@@ -154,6 +173,42 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
                 found.append(actions.set_paused(store, namespace, name, action == "pause"))
         return found
 
+    def backfill_view(self, request: HttpRequest) -> HttpResponse:
+        """A form for the range of one entry's windows to backfill; "Preview" lists the
+        windows (each new or already with a row), "Send" runs `safebeat backfill` on them."""
+        if not self.has_entry_action_permission(request):
+            raise PermissionDenied
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
+
+        form = BackfillForm(request.POST if request.method == "POST" else None, initial=request.GET)
+        preview: list[tuple[Any, str | None]] = []
+        if form.is_valid():
+            app, data = self.get_celery_app(), form.cleaned_data
+            store = open_django_store(f"django://{router.db_for_write(Entry)}")
+            namespace, name = data["namespace"], data["entry"]
+            span = {"start": data["start"], "end": data["end"]}
+            if "send" in request.POST:
+                for message in actions.backfill(app, store, namespace, name, **span):
+                    messages.add_message(request, message.level, message.text)
+                return HttpResponseRedirect(self._url("safebeat_entries"))
+            preview, notes = actions.backfill_preview(app, store, namespace, name, **span)
+            for message in notes:
+                messages.add_message(request, message.level, message.text)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Backfill %(entry)s") % {"entry": form["entry"].value() or ""},
+            "form": form,
+            "namespace": form["namespace"].value(),
+            "entry": form["entry"].value(),
+            "preview": [{"window": format_window(w), "status": s} for w, s in preview],
+            "to_send": sum(status is None for _window, status in preview),
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "safebeat/backfill.html", context)
+
+    def _url(self, name: str) -> str:
+        return str(reverse(f"{self.admin_site.name}:{name}"))
+
     def get_celery_app(self) -> Any:
         """The Celery app (`celery_app`), itself rather than a proxy of the current one."""
         app = self.celery_app
@@ -170,7 +225,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         ]
         context = {
             **self.admin_site.each_context(request),
-            "title": "safebeat replicas",
+            "title": _("safebeat replicas"),
             "replicas": replicas,
             "live_within": int(LIVE_WITHIN.total_seconds()),
             "opts": self.model._meta,

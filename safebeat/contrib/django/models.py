@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from safebeat.contrib.django.fields import KeyField
 
@@ -43,7 +44,8 @@ class Entry(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     class Meta:
         db_table = "safebeat_entry"
-        verbose_name_plural = "entries"
+        verbose_name = _("entry")
+        verbose_name_plural = _("entries")
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -53,35 +55,36 @@ class Dispatch(models.Model):  # type: ignore[misc]  # Django is untyped here
     """One claimed or skipped window: the dispatch marker, and what became of it."""
 
     id = models.BigAutoField(primary_key=True)
-    namespace = KeyField(max_length=NAMESPACE_LENGTH)
-    entry = KeyField(max_length=ENTRY_LENGTH)
-    window_at = models.DateTimeField("window")
-    status = models.TextField(choices=[(s, s) for s in STATUSES])
-    task_id = models.TextField(null=True)
-    task_name = models.TextField(null=True)
-    reason = models.TextField(null=True)
-    skipped_from = models.DateTimeField(null=True)
-    skipped_count = models.IntegerField(null=True)
-    replica = models.TextField()
-    host = models.TextField()
-    pid = models.IntegerField()
-    claimed_at = models.DateTimeField()
-    sent_at = models.DateTimeField(null=True)
-    attempts = models.IntegerField(db_default=1)
-    error = models.TextField(null=True)
+    namespace = KeyField(_("namespace"), max_length=NAMESPACE_LENGTH)
+    entry = KeyField(_("entry"), max_length=ENTRY_LENGTH)
+    window_at = models.DateTimeField(_("window"))
+    status = models.TextField(_("status"), choices=[(s, s) for s in STATUSES])
+    task_id = models.TextField(_("task id"), null=True)
+    task_name = models.TextField(_("task name"), null=True)
+    reason = models.TextField(_("reason"), null=True)
+    skipped_from = models.DateTimeField(_("skipped from"), null=True)
+    skipped_count = models.IntegerField(_("skipped count"), null=True)
+    replica = models.TextField(_("replica"))
+    host = models.TextField(_("host"))
+    pid = models.IntegerField(_("pid"))
+    claimed_at = models.DateTimeField(_("claimed at"))
+    sent_at = models.DateTimeField(_("sent at"), null=True)
+    attempts = models.IntegerField(_("attempts"), db_default=1)
+    error = models.TextField(_("error"), null=True)
     # Execution, as the worker hook recorded it (schema version 2).
-    started_at = models.DateTimeField(null=True)
-    finished_at = models.DateTimeField(null=True)
-    outcome = models.TextField(null=True, choices=[(o, o) for o in OUTCOMES])
-    runtime = models.DurationField(null=True)
-    worker = models.TextField(null=True)
-    retries = models.IntegerField(null=True)
-    runs = models.IntegerField(db_default=0)
-    duplicates = models.IntegerField(db_default=0)
+    started_at = models.DateTimeField(_("started at"), null=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True)
+    outcome = models.TextField(_("outcome"), null=True, choices=[(o, o) for o in OUTCOMES])
+    runtime = models.DurationField(_("runtime"), null=True)
+    worker = models.TextField(_("worker"), null=True)
+    retries = models.IntegerField(_("retries"), null=True)
+    runs = models.IntegerField(_("runs"), db_default=0)
+    duplicates = models.IntegerField(_("duplicates"), db_default=0)
 
     class Meta:
         db_table = "safebeat_dispatch"
-        verbose_name_plural = "dispatches"
+        verbose_name = _("dispatch")
+        verbose_name_plural = _("dispatches")
         constraints = [
             # The dispatch marker: one row per window, whoever inserts it first.
             models.UniqueConstraint(
@@ -127,6 +130,8 @@ class Replica(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     class Meta:
         db_table = "safebeat_replica"
+        verbose_name = _("replica")
+        verbose_name_plural = _("replicas")
 
     def __str__(self) -> str:
         return self.replica
@@ -145,6 +150,8 @@ class Effect(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     class Meta:
         db_table = "safebeat_effect"
+        verbose_name = _("effect")
+        verbose_name_plural = _("effects")
         indexes = [
             models.Index(fields=["namespace", "expires_at"], name="safebeat_effect_expires_at")
         ]

@@ -22,8 +22,13 @@ from safebeat.stores.django.setup import django_models, known_migrations, migrat
 from safebeat.urls import django_alias
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from safebeat.stores.django.orm import DjangoOrmStore
     from safebeat.stores.django.postgres import DjangoPostgresStore
+
+    #: What opening a Django store gives: a `Store` on the alias's database.
+    OpenedDjangoStore: TypeAlias = DjangoOrmStore | DjangoPostgresStore
 
 
 def alias_of(url: str) -> str:

@@ -41,7 +41,11 @@ class Migration(migrations.Migration):
                         ("last_window", models.DateTimeField(null=True)),
                         ("registered_by", models.TextField()),
                     ],
-                    options={"verbose_name_plural": "entries", "db_table": "safebeat_entry"},
+                    options={
+                        "verbose_name": "entry",
+                        "verbose_name_plural": "entries",
+                        "db_table": "safebeat_entry",
+                    },
                 ),
                 migrations.CreateModel(
                     name="Replica",
@@ -66,14 +70,28 @@ class Migration(migrations.Migration):
                         ("heartbeat_at", models.DateTimeField()),
                         ("definitions", models.JSONField()),
                     ],
-                    options={"db_table": "safebeat_replica"},
+                    options={
+                        "verbose_name": "replica",
+                        "verbose_name_plural": "replicas",
+                        "db_table": "safebeat_replica",
+                    },
                 ),
                 migrations.CreateModel(
                     name="Dispatch",
                     fields=[
                         ("id", models.BigAutoField(primary_key=True, serialize=False)),
-                        ("namespace", safebeat.contrib.django.fields.KeyField(max_length=128)),
-                        ("entry", safebeat.contrib.django.fields.KeyField(max_length=512)),
+                        (
+                            "namespace",
+                            safebeat.contrib.django.fields.KeyField(
+                                max_length=128, verbose_name="namespace"
+                            ),
+                        ),
+                        (
+                            "entry",
+                            safebeat.contrib.django.fields.KeyField(
+                                max_length=512, verbose_name="entry"
+                            ),
+                        ),
                         ("window_at", models.DateTimeField(verbose_name="window")),
                         (
                             "status",
@@ -83,23 +101,31 @@ class Migration(migrations.Migration):
                                     ("sent", "sent"),
                                     ("failed", "failed"),
                                     ("skipped", "skipped"),
-                                ]
+                                ],
+                                verbose_name="status",
                             ),
                         ),
-                        ("task_id", models.TextField(null=True)),
-                        ("task_name", models.TextField(null=True)),
-                        ("reason", models.TextField(null=True)),
-                        ("skipped_from", models.DateTimeField(null=True)),
-                        ("skipped_count", models.IntegerField(null=True)),
-                        ("replica", models.TextField()),
-                        ("host", models.TextField()),
-                        ("pid", models.IntegerField()),
-                        ("claimed_at", models.DateTimeField()),
-                        ("sent_at", models.DateTimeField(null=True)),
-                        ("attempts", models.IntegerField(db_default=1)),
-                        ("error", models.TextField(null=True)),
+                        ("task_id", models.TextField(null=True, verbose_name="task id")),
+                        ("task_name", models.TextField(null=True, verbose_name="task name")),
+                        ("reason", models.TextField(null=True, verbose_name="reason")),
+                        (
+                            "skipped_from",
+                            models.DateTimeField(null=True, verbose_name="skipped from"),
+                        ),
+                        (
+                            "skipped_count",
+                            models.IntegerField(null=True, verbose_name="skipped count"),
+                        ),
+                        ("replica", models.TextField(verbose_name="replica")),
+                        ("host", models.TextField(verbose_name="host")),
+                        ("pid", models.IntegerField(verbose_name="pid")),
+                        ("claimed_at", models.DateTimeField(verbose_name="claimed at")),
+                        ("sent_at", models.DateTimeField(null=True, verbose_name="sent at")),
+                        ("attempts", models.IntegerField(db_default=1, verbose_name="attempts")),
+                        ("error", models.TextField(null=True, verbose_name="error")),
                     ],
                     options={
+                        "verbose_name": "dispatch",
                         "verbose_name_plural": "dispatches",
                         "db_table": "safebeat_dispatch",
                         "indexes": [

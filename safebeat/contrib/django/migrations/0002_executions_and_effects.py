@@ -20,8 +20,12 @@ class Migration(migrations.Migration):
         SchemaVersion(
             2,
             [
-                _dispatch_field("started_at", models.DateTimeField(null=True)),
-                _dispatch_field("finished_at", models.DateTimeField(null=True)),
+                _dispatch_field(
+                    "started_at", models.DateTimeField(null=True, verbose_name="started at")
+                ),
+                _dispatch_field(
+                    "finished_at", models.DateTimeField(null=True, verbose_name="finished at")
+                ),
                 _dispatch_field(
                     "outcome",
                     models.TextField(
@@ -31,13 +35,16 @@ class Migration(migrations.Migration):
                             ("retry", "retry"),
                         ],
                         null=True,
+                        verbose_name="outcome",
                     ),
                 ),
-                _dispatch_field("runtime", models.DurationField(null=True)),
-                _dispatch_field("worker", models.TextField(null=True)),
-                _dispatch_field("retries", models.IntegerField(null=True)),
-                _dispatch_field("runs", models.IntegerField(db_default=0)),
-                _dispatch_field("duplicates", models.IntegerField(db_default=0)),
+                _dispatch_field("runtime", models.DurationField(null=True, verbose_name="runtime")),
+                _dispatch_field("worker", models.TextField(null=True, verbose_name="worker")),
+                _dispatch_field("retries", models.IntegerField(null=True, verbose_name="retries")),
+                _dispatch_field("runs", models.IntegerField(db_default=0, verbose_name="runs")),
+                _dispatch_field(
+                    "duplicates", models.IntegerField(db_default=0, verbose_name="duplicates")
+                ),
                 migrations.AddConstraint(
                     model_name="dispatch",
                     constraint=models.CheckConstraint(
@@ -77,6 +84,8 @@ class Migration(migrations.Migration):
                         ("expires_at", models.DateTimeField()),
                     ],
                     options={
+                        "verbose_name": "effect",
+                        "verbose_name_plural": "effects",
                         "db_table": "safebeat_effect",
                         "indexes": [
                             models.Index(
