@@ -17,7 +17,7 @@ from safebeat.errors import EntryError
 from safebeat.identity import format_window
 from safebeat.metrics import BeatMetrics
 from safebeat.planning import Planned
-from safebeat.records import Claim, NewSkip
+from safebeat.records import Claim, EntryState, NewSkip
 from safebeat.windows import SkipReason, typical_period
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -143,3 +143,27 @@ def serve_metrics(metrics: BeatMetrics, port: int) -> bool:
         )
         return False
     return True
+
+
+def report_registration(changed: Mapping[str, str], entries: Mapping[str, Entry]) -> None:
+    """Say which entries this replica defines otherwise than the store had them."""
+    for name, previous in changed.items():
+        logger.warning(
+            "safebeat: entry %r: this replica's definition (digest %s) differs from the "
+            "one registered before (%s); during a rolling deploy this is expected, and "
+            "each window is still claimed once",
+            name,
+            entries[name].digest,
+            previous,
+        )
+
+
+def report_unregistered(due: Sequence[str], states: Mapping[str, EntryState]) -> bool:
+    """Say so when due entries have no state in the store (deleted rows, a flushed Redis);
+    return whether any had none."""
+    missing = sorted(name for name in due if name not in states)
+    if missing:
+        logger.warning(
+            "safebeat: entries %s are not registered in the store; registering again", missing
+        )
+    return bool(missing)

@@ -38,6 +38,8 @@ from safebeat.reporting import (
     report_dispatch,
     report_entries,
     report_plan,
+    report_registration,
+    report_unregistered,
     serve_metrics,
 )
 from safebeat.stores import Store, store_from_config
@@ -227,15 +229,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         registration = store.register(
             config.namespace, [e.definition for e in self.entries.values()], self.replica
         )
-        for name, previous in registration.changed.items():
-            logger.warning(
-                "safebeat: entry %r: this replica's definition (digest %s) differs from the "
-                "one registered before (%s); during a rolling deploy this is expected, and "
-                "each window is still claimed once",
-                name,
-                self.entries[name].digest,
-                previous,
-            )
+        report_registration(registration.changed, self.entries)
         now = self._monotonic()
         self._due_at = dict.fromkeys(self.entries, now)
         self._ready = True
@@ -291,13 +285,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         report_plan(planned, self.metrics)
         for name in due:
             self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)
-        missing = [name for name in due if name not in result.states]
-        if missing:
-            logger.warning(
-                "safebeat: entries %s are not registered in the store; registering again",
-                sorted(missing),
-            )
-            self._ready = False
+        if report_unregistered(due, result.states):
+            self._ready = False  # register again before the next tick claims
         if reclaim:
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
         report_claims(result.claimed, result.reclaimed, self.metrics)
