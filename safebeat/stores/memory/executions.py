@@ -2,57 +2,51 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
 from safebeat.records import (
     Outcome,
-    Start,
-    decide_start,
 )
+from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.memory.state import MemoryState, _Effect
 
 
-class MemoryExecutions(MemoryState):
+class MemoryExecutions(DecidedStart, MemoryState):
     """`ExecutionStore` and `EffectStore` in memory."""
 
-    def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        stale_after: timedelta,
-    ) -> Start:
+    @contextmanager
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> Iterator[ExecutionRow | None]:
         with self._mutex:
-            ns, now = self._ns(namespace), self.clock()
-            record = ns.dispatches.get((entry, window))
+            ns, now, key = self._ns(namespace), self.clock(), (entry, window)
+            record = ns.dispatches.get(key)
             if record is None or record.task_id is None:
-                return Start.UNKNOWN
-            verdict = decide_start(
-                started_at=record.started_at,
-                finished_at=record.finished_at,
-                recorded_retries=record.retries,
-                retries=retries,
-                now=now,
-                stale_after=stale_after,
+                yield None
+                return
+            found = record
+
+            def start(worker: str, retries: int) -> None:
+                ns.dispatches[key] = replace(
+                    found,
+                    started_at=now,
+                    worker=worker,
+                    retries=retries,
+                    finished_at=None,
+                    outcome=None,
+                    runtime=None,
+                    runs=found.runs + 1,
+                )
+
+            def duplicate() -> None:
+                ns.dispatches[key] = replace(found, duplicates=found.duplicates + 1)
+
+            yield ExecutionRow(
+                now, found.started_at, found.finished_at, found.retries, start, duplicate
             )
-            if verdict is Start.DUPLICATE:
-                ns.dispatches[(entry, window)] = replace(record, duplicates=record.duplicates + 1)
-                return Start.DUPLICATE
-            ns.dispatches[(entry, window)] = replace(
-                record,
-                started_at=now,
-                worker=worker,
-                retries=retries,
-                finished_at=None,
-                outcome=None,
-                runtime=None,
-                runs=record.runs + 1,
-            )
-            return verdict
 
     def finish_execution(
         self,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from safebeat.records import (
     Outcome,
-    Start,
-    decide_start,
 )
+from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.sqlite.connection import (
     Q,
     SqliteConnection,
@@ -17,42 +18,32 @@ from safebeat.stores.sqlite.connection import (
 )
 
 
-class SqliteExecutions(SqliteConnection):
+class SqliteExecutions(DecidedStart, SqliteConnection):
     """`ExecutionStore` and `EffectStore` on SQLite."""
 
-    def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        stale_after: timedelta,
-    ) -> Start:
+    @contextmanager
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> Iterator[ExecutionRow | None]:
         key = {"namespace": namespace, "entry": entry, "window": _us(window)}
         with self._write("record the start of an execution") as conn:
             row = conn.execute(Q["execution_of"], key).fetchone()
             if row is None:
-                return Start.UNKNOWN
+                yield None
+                return
             row_id, started_at, finished_at, recorded_retries = row
             now = self.clock()
-            verdict = decide_start(
-                started_at=_maybe_instant(started_at),
-                finished_at=_maybe_instant(finished_at),
-                recorded_retries=recorded_retries,
-                retries=retries,
-                now=now,
-                stale_after=stale_after,
+            yield ExecutionRow(
+                now,
+                _maybe_instant(started_at),
+                _maybe_instant(finished_at),
+                recorded_retries,
+                start=lambda worker, retries: conn.execute(
+                    Q["start_execution"],
+                    {"id": row_id, "now": _us(now), "worker": worker, "retries": retries},
+                ),
+                duplicate=lambda: conn.execute(Q["count_duplicate"], {"id": row_id}),
             )
-            if verdict is Start.DUPLICATE:
-                conn.execute(Q["count_duplicate"], {"id": row_id})
-                return Start.DUPLICATE
-            conn.execute(
-                Q["start_execution"],
-                {"id": row_id, "now": _us(now), "worker": worker, "retries": retries},
-            )
-            return verdict
 
     def finish_execution(
         self,

@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from safebeat.errors import StoreError
 from safebeat.records import (
     Outcome,
-    Start,
-    decide_start,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
+from safebeat.stores.executions import DecidedStart, ExecutionRow
 
 
-class DjangoOrmExecutions(DjangoOrmRows):
+class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
     """`ExecutionStore` and `EffectStore` with Django's ORM."""
 
-    def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        stale_after: timedelta,
-    ) -> Start:
+    @contextmanager
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> Iterator[ExecutionRow | None]:
         from django.db.models import F  # noqa: PLC0415
 
         m = django_models(self.alias)
@@ -43,30 +38,26 @@ class DjangoOrmExecutions(DjangoOrmRows):
                 .first()
             )
             if found is None:
-                return Start.UNKNOWN
+                yield None
+                return
             row_id, started_at, finished_at, recorded_retries = found
             now = vendors.clock(connection)
-            verdict = decide_start(
-                started_at=started_at,
-                finished_at=finished_at,
-                recorded_retries=recorded_retries,
-                retries=retries,
-                now=now,
-                stale_after=stale_after,
+            yield ExecutionRow(
+                now,
+                started_at,
+                finished_at,
+                recorded_retries,
+                start=lambda worker, retries: rows.filter(id=row_id).update(
+                    started_at=now,
+                    worker=worker,
+                    retries=retries,
+                    finished_at=None,
+                    outcome=None,
+                    runtime=None,
+                    runs=F("runs") + 1,
+                ),
+                duplicate=lambda: rows.filter(id=row_id).update(duplicates=F("duplicates") + 1),
             )
-            if verdict is Start.DUPLICATE:
-                rows.filter(id=row_id).update(duplicates=F("duplicates") + 1)
-                return Start.DUPLICATE
-            rows.filter(id=row_id).update(
-                started_at=now,
-                worker=worker,
-                retries=retries,
-                finished_at=None,
-                outcome=None,
-                runtime=None,
-                runs=F("runs") + 1,
-            )
-            return verdict
 
     def finish_execution(
         self,
