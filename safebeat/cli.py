@@ -23,10 +23,12 @@ from typing import Any, TypeVar
 import click
 
 from safebeat import cron, doctor, execute, operations
+from safebeat import plan as planning
 from safebeat.app_schedule import Schedule
 from safebeat.cli_app import AppNotFound
 from safebeat.cli_context import Options, choose_namespace, missing_store, open_store
 from safebeat.config import Config, parse_duration
+from safebeat.display import BadInstant, note, one_line, parse_instant, span, unknown_entry, when
 from safebeat.entries import Entry, describe
 from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
@@ -37,8 +39,10 @@ from safebeat.overview import (
     entry_statuses,
     replica_statuses,
 )
-from safebeat.records import DispatchRecord, Status
+from safebeat.plan import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
+from safebeat.records import DispatchRecord
 from safebeat.stores import Store, store_from_config
+from safebeat.urls import redact
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,11 +51,6 @@ class UsageProblem(click.ClickException):
     """A command given wrongly (a bad -A, a missing -A): one line and exit status 2."""
 
     exit_code = 2
-
-
-def one_line(text: str) -> str:
-    """`text` on one line: a driver's multi-line message joined with "; "."""
-    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -157,23 +156,6 @@ def _opened(options: Options, *, create: bool = False) -> Iterator[tuple[Config,
         yield choose_namespace(options, config, store, _say), store
     finally:
         store.close()
-
-
-def _when(instant: datetime | None) -> str:
-    return "-" if instant is None else format_window(instant)
-
-
-def _span(duration: timedelta | None) -> str:
-    if duration is None:
-        return "-"
-    seconds = duration.total_seconds()
-    if abs(seconds) >= 2 * 86400 and seconds % 86400 == 0:
-        return f"{int(seconds // 86400)}d"
-    if abs(seconds) < 60:
-        return f"{seconds:.1f}s"
-    if abs(seconds) < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -303,12 +285,12 @@ def status(options: Options, as_json: bool) -> None:
                     s.name + (" (paused)" if s.paused else ""),
                     s.schedule,
                     _next_cell(s, schedule),
-                    _when(None if s.last_sent is None else s.last_sent.window),
+                    when(None if s.last_sent is None else s.last_sent.window),
                     s.sent_by or "-",
-                    _span(s.lag),
+                    span(s.lag),
                     "-" if s.last_outcome is None else s.last_outcome.value,
-                    _when(s.last_success),
-                    _when(s.running_since),
+                    when(s.last_success),
+                    when(s.running_since),
                 ]
                 for s in statuses
             ],
@@ -327,8 +309,8 @@ def status(options: Options, as_json: bool) -> None:
                     r.record.replica,
                     "live" if r.live else "dead",
                     r.record.version,
-                    _when(r.record.started_at),
-                    _span(r.age),
+                    when(r.record.started_at),
+                    span(r.age),
                 ]
                 for r in replicas
             ],
@@ -336,17 +318,12 @@ def status(options: Options, as_json: bool) -> None:
     )
 
 
-#: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
-#: their next window is known only to cron or APScheduler, never to an app given by -A.
-_RUN_OUTSIDE_CELERY = ("exec ", "apscheduler ")
-
-
 def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
-    if schedule is None and not s.schedule.startswith(_RUN_OUTSIDE_CELERY):
+    if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:
         return "(broken)"
-    return _when(s.next_window)
+    return when(s.next_window)
 
 
 def _history_row(r: DispatchRecord) -> dict[str, Any]:
@@ -385,7 +362,7 @@ def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
         if not known:
             raise click.ClickException(empty_namespace(store, config.namespace))
         if entry not in known:
-            raise click.ClickException(_unknown_entry(entry, known, config.namespace))
+            raise click.ClickException(unknown_entry(entry, known, config.namespace))
         rows = store.history(config.namespace, entry, limit=limit)
     if as_json:
         _emit_json([_history_row(r) for r in rows])
@@ -395,39 +372,19 @@ def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
             ["window", "status", "replica", "lag", "attempts", "outcome", "runtime", "note"],
             [
                 [
-                    _when(r.window),
+                    when(r.window),
                     r.status.value,
                     r.replica,
-                    _span(None if r.sent_at is None else r.sent_at - r.window),
+                    span(None if r.sent_at is None else r.sent_at - r.window),
                     str(r.attempts),
                     "-" if r.outcome is None else r.outcome.value,
-                    _span(r.runtime),
-                    _note(r),
+                    span(r.runtime),
+                    note(r),
                 ]
                 for r in rows
             ],
         )
     )
-
-
-def _note(record: DispatchRecord) -> str:
-    if record.reason and record.status is Status.SKIPPED:
-        count = "many" if record.skipped_count is None else str(record.skipped_count)
-        return f"{record.reason}: {count} window(s) from {_when(record.skipped_from)}"
-    notes = [record.reason] if record.reason else []  # trigger, backfill, exec, apscheduler
-    if record.error:
-        notes.append(record.error.splitlines()[0][:80])
-    elif record.duplicates:
-        notes.append(f"{record.duplicates} duplicate delivery(ies) skipped")
-    return "; ".join(notes)
-
-
-def _unknown_entry(entry: str, known: dict[str, Any], namespace: str) -> str:
-    import difflib  # noqa: PLC0415
-
-    close = difflib.get_close_matches(entry, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"no entry {entry!r} in namespace {namespace!r}{hint}"
 
 
 @main.command()
@@ -456,14 +413,14 @@ def health(options: Options, any_replica: bool, max_age: str) -> None:
     fresh = [r for r in mine if r.age <= limit]
     if fresh:
         best = min(fresh, key=lambda r: r.age)
-        click.echo(f"ok: {best.record.replica} heartbeated {_span(best.age)} ago")
+        click.echo(f"ok: {best.record.replica} heartbeated {span(best.age)} ago")
         return
     where = "any host" if any_replica else f"host {host!r}"
     last = min(mine, key=lambda r: r.age, default=None)
-    seen = f"; the latest was {_span(last.age)} ago" if last else ""
+    seen = f"; the latest was {span(last.age)} ago" if last else ""
     click.echo(
         f"unhealthy: no replica of namespace {config.namespace!r} on {where} heartbeated "
-        f"within {_span(limit)}{seen}",
+        f"within {span(limit)}{seen}",
         err=True,
     )
     sys.exit(1)
@@ -521,16 +478,144 @@ def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
     help="Delete history older than this (default: safebeat_retention).",
     metavar="DURATION",
 )
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="Instead, forget entries no code defines any more (needs -A; see `plan`).",
+)
 @_store_options
 @click.pass_obj
-def prune(options: Options, older_than: str | None) -> None:
-    """Delete dispatch history and silent replicas past the retention, and expired effect keys."""
+def prune(options: Options, older_than: str | None, orphans: bool) -> None:
+    """Delete dispatch history and silent replicas past the retention, and expired effect keys.
+
+    With --orphans, delete instead the state of entries registered in the store that the
+    app's schedule (-A) no longer defines; their history stays. An entry a live replica
+    still runs is kept, since that replica would register it again.
+    """
+    if orphans:
+        _prune_orphans(options)
+        return
     with _opened(options) as (config, store):
         keep = (
             config.retention if older_than is None else parse_duration(older_than, "--older-than")
         )
         deleted = store.prune(config.namespace, store.clock() - keep)
-    click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {_span(keep)}")
+    click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {span(keep)}")
+
+
+def _prune_orphans(options: Options) -> None:
+    _require_app(options, "prune --orphans", "compares the store with the app's schedule")
+    with _opened(options) as (config, store):
+        changes = _changes(options, config, store)
+        forgotten = [
+            c.name
+            for c in planning.orphans(changes)
+            if store.forget_entry(config.namespace, c.name)
+        ]
+    for name in forgotten:
+        click.echo(f"forgot {name!r}: no code defines it")
+    for change in changes:
+        if change.kind is Kind.REMOVED and change.run_by:
+            click.echo(
+                f"kept {change.name!r}: live replica(s) {', '.join(change.run_by)} still run it; "
+                "prune again once they run the new code",
+                err=True,
+            )
+    click.echo(
+        f"{store.display_url}: forgot {len(forgotten)} orphaned entr"
+        f"{'y' if len(forgotten) == 1 else 'ies'} in namespace {config.namespace!r}"
+    )
+
+
+def _changes(options: Options, config: Config, store: Store) -> list[Change]:
+    """How the app's schedule (-A) differs from what the store has registered."""
+    schedule = options.schedule(config)
+    assert schedule is not None  # noqa: S101 - _require_app ran first
+    return planning.plan(
+        store.states(config.namespace),
+        schedule,
+        replica_statuses(store, config.namespace),
+        store.clock(),
+    )
+
+
+@main.command("plan")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
+@_store_options
+@click.pass_obj
+def plan_command(options: Options, as_json: bool) -> None:
+    """What running this app's schedule (-A) would change in the store, before a deploy.
+
+    Lists entries added, removed (registered, but defined by no code: orphans), changed
+    (with the next windows before and after) and broken. Exit status 0 when nothing
+    would change, 1 otherwise, so CI can gate a deploy on it.
+    """
+    _require_app(options, "plan", "compares the store with the app's schedule")
+    config = options.config()
+    if missing_store(config) is not None:  # beat has not run yet: every entry is new
+        schedule = options.schedule(config)
+        assert schedule is not None  # noqa: S101 - _require_app ran first
+        display_url = redact(config.url)
+        changes = planning.plan({}, schedule, [], datetime.now(timezone.utc))
+    else:
+        with _opened(options) as (config, store):
+            changes = _changes(options, config, store)
+        display_url = store.display_url
+    if as_json:
+        _emit_json(
+            {
+                "store": display_url,
+                "namespace": config.namespace,
+                "changes": [dataclasses.asdict(c) for c in changes],
+            }
+        )
+    else:
+        _print_plan(display_url, config.namespace, changes)
+    if changes:
+        sys.exit(1)
+
+
+_PLAN_HEADINGS = {
+    Kind.ADDED: "added",
+    Kind.REMOVED: "removed (registered, defined by no code; `prune --orphans` forgets them)",
+    Kind.CHANGED: "changed",
+    Kind.BROKEN: "broken (beat would skip them)",
+}
+_PLAN_MARKS = {Kind.ADDED: "+", Kind.REMOVED: "-", Kind.CHANGED: "~", Kind.BROKEN: "!"}
+
+
+def _print_plan(display_url: str, namespace: str, changes: Sequence[Change]) -> None:
+    click.echo(f"store {display_url}, namespace {namespace!r}")
+    if not changes:
+        click.echo("\nno changes: the store has every entry as the app defines it")
+        return
+    for kind, heading in _PLAN_HEADINGS.items():
+        group = [c for c in changes if c.kind is kind]
+        if group:
+            click.echo(f"\n{heading}:")
+        for change in group:
+            click.echo(f"  {_PLAN_MARKS[kind]} {change.name}: {_plan_line(change)}")
+            if kind is Kind.CHANGED and not change.schedule_changed:
+                continue  # same windows: only the arguments, options or policy changed
+            if kind in {Kind.REMOVED, Kind.CHANGED}:
+                click.echo(f"      next windows before: {describe_windows(change.next_before)}")
+            if kind in {Kind.ADDED, Kind.CHANGED}:
+                click.echo(f"      next windows after:  {describe_windows(change.next_after)}")
+    count = len(changes)
+    click.echo(f"\n{count} entr{'y' if count == 1 else 'ies'} would change")
+
+
+def _plan_line(change: Change) -> str:
+    if change.kind is Kind.ADDED:
+        return str(change.after)
+    if change.kind is Kind.REMOVED:
+        running = f" (still run by live {', '.join(change.run_by)})" if change.run_by else ""
+        return f"{change.before}{running}"
+    if change.kind is Kind.BROKEN:
+        return str(change.problem)
+    if change.schedule_changed:
+        return f"{change.before} -> {change.after}"
+    return f"{change.after} (arguments, options or policy changed)"
 
 
 @main.command()
@@ -557,10 +642,10 @@ def resume(options: Options, entry: str) -> None:
     click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
 
 
-def _require_app(options: Options, command: str) -> None:
+def _require_app(options: Options, command: str, why: str = "publishes the task") -> None:
     if options.app_name is None:
         raise UsageProblem(
-            f"{command} publishes the task, so it needs the Celery app: give it with -A, "
+            f"{command} {why}, so it needs the Celery app: give it with -A, "
             "as to `celery -A proj beat`"
         )
 
@@ -569,20 +654,15 @@ def _compiled_entry(options: Options, config: Config, name: str) -> Entry:
     """ENTRY as this app's beat runs it (a beat_schedule item or a django-celery-beat row)."""
     schedule = options.schedule(config)
     assert schedule is not None  # noqa: S101 - _require_app ran first
-    found = schedule.find(name)
-    if isinstance(found, Entry):
-        return found
-    if found is not None:
-        raise click.ClickException(str(found))
-    raise click.ClickException(_unknown_entry(name, schedule.entries, config.namespace))
+    return operations.scheduled_entry(schedule, name, config.namespace)
 
 
 def _report(published: operations.Published, what: str) -> None:
     for claim in published.sent:
-        click.echo(f"{what}: window {_when(claim.window)} sent (task id {claim.task_id})")
+        click.echo(f"{what}: window {when(claim.window)} sent (task id {claim.task_id})")
     for claim in published.unsent:
         click.echo(
-            f"{what}: window {_when(claim.window)} claimed but the broker is unreachable; "
+            f"{what}: window {when(claim.window)} claimed but the broker is unreachable; "
             "a beat replica re-publishes it after safebeat_claim_timeout"
         )
     for window, error in published.failed.items():
@@ -608,18 +688,9 @@ def trigger(options: Options, entry: str) -> None:
 
 def _instant(value: str, name: str) -> datetime:
     try:
-        instant = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not an ISO 8601 date or time, e.g. 2026-03-01T06:00:00Z",
-            param_hint=name,
-        ) from None
-    if instant.tzinfo is None:
-        raise click.BadParameter(
-            f"{value!r} has no time zone; add Z (UTC) or an offset such as +03:00",
-            param_hint=name,
-        )
-    return instant
+        return parse_instant(value)
+    except BadInstant as exc:
+        raise click.BadParameter(str(exc), param_hint=name) from None
 
 
 @main.command()
@@ -750,3 +821,94 @@ def exec_command(
     finally:
         store.close()
     sys.exit(code)
+
+
+def _bind(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:8765", param_hint="--bind"
+        )
+    return host.strip("[]"), int(port)
+
+
+@main.command()
+@click.option(
+    "--bind",
+    default="127.0.0.1:8765",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to serve. Another address than loopback needs --token or --user/--password.",
+)
+@click.option(
+    "--token",
+    envvar="SAFEBEAT_WEB_TOKEN",
+    metavar="TOKEN",
+    help="Require this token: `Authorization: Bearer TOKEN`, or as the basic-auth password "
+    "[env: SAFEBEAT_WEB_TOKEN].",
+)
+@click.option(
+    "--user",
+    envvar="SAFEBEAT_WEB_USER",
+    metavar="NAME",
+    help="Require HTTP basic auth with this user name [env: SAFEBEAT_WEB_USER].",
+)
+@click.option(
+    "--password",
+    envvar="SAFEBEAT_WEB_PASSWORD",
+    metavar="PASSWORD",
+    help="The basic-auth password of --user [env: SAFEBEAT_WEB_PASSWORD].",
+)
+@click.option(
+    "--read-only",
+    is_flag=True,
+    envvar="SAFEBEAT_WEB_READ_ONLY",
+    help="Show everything, change nothing: no pause, resume, trigger or backfill.",
+)
+@_store_options
+@click.pass_obj
+def web(
+    options: Options,
+    *,
+    bind: str,
+    token: str | None,
+    user: str | None,
+    password: str | None,
+    read_only: bool,
+) -> None:
+    """Serve the web console: entries, history, replicas, doctor; pause, trigger, backfill.
+
+    Needs the `web` extra (pip install "safebeat[web]"); trigger and backfill need -A.
+    """
+    host, port = _bind(bind)
+    try:
+        import uvicorn  # noqa: PLC0415 - the web extra is optional
+
+        from safebeat import web as console  # noqa: PLC0415
+    except ImportError as exc:
+        raise click.ClickException(
+            f'safebeat web needs the web extra ({exc.name} is missing): pip install "safebeat[web]"'
+        ) from exc
+    try:
+        credentials = console.Credentials(token=token or None, username=user, password=password)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from exc
+    if not credentials.required and not console.is_loopback(host):
+        raise UsageProblem(
+            f"--bind {bind} is reachable from other machines, and the console pauses and "
+            "triggers entries: give --token (or SAFEBEAT_WEB_TOKEN) or --user and --password, "
+            "or bind 127.0.0.1"
+        )
+    options.app  # noqa: B018 - import the app now: a bad -A is an error before serving
+    application = console.app(
+        options.app,
+        url=options.url,
+        namespace=options.namespace,
+        read_only=read_only,
+        credentials=credentials,
+    )
+    with _opened(options) as (config, store):  # fail now, in one line, not at the first page
+        where = f"{store.display_url}, namespace {config.namespace!r}"
+    mode = "read-only" if read_only else "read-write"
+    click.echo(f"safebeat web: {where} ({mode}) on http://{bind}/", err=True)
+    uvicorn.run(application, host=host, port=port, log_level="warning")

@@ -44,6 +44,15 @@ class Options:
     #: True under `celery -A proj safebeat`: celery loaded the app `app_name` names.
     app_given_to_celery: bool = False
 
+    @classmethod
+    def for_app(
+        cls, app: Any | None, *, url: str | None = None, namespace: str | None = None
+    ) -> Options:
+        """Options for a Celery app given as an object (not imported by name), as by `-A`."""
+        if app is None:
+            return cls(url=url, namespace=namespace)
+        return cls(app_name=app.main or "celery", url=url, namespace=namespace, _app=app)
+
     @property
     def app(self) -> Any | None:
         if self.app_name and self._app is None:

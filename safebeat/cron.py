@@ -118,6 +118,13 @@ def _fields(text: str) -> list[str]:
             raise CronError(f"schedule {text!r}: unknown macro; known: {known}")
         stripped = MACROS[stripped.lower()]
     fields = ["*" if field == "?" else field for field in stripped.split()]
+    if len(fields) == 6:
+        raise CronError(
+            f"schedule {text!r} has 6 fields: cron and Kubernetes CronJobs start a command at "
+            "most once a minute, so seconds cannot be honoured here; use 5 fields (minute "
+            "hour day-of-month month day-of-week), or a beat entry with "
+            "safebeat.crontab.crontab(second=...)"
+        )
     if len(fields) != 5:
         raise CronError(
             f"schedule {text!r} has {len(fields)} field(s); expected 5 (minute hour "

@@ -8,8 +8,10 @@ left out.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -19,15 +21,20 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import schedules
 
+from safebeat.calendars import describe_calendar, parse_exclude
 from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire, parse_overlap
+from safebeat.crontab import seconds_of
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
 from safebeat.records import Definition, EntryState
 from safebeat.windows import (
     SOLAR_EVENTS,
+    BoundedRule,
+    Calendar,
     ClockedRule,
     CrontabRule,
     IntervalRule,
+    Jitter,
     Misfire,
     Overlap,
     Policy,
@@ -36,7 +43,21 @@ from safebeat.windows import (
 )
 
 ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
-POLICY_KEYS = frozenset({"misfire", "grace", "catchup_limit", "overlap", "timezone"})
+POLICY_KEYS = frozenset(
+    {
+        "misfire",
+        "grace",
+        "catchup_limit",
+        "overlap",
+        "timezone",
+        "start",
+        "end",
+        "exclude",
+        "jitter",
+    }
+)
+#: The longest jitter: a window's send time stays within an hour of the window.
+MAX_JITTER = timedelta(hours=1)
 #: Options safebeat sets itself on every message, so an entry may not set them.
 RESERVED_OPTIONS = frozenset({"task_id"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -75,7 +96,7 @@ def undecided_after(entry: Entry, state: EntryState) -> datetime:
     it or records it as skipped.
     """
     after = state.decided_until
-    rule = entry.rule
+    rule = entry.rule.rule if isinstance(entry.rule, BoundedRule) else entry.rule
     if isinstance(rule, ClockedRule) and (state.last_window is None or state.last_window < rule.at):
         after = min(after, rule.at - timedelta(microseconds=1))
     if entry.not_before is not None:  # no window before the entry's start
@@ -132,7 +153,14 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         raise EntryError(name, "'schedule' is missing")
     policy, zone = _policy(name, safebeat_options, config, app_timezone)
     overlap = _overlap(name, safebeat_options, config)
-    rule = _rule(name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone)
+    rule = _bounded(
+        name,
+        _rule(name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone),
+        safebeat_options,
+    )
+    calendar = _calendar(name, safebeat_options, zone)
+    jitter = _jitter(name, safebeat_options, f"{config.namespace}/{name}")
+    policy = dataclasses.replace(policy, calendar=calendar, jitter=jitter)
     schedule_text = describe(rule)
     described: dict[str, object] = {
         "task": task,
@@ -142,9 +170,13 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         "options": options,
         "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
     }
+    # Each only when set, so that the digests of existing entries stay what they were.
     if overlap is not Overlap.ALLOW:
-        # Only when set, so that the digests of existing entries stay what they were.
         described["overlap"] = overlap.value
+    if calendar is not None:
+        described["exclude"] = describe_calendar(calendar)
+    if jitter is not None:
+        described["jitter"] = _seconds_text(jitter.spread)
     try:
         digest = _digest(described)
     except (ValueError, RecursionError) as exc:  # a 5000-digit int, a list holding itself
@@ -239,6 +271,77 @@ def _overlap(name: str, options: Mapping[str, Any], config: Config) -> Overlap:
         raise EntryError(name, f"options['safebeat']: {exc}") from None
 
 
+def _bounded(name: str, rule: Rule, options: Mapping[str, Any]) -> Rule:
+    """`rule` limited to the entry's `start` and `end`, if it sets them.
+
+    An interval with a `start` (and no anchor of its own) counts its windows from it.
+    """
+    start = _instant(name, options, "start")
+    end = _instant(name, options, "end")
+    if start is None and end is None:
+        return rule
+    if start is not None and end is not None and end < start:
+        raise EntryError(
+            name,
+            f"options['safebeat']: end {format_window(end)} is before start "
+            f"{format_window(start)}; swap them",
+        )
+    if isinstance(rule, IntervalRule) and rule.anchor is None and start is not None:
+        rule = IntervalRule(rule.every, anchor=start)
+    assert not isinstance(rule, BoundedRule)  # noqa: S101 - _rule never bounds a rule
+    return BoundedRule(rule, start, end)
+
+
+def _instant(name: str, options: Mapping[str, Any], key: str) -> datetime | None:
+    """The entry's `start` or `end`: an aware datetime or ISO 8601 text with an offset."""
+    value = options.get(key)
+    if value is None:
+        return None
+    instant = value
+    if isinstance(value, str):
+        try:
+            instant = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            instant = None
+    if not isinstance(instant, datetime) or instant.utcoffset() is None:
+        raise EntryError(
+            name,
+            f"options['safebeat']['{key}']={shown(value)}: expected an ISO 8601 time with "
+            "its UTC offset, like '2026-03-01T09:00:00+01:00' (or an aware datetime)",
+        )
+    try:
+        return instant.astimezone(timezone.utc)
+    except OverflowError:
+        raise EntryError(
+            name, f"options['safebeat']['{key}']={shown(value)} is out of range"
+        ) from None
+
+
+def _calendar(name: str, options: Mapping[str, Any], zone: tzinfo) -> Calendar | None:
+    if options.get("exclude") is None:
+        return None
+    try:
+        return parse_exclude(options["exclude"], zone)
+    except ConfigError as exc:
+        raise EntryError(name, f"options['safebeat']['exclude']: {exc}") from None
+
+
+def _jitter(name: str, options: Mapping[str, Any], key: str) -> Jitter | None:
+    if options.get("jitter") is None:
+        return None
+    try:
+        spread = parse_duration(options["jitter"], "jitter")
+    except ConfigError as exc:
+        raise EntryError(name, f"options['safebeat']: {exc}") from None
+    if spread > MAX_JITTER:
+        raise EntryError(
+            name,
+            f"options['safebeat']: jitter={shown(options['jitter'])}: at most 1h; a window "
+            "is sent within the jitter after it",
+        )
+    return Jitter(spread, key) if spread > timedelta(0) else None
+
+
 def _zone(name: str, value: object) -> tzinfo:
     if isinstance(value, tzinfo):
         return value
@@ -277,6 +380,7 @@ def _rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
             days_of_month=frozenset(value.day_of_month),
             months_of_year=frozenset(value.month_of_year),
             tz=zone,
+            seconds=tuple(sorted(seconds_of(value))),
         )
     if isinstance(value, schedules.solar):
         if value.event not in SOLAR_EVENTS:  # pragma: no cover - celery validates this too
@@ -311,6 +415,13 @@ def _interval(name: str, every: timedelta, relative: bool) -> IntervalRule:
 
 def describe(rule: Rule) -> str:
     """Return a canonical text of a rule: equal text, equal windows."""
+    if isinstance(rule, BoundedRule):
+        text = describe(rule.rule)
+        if rule.start is not None:
+            text += f" not before {format_window(rule.start)}"
+        if rule.end is not None:
+            text += f" not after {format_window(rule.end)}"
+        return text
     if isinstance(rule, IntervalRule):
         every = f"every {_seconds_text(rule.every)}s"
         return every if rule.anchor is None else f"{every} from {format_window(rule.anchor)}"
@@ -324,6 +435,8 @@ def describe(rule: Rule) -> str:
                 _cron_field(rule.days_of_week, 0, 6),
             )
         )
+        if rule.seconds != (0,):  # six fields, seconds first; five as before otherwise
+            fields = f"{_cron_field(rule.seconds, 0, 59)} {fields}"
         return f"crontab {fields} in {_zone_name(rule.tz)}"
     if isinstance(rule, SolarRule):
         return f"solar {rule.event} at {_number_text(rule.lat)},{_number_text(rule.lon)}"
@@ -346,6 +459,27 @@ def _number_text(value: float) -> str:
     """A coordinate exactly: the short form when it is exact, else Python's round-trip repr."""
     short = f"{value:g}"
     return short if float(short) == value else repr(value)
+
+
+def zone_of(schedule: str) -> tzinfo | None:
+    """The time zone a schedule text made by `describe` names, or None where it has none.
+
+    Only crontab rules have a zone of their own; intervals, solar events and one-off
+    times are instants, whatever zone they were written in.
+    """
+    match = _CRONTAB_ZONE.search(schedule)
+    if match is None:
+        return None
+    if match[1] == "UTC":
+        return timezone.utc
+    try:
+        return ZoneInfo(match[1])
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return None  # a zone `describe` could only show by str(): not a name to look up
+
+
+# Five fields, or six with seconds; bounds (" not before ...") may follow the zone.
+_CRONTAB_ZONE = re.compile(r"\bcrontab (?:\S+ ){5,6}in (\S+)")
 
 
 def _zone_name(zone: tzinfo) -> str:

@@ -77,7 +77,8 @@ class BeatMetrics:
         )
         self._skipped = Counter(
             "safebeat_windows_skipped",
-            "Windows not dispatched, by policy: missed, late, catchup_limit, overlap.",
+            "Windows not dispatched, by policy: "
+            "missed, late, catchup_limit, overlap, paused, calendar.",
             ["namespace", "entry", "reason"],
             registry=r,
         )

@@ -1,9 +1,9 @@
 """What an operator does to a running schedule: pause, resume, trigger and backfill.
 
-Used by the `safebeat` CLI and the Django admin. Pausing only sets a flag in the store;
-every replica reads it at its next tick. Triggering and backfilling claim windows under
-the same unique key as the scheduler does, then publish them from this process, so a
-window already sent is never sent again.
+Used by the `safebeat` CLI, the Django admin and the web console. Pausing only sets a
+flag in the store; every replica reads it at its next tick. Triggering and backfilling
+claim windows under the same unique key as the scheduler does, then publish them from
+this process, so a window already sent is never sent again.
 """
 
 from __future__ import annotations
@@ -16,8 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat import windows
+from safebeat.app_schedule import Schedule
 from safebeat.broker import app_connection_errors
 from safebeat.dispatch import Dispatched, Dispatcher
+from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
@@ -127,6 +129,19 @@ def backfill_windows(
     if not found:
         raise OperationError(f"entry {entry.name!r} has no window in that range")
     return found
+
+
+def scheduled_entry(schedule: Schedule, name: str, namespace: str) -> Entry:
+    """Entry `name` as this app's beat runs it, to trigger or backfill.
+
+    Raise its EntryError if beat skips it as broken, OperationError if the app lacks it.
+    """
+    found = schedule.find(name)
+    if isinstance(found, Entry):
+        return found
+    if found is not None:
+        raise found
+    raise OperationError(unknown_entry(name, schedule.entries, namespace))
 
 
 def _require_registered(store: Store, namespace: str, name: str) -> Any:

@@ -1,4 +1,4 @@
-"""What the store says about each entry and replica, gathered for `safebeat status`.
+"""What the store says about each entry and replica, for `safebeat status` and the console.
 
 Read-only: it calls `states`, `history` and `replicas` on the store, so it works on every
 backend and while beat runs.
@@ -34,6 +34,9 @@ class EntryStatus:
     running_since: datetime | None
     skipped_recently: int
     paused: bool
+    #: The oldest window that is due (at or before the store's now) and not decided yet:
+    #: beat is behind on it. None when nothing is due, or without the entry's schedule.
+    overdue_window: datetime | None = None
 
     @property
     def sent_by(self) -> str | None:
@@ -70,10 +73,12 @@ def entry_status(
     success = next(
         (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
     )
-    upcoming = None
+    upcoming = overdue = None
     if entry is not None:
         after = max(now, state.decided_until)
         upcoming = windows.next_window(entry.rule, after, state.anchor)
+        first = windows.next_window(entry.rule, state.decided_until, state.anchor)
+        overdue = first if first is not None and first <= now else None
     return EntryStatus(
         name=state.name,
         schedule=state.schedule,
@@ -85,6 +90,7 @@ def entry_status(
         running_since=state.running_since,
         skipped_recently=sum(r.skipped_count or 1 for r in rows if r.status is Status.SKIPPED),
         paused=state.paused,
+        overdue_window=overdue,
     )
 
 

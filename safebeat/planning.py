@@ -23,7 +23,8 @@ from safebeat.windows import Overlap
 class Planned(TickPlan):
     """A tick plan, with what the scheduler needs to know afterwards.
 
-    `upcoming`: per planned entry, its next window after `now` (None: it has no more);
+    `upcoming`: per planned entry, when to plan it next: its next window after `now`, or
+    later by the entry's jitter (None: it has no more);
     `errors`: entries whose windows could not be computed, with the error (they get no
     claim, no skip and no advance, and are planned again at `upcoming`).
     """
@@ -91,5 +92,5 @@ def plan_tick(
         )
         if decision.last_window is not None:
             advances[name] = decision.last_window
-        upcoming[name] = decision.next_window
+        upcoming[name] = decision.wake_at  # the next send time, after any jitter
     return Planned(claims, skips, advances, upcoming, errors)

@@ -8,7 +8,9 @@ scheduled instant (an aware UTC datetime), never the moment some process happene
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import enum
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
@@ -17,6 +19,7 @@ from typing import TypeAlias
 UTC = timezone.utc
 _MICROSECOND = timedelta(microseconds=1)
 _SECOND = timedelta(seconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: How far a crontab search walks (in days) before it decides the rule never matches.
 MAX_CRONTAB_SEARCH_DAYS = 366 * 30
 #: Longest repeated (autumn) hour we allow for when a zone's clocks go back.
@@ -45,7 +48,11 @@ class IntervalRule:
 
 @dataclass(frozen=True)
 class CrontabRule:
-    """Wall-clock slots in `tz`, with Celery's semantics (all fields must match; Sunday = 0)."""
+    """Wall-clock slots in `tz`, with Celery's semantics (all fields must match; Sunday = 0).
+
+    `seconds` are the seconds of each minute a slot falls on: `(0,)`, a slot on the minute,
+    unless the entry uses `safebeat.crontab.crontab(second=...)`.
+    """
 
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
@@ -53,6 +60,7 @@ class CrontabRule:
     days_of_month: frozenset[int]
     months_of_year: frozenset[int]
     tz: tzinfo
+    seconds: tuple[int, ...] = (0,)
 
     def matches_day(self, day: date) -> bool:
         return (
@@ -78,7 +86,20 @@ class ClockedRule:
     at: datetime
 
 
-Rule: TypeAlias = IntervalRule | CrontabRule | SolarRule | ClockedRule
+@dataclass(frozen=True)
+class BoundedRule:
+    """The windows of `rule` from `start` until `end` (each optional, both included).
+
+    Outside them the entry has no windows at all: none before `start`, and after `end`
+    no next window, so the entry is done.
+    """
+
+    rule: IntervalRule | CrontabRule | SolarRule | ClockedRule
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+Rule: TypeAlias = IntervalRule | CrontabRule | SolarRule | ClockedRule | BoundedRule
 
 
 class Misfire(str, enum.Enum):
@@ -89,23 +110,104 @@ class Misfire(str, enum.Enum):
     ALL = "all"
 
 
+@dataclass(frozen=True)
+class YearlyDays:
+    """`length` days from `month`/`day`, every `interval` years from `first_year` (until
+    `last_year`, if set). A start that a year lacks (29 February) does not happen that year."""
+
+    month: int
+    day: int
+    length: int = 1
+    first_year: int = 1
+    last_year: int | None = None
+    interval: int = 1
+
+    def covers(self, day: date) -> bool:
+        """Whether `day` is one of these days (a span may start the year before)."""
+        for year in (day.year - 1, day.year):
+            if year < self.first_year or (year - self.first_year) % self.interval:
+                continue
+            if self.last_year is not None and year > self.last_year:
+                continue
+            try:
+                start = date(year, self.month, self.day)
+            except ValueError:
+                continue
+            if start <= day < start + timedelta(days=self.length):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
+class Calendar:
+    """Days on which an entry's windows are skipped (reason `calendar`), as dates in `tz`.
+
+    `ranges` are (first, last) days, both excluded, sorted by first day; `yearly` are
+    days that come back every year (a public holiday).
+    """
+
+    tz: tzinfo
+    ranges: tuple[tuple[date, date], ...] = ()
+    yearly: tuple[YearlyDays, ...] = ()
+
+    def excludes(self, window: datetime) -> bool:
+        """Whether `window` falls on an excluded day of the calendar's time zone."""
+        day = window.astimezone(self.tz).date()
+        started = bisect.bisect_right(self.ranges, (day, date.max))  # ranges from day or before
+        if any(last >= day for _, last in self.ranges[:started]):
+            return True
+        return any(yearly.covers(day) for yearly in self.yearly)
+
+
+@dataclass(frozen=True)
+class Jitter:
+    """Send each window `offset(window)` after it, in `[0, spread)`, the same on every replica.
+
+    `key` names the entry in its namespace; the offset is a hash of the key and the
+    window, so it differs from window to window and entry to entry, never from replica
+    to replica.
+    """
+
+    spread: timedelta
+    key: str
+
+    def offset(self, window: datetime) -> timedelta:
+        spread = self.spread // _MICROSECOND
+        if spread <= 0:
+            return timedelta(0)
+        micros = (window - _EPOCH) // _MICROSECOND
+        digest = hashlib.sha256(f"{self.key}\x00{micros}".encode()).digest()
+        # The top 64 bits of the hash, scaled into [0, spread): uniform to within 2**-40.
+        return timedelta(microseconds=(int.from_bytes(digest[:8], "big") * spread) >> 64)
+
+    def send_time(self, window: datetime) -> datetime:
+        """When `window` is sent: the window plus its offset."""
+        return window + self.offset(window)
+
+
 #: How late a window may be and still count as on time under `misfire="skip"` without `grace`.
 SKIP_DEFAULT_GRACE = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The missed-window policy of one entry."""
+    """How one entry's windows are decided: the missed-window policy, the days excluded
+    by a calendar, and the jitter that delays each window's send time."""
 
     misfire: Misfire = Misfire.LATEST
     grace: timedelta | None = None
     catchup_limit: int = 100
+    calendar: Calendar | None = None
+    jitter: Jitter | None = None
 
     @property
     def effective_grace(self) -> timedelta | None:
-        if self.grace is None and self.misfire is Misfire.SKIP:
-            return SKIP_DEFAULT_GRACE
-        return self.grace
+        grace = self.grace
+        if grace is None and self.misfire is Misfire.SKIP:
+            grace = SKIP_DEFAULT_GRACE
+        if grace is not None and self.jitter is not None:
+            grace += self.jitter.spread  # a window is on time until grace after its send time
+        return grace
 
 
 class Overlap(str, enum.Enum):
@@ -121,6 +223,7 @@ class SkipReason(str, enum.Enum):
     MISSED = "missed"  # passed over: a later window of the same entry superseded it
     LATE = "late"  # later than the grace period allows
     CATCHUP_LIMIT = "catchup_limit"  # older than the newest `catchup_limit` missed windows
+    CALENDAR = "calendar"  # on a day the entry's calendar excludes
     OVERLAP = "overlap"  # the entry's previous run was still running (overlap="forbid")
     PAUSED = "paused"  # the entry was paused (safebeat pause)
 
@@ -137,11 +240,21 @@ class SkippedSpan:
 
 @dataclass(frozen=True)
 class Due:
-    """The answer for one entry at one instant."""
+    """The answer for one entry at one instant.
+
+    `next_send` is when `next_window` is to be sent, when jitter delays it; `wake_at` is
+    the instant to look at the entry again.
+    """
 
     dispatch: tuple[datetime, ...]
     skipped: tuple[SkippedSpan, ...]
     next_window: datetime | None
+    next_send: datetime | None = None
+
+    @property
+    def wake_at(self) -> datetime | None:
+        """When this entry next has something to decide: its next window's send time."""
+        return self.next_send if self.next_send is not None else self.next_window
 
     @property
     def last_window(self) -> datetime | None:
@@ -155,6 +268,10 @@ class Due:
 
 def latest_window(rule: Rule, now: datetime, anchor: datetime | None = None) -> datetime | None:
     """Return the newest window at or before `now`, or None if there is none."""
+    if isinstance(rule, BoundedRule):
+        until = now if rule.end is None else min(now, rule.end)
+        window = latest_window(rule.rule, until, anchor)
+        return None if window is None or (rule.start and window < rule.start) else window
     if isinstance(rule, IntervalRule):
         return _interval_window(rule, now, anchor, forward=False)
     if isinstance(rule, CrontabRule):
@@ -166,6 +283,10 @@ def latest_window(rule: Rule, now: datetime, anchor: datetime | None = None) -> 
 
 def next_window(rule: Rule, after: datetime, anchor: datetime | None = None) -> datetime | None:
     """Return the oldest window strictly after `after`, or None if there is none."""
+    if isinstance(rule, BoundedRule):
+        since = after if rule.start is None else max(after, rule.start - _MICROSECOND)
+        window = next_window(rule.rule, since, anchor)
+        return None if window is None or (rule.end and window > rule.end) else window
     if isinstance(rule, IntervalRule):
         return _interval_window(rule, after, anchor, forward=True)
     if isinstance(rule, CrontabRule):
@@ -178,8 +299,9 @@ def next_window(rule: Rule, after: datetime, anchor: datetime | None = None) -> 
 def typical_period(rule: Rule, now: datetime | None = None) -> timedelta | None:
     """The time between two consecutive windows: `every`, or for other rules the gap
     between the next two windows after `now`; None for a rule with fewer than two left."""
-    if isinstance(rule, IntervalRule):
-        return rule.every
+    base = rule.rule if isinstance(rule, BoundedRule) else rule
+    if isinstance(base, IntervalRule):
+        return base.every
     start = now or datetime.now(timezone.utc)
     first = next_window(rule, start)
     second = None if first is None else next_window(rule, first)
@@ -240,11 +362,14 @@ def _gap_end(tz: tzinfo, *, low: datetime, high: datetime) -> datetime:
 
 def _crontab_latest(rule: CrontabRule, now: datetime) -> datetime | None:
     local = now.astimezone(rule.tz)
-    limit = local.replace(tzinfo=None, second=0, microsecond=0)
+    limit = local.replace(tzinfo=None, microsecond=0)
     if local.fold:
         # In the repeated hour, slots a little later on the wall clock already fired
-        # (their first occurrence is in the past), so look that far ahead too.
-        limit += _MAX_FOLD
+        # (their first occurrence is in the past), so look as far ahead as it repeats.
+        wall = local.replace(tzinfo=None)
+        first, again = (wall.replace(tzinfo=rule.tz, fold=f).utcoffset() for f in (0, 1))
+        repeat = first - again if first is not None and again is not None else _MAX_FOLD
+        limit += min(max(repeat, timedelta(0)), _MAX_FOLD)
     day = limit.date()
     for _ in range(MAX_CRONTAB_SEARCH_DAYS):
         if rule.matches_day(day):
@@ -257,7 +382,7 @@ def _crontab_latest(rule: CrontabRule, now: datetime) -> datetime | None:
 
 
 def _crontab_next(rule: CrontabRule, after: datetime) -> datetime | None:
-    start = after.astimezone(rule.tz).replace(tzinfo=None, second=0, microsecond=0)
+    start = after.astimezone(rule.tz).replace(tzinfo=None, microsecond=0)
     day = start.date()
     for _ in range(MAX_CRONTAB_SEARCH_DAYS):
         if rule.matches_day(day):
@@ -270,32 +395,45 @@ def _crontab_next(rule: CrontabRule, after: datetime) -> datetime | None:
 
 
 def _slots_descending(rule: CrontabRule, day: date, limit: datetime) -> Iterator[datetime]:
-    hours, minutes = rule.hours, rule.minutes
-    if day == limit.date():
+    """The slots of `day` at or before the wall-clock time `limit`, newest first."""
+    hours, minutes, seconds = rule.hours, rule.minutes, rule.seconds
+    today = day == limit.date()
+    if today:
         hours = hours[: bisect.bisect_right(hours, limit.hour)]
     for hour in reversed(hours):
+        this_hour = today and hour == limit.hour
         hour_minutes = minutes
-        if day == limit.date() and hour == limit.hour:
+        if this_hour:
             hour_minutes = minutes[: bisect.bisect_right(minutes, limit.minute)]
         for minute in reversed(hour_minutes):
-            yield datetime.combine(day, time(hour, minute))
+            minute_seconds = seconds
+            if this_hour and minute == limit.minute:
+                minute_seconds = seconds[: bisect.bisect_right(seconds, limit.second)]
+            for second in reversed(minute_seconds):
+                yield datetime.combine(day, time(hour, minute, second))
 
 
 def _slots_ascending(rule: CrontabRule, day: date, start: datetime) -> Iterator[datetime]:
-    hours, minutes = rule.hours, rule.minutes
-    if day == start.date():
+    """The slots of `day` at or after the wall-clock time `start`, oldest first."""
+    hours, minutes, seconds = rule.hours, rule.minutes, rule.seconds
+    today = day == start.date()
+    if today:
         hours = hours[bisect.bisect_left(hours, start.hour) :]
     for hour in hours:
+        this_hour = today and hour == start.hour
         hour_minutes = minutes
-        if day == start.date() and hour == start.hour:
+        if this_hour:
             hour_minutes = minutes[bisect.bisect_left(minutes, start.minute) :]
         for minute in hour_minutes:
-            yield datetime.combine(day, time(hour, minute))
+            minute_seconds = seconds
+            if this_hour and minute == start.minute:
+                minute_seconds = seconds[bisect.bisect_left(seconds, start.second) :]
+            for second in minute_seconds:
+                yield datetime.combine(day, time(hour, minute, second))
 
 
 # --- solar events ---------------------------------------------------------------------------
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SOLAR_EVENTS = {
     # event: (ephem method suffix, horizon, use the sun's centre)
     "dawn_astronomical": ("rising", "-18", True),
@@ -408,13 +546,25 @@ def due(
     - `all`: dispatch every one, the newest `catchup_limit` at most (older: `catchup_limit`).
 
     With `grace` set, a window later than `grace` is never dispatched (skipped as `late`).
+
+    With `policy.jitter`, a window is due only from its send time (the window plus its
+    offset); from the first window still waiting on, nothing is decided yet, and lateness
+    counts from the send time (grace plus the jitter's spread). With `policy.calendar`,
+    a window to dispatch that falls on an excluded day is skipped as `calendar`.
     """
+    clock, next_send = now, None
+    if policy.jitter is not None:
+        held = _first_held(rule, after=after, now=now, jitter=policy.jitter, anchor=anchor)
+        if held is not None:  # decide nothing from the first window not yet to be sent
+            now = held - _MICROSECOND
     upcoming = next_window(rule, max(after, now), anchor)
+    if policy.jitter is not None and upcoming is not None:
+        next_send = policy.jitter.send_time(upcoming)
     newest = latest_window(rule, now, anchor)
     if newest is None or newest <= after:
-        return Due((), (), upcoming)
+        return Due((), (), upcoming, next_send)
     grace = policy.effective_grace
-    on_time_since = None if grace is None else now - grace
+    on_time_since = None if grace is None else clock - grace
 
     def on_time(window: datetime) -> bool:
         return on_time_since is None or window >= on_time_since
@@ -444,7 +594,44 @@ def due(
         passed_over=passed_over,
         anchor=anchor,
     )
-    return Due(tuple(dispatch), tuple(skipped), upcoming)
+    decision = Due(tuple(dispatch), tuple(skipped), upcoming, next_send)
+    return decision if policy.calendar is None else _excluded(decision, policy.calendar)
+
+
+def _first_held(
+    rule: Rule, *, after: datetime, now: datetime, jitter: Jitter, anchor: datetime | None
+) -> datetime | None:
+    """The oldest window in `(after, now]` whose send time is still to come, if any.
+
+    Only windows of the last `jitter.spread` can be waiting, so the walk is bounded by
+    the windows in that span.
+    """
+    window = next_window(rule, max(after, now - jitter.spread), anchor)
+    while window is not None and window <= now:
+        if jitter.send_time(window) > now:
+            return window
+        window = next_window(rule, window, anchor)
+    return None
+
+
+def _excluded(decision: Due, calendar: Calendar) -> Due:
+    """`decision` with the windows to dispatch that fall on excluded days skipped as
+    `calendar`: one span per run of consecutive excluded windows."""
+    keep: list[datetime] = []
+    spans: list[SkippedSpan] = []
+    run: list[datetime] = []
+    for window in (*decision.dispatch, None):
+        if window is not None and calendar.excludes(window):
+            run.append(window)
+            continue
+        if run:
+            spans.append(SkippedSpan(run[0], run[-1], len(run), SkipReason.CALENDAR))
+            run = []
+        if window is not None:
+            keep.append(window)
+    if not spans:
+        return decision
+    return dataclasses.replace(decision, dispatch=tuple(keep), skipped=(*decision.skipped, *spans))
 
 
 def forbid_overlap(
@@ -468,7 +655,7 @@ def forbid_overlap(
         return decision
     # Due windows are consecutive windows of the rule, so one span describes them exactly.
     span = SkippedSpan(blocked[0], blocked[-1], len(blocked), SkipReason.OVERLAP)
-    return Due(keep, (*decision.skipped, span), decision.next_window)
+    return dataclasses.replace(decision, dispatch=keep, skipped=(*decision.skipped, span))
 
 
 def paused(decision: Due) -> Due:
@@ -479,7 +666,7 @@ def paused(decision: Due) -> Due:
     # Due windows are consecutive windows of the rule, so one span describes them exactly.
     first, last = decision.dispatch[0], decision.dispatch[-1]
     span = SkippedSpan(first, last, len(decision.dispatch), SkipReason.PAUSED)
-    return Due((), (*decision.skipped, span), decision.next_window)
+    return dataclasses.replace(decision, dispatch=(), skipped=(*decision.skipped, span))
 
 
 def _skipped_spans(
@@ -529,6 +716,8 @@ def count_windows(
     one-offs are counted one window at a time, at most MAX_COUNTED_SKIPS of them. None means
     the span was too long to count within those bounds.
     """
+    if isinstance(rule, BoundedRule):  # `first` and `last` are windows, so within the bounds
+        return count_windows(rule.rule, first, last, anchor)
     if isinstance(rule, IntervalRule):
         return (last - first) // rule.every + 1
     if isinstance(rule, CrontabRule):
@@ -556,7 +745,8 @@ def _count_crontab(rule: CrontabRule, first: datetime, last: datetime) -> int | 
     offset, so the slots between two wall-clock times are counted with two binary
     searches. A day where the clocks change is taken an hour at a time, and only the
     hours the change falls in, and any repeated stretch after clocks go back, are walked
-    window by window. The work is bounded by the days counted, at most MAX_COUNTED_DAYS.
+    window by window (at most 3,600 windows an hour, with seconds). The work is bounded by
+    the days counted, at most MAX_COUNTED_DAYS.
     """
     tz = rule.tz
     total = 0
@@ -629,11 +819,15 @@ def _slots_until(rule: CrontabRule, day: date, local: datetime) -> int:
     time `local`."""
     if local.date() < day:
         return 0
-    hours, minutes = rule.hours, rule.minutes
+    hours, minutes, seconds = rule.hours, rule.minutes, rule.seconds
+    per_hour = len(minutes) * len(seconds)
     if local.date() > day:
-        return len(hours) * len(minutes)
+        return len(hours) * per_hour
     whole_hours = bisect.bisect_left(hours, local.hour)
-    count = whole_hours * len(minutes)
+    count = whole_hours * per_hour
     if whole_hours < len(hours) and hours[whole_hours] == local.hour:
-        count += bisect.bisect_right(minutes, local.minute)
+        whole_minutes = bisect.bisect_left(minutes, local.minute)
+        count += whole_minutes * len(seconds)
+        if whole_minutes < len(minutes) and minutes[whole_minutes] == local.minute:
+            count += bisect.bisect_right(seconds, local.second)
     return count

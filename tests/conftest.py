@@ -1,4 +1,8 @@
-"""Fixtures shared by every tier: real services, a fresh namespace per test."""
+"""Fixtures shared by every tier: real services, a fresh namespace per test.
+
+Everything the tests create on a server they did not start carries the run's tag
+(`tests.runscope`); the hooks below say which servers a run uses, and sweep them at the end.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,42 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import services
+from tests import runscope, services
+
+_SWEEP = pytest.StashKey[services.Sweep]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller: pick the run's tag, note the Redis keys there are before it."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: it inherited the controller's tag
+    runscope.start_run()
+    config.stash[_SWEEP] = services.Sweep.start()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Which servers this run uses, as whom (passwords hidden), and how its names look."""
+    return services.describe()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Drop what this run left on shared servers; on CI, fail if Redis got keys without a tag."""
+    sweep = session.config.stash.get(_SWEEP, None)
+    if sweep is None:
+        return
+    sweep.finish()
+    if sweep.escaped and services.strict_keys() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """End pytest's summary with what the sweep found."""
+    sweep = terminalreporter.config.stash.get(_SWEEP, None)
+    if sweep is None:
+        return
+    terminalreporter.section("what this run left on shared servers")
+    for line in sweep.report():
+        terminalreporter.line(line, red=line.startswith(("FAILED", "WARNING")))
 
 
 @pytest.fixture(scope="session")
@@ -17,10 +56,10 @@ def pg_admin_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_url(pg_admin_url: str, worker_id: str, testrun_uid: str) -> Iterator[str]:
+def pg_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
     """A database of this test worker's own, migrated; tests separate by namespace."""
     # Unique per run as well as per worker: two test runs on one server never share one.
-    name = f"safebeat_test_{testrun_uid[:8]}_{worker_id}"
+    name = runscope.database("test", worker_id)
     url = services.create_database(pg_admin_url, name)
     from safebeat.stores.postgres import PostgresStore
 
@@ -58,8 +97,9 @@ def redis_sentinel_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
 @pytest.fixture
 def namespace() -> str:
-    """A namespace no other test uses, so tests can share one database."""
-    return f"t-{uuid.uuid4().hex[:12]}"
+    """A namespace no other test uses, so tests can share one database; it carries the run's
+    tag, so the Redis keys of a test are the run's (`safebeat:{sbt…-…}:…`)."""
+    return f"{runscope.tag()}-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
@@ -71,7 +111,6 @@ def sqlite_url(tmp_path: object) -> str:
 def django_aliases(
     pg_admin_url: str,
     worker_id: str,
-    testrun_uid: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
     """Django set up with one alias per real database of this worker's own; vendor -> alias.
@@ -81,7 +120,7 @@ def django_aliases(
     """
     from tests import djangosite
 
-    name = f"safebeat_django_{testrun_uid[:8]}_{worker_id}"
+    name = runscope.database("django", worker_id)
     folder = tmp_path_factory.mktemp("django")
     databases: dict[str, dict[str, object]] = {
         "default": {

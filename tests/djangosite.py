@@ -8,15 +8,12 @@ reachable, `mariadb` ($SAFEBEAT_TEST_MYSQL_URL, else mysql://root@127.0.0.1:3306
 
 from __future__ import annotations
 
-import os
 import threading
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from tests import services
+from tests import pgconn, services
 
-DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.auth",
@@ -33,22 +30,12 @@ _migrated: set[tuple[str, str]] = set()
 
 def mysql_url() -> str | None:
     """The MariaDB/MySQL server for the tests, or None where none is reachable."""
-    url = os.environ.get("SAFEBEAT_TEST_MYSQL_URL", DEFAULT_MYSQL)
-    return url if services.reachable(url, 3306) else None
+    return services.mysql_url()
 
 
 def postgres_database(url: str) -> dict[str, object]:
-    """Django's DATABASES entry for a libpq URL."""
-    parts = urlsplit(url)
-    query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
-    return {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": parts.path.lstrip("/"),
-        "USER": unquote(parts.username or ""),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": query.get("host", parts.hostname or ""),
-        "PORT": str(query.get("port", parts.port or "")),
-    }
+    """Django's DATABASES entry for a libpq URL (see `tests.pgconn`)."""
+    return pgconn.django_database(url)
 
 
 def mysql_database(url: str, name: str) -> dict[str, object]:
@@ -56,14 +43,14 @@ def mysql_database(url: str, name: str) -> dict[str, object]:
     import pymysql
 
     pymysql.install_as_MySQLdb()
-    parts = urlsplit(url)
+    server = services.mysql_connect(url)
     return {
         "ENGINE": "django.db.backends.mysql",
         "NAME": name,
-        "USER": unquote(parts.username or "root"),
-        "PASSWORD": unquote(parts.password or ""),
-        "HOST": parts.hostname or "127.0.0.1",
-        "PORT": str(parts.port or 3306),
+        "USER": server["user"],
+        "PASSWORD": server["password"],
+        "HOST": server["host"],
+        "PORT": str(server["port"]),
         "OPTIONS": {"charset": "utf8mb4"},
         "TEST": {"CHARSET": "utf8mb4"},
     }
@@ -72,13 +59,7 @@ def mysql_database(url: str, name: str) -> dict[str, object]:
 def _mysql_admin(url: str, *statements: str) -> None:
     import pymysql
 
-    parts = urlsplit(url)
-    conn = pymysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=unquote(parts.username or "root"),
-        password=unquote(parts.password or ""),
-    )
+    conn = pymysql.connect(**services.mysql_connect(url))
     try:
         with conn.cursor() as cursor:
             for statement in statements:
@@ -141,6 +122,24 @@ def configure(databases: dict[str, dict[str, object]], **extra: object) -> None:
         **extra,
     )
     django.setup()
+
+
+def add_alias(alias: str, database: dict[str, object]) -> None:
+    """Add a database alias to the configured Django (for a test needing a database of its own)."""
+    from django.db import connections
+
+    databases = {"default": connections.databases["default"], alias: database}
+    connections.databases[alias] = connections.configure_settings(databases)[alias]
+
+
+def remove_alias(alias: str) -> None:
+    """Close and forget an alias `add_alias` made."""
+    from django.db import connections
+
+    if alias in connections.databases:
+        connections[alias].close()
+        del connections[alias]
+        del connections.databases[alias]
 
 
 def migrate(alias: str, app: str | None = None) -> None:

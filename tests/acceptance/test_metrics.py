@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from safebeat.stores.sqlite import SqliteStore
-from tests import services
+from tests import runscope, services
 from tests.acceptance.harness import Cluster
 from tests.acceptance.test_workers import claim_window, publish, wait_for
 from tests.acceptance.test_workers import cluster as worker_cluster
@@ -24,7 +23,7 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"metrics-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("metrics")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 

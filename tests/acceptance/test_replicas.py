@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +21,7 @@ from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
-from tests import services
+from tests import runscope, services
 from tests.acceptance.harness import (
     Cluster,
     Verdict,
@@ -40,7 +39,7 @@ CLAIM_TIMEOUT = 2.0
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"acceptance-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("acceptance")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 
@@ -60,15 +59,37 @@ def cluster(tmp_path: Path, broker_url: str, queue: str, store_url: str, namespa
     )
 
 
-def run_with_a_kill(beats: Cluster, store: Store, seconds: float) -> datetime:
-    """Run three replicas, SIGKILL one halfway, and return the store clock at the end."""
+def wait_for_schedule_time(
+    store: Store, namespace: str, seconds: float, timeout: float = 120
+) -> datetime:
+    """Wait until `seconds` of the schedule have passed on the store's clock; return it.
+
+    Counted from the registration of the entries, so a slow start (a loaded machine)
+    shortens nothing: the run always covers the same number of windows.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        states = store.states(namespace)
+        if set(SCHEDULE) <= states.keys():
+            origin = max(states[name].defined_at for name in SCHEDULE)
+            now = store.clock()
+            if now >= origin + timedelta(seconds=seconds):
+                return now
+        assert time.monotonic() < deadline, f"{seconds} s of schedule did not pass in {timeout} s"
+        time.sleep(0.2)
+
+
+def run_with_a_kill(beats: Cluster, store: Store, namespace: str, seconds: float) -> datetime:
+    """Run three replicas, SIGKILL one halfway, and return the store clock at the end.
+
+    The end leaves room for the windows the check needs complete (claim timeout + 2 s).
+    """
     beats.start(3)
     try:
         beats.wait_started()
-        time.sleep(seconds / 2)
+        wait_for_schedule_time(store, namespace, seconds / 2)
         beats.signal(0, signal.SIGKILL)
-        time.sleep(seconds / 2)
-        return store.clock()
+        return wait_for_schedule_time(store, namespace, seconds + CLAIM_TIMEOUT + 2)
     finally:
         beats.stop()
 
@@ -97,7 +118,7 @@ def test_three_replicas_on_postgres_send_each_window_once(
     """Three beats on PostgreSQL, one SIGKILLed mid-run: every window once, none missing."""
     store = PostgresStore(pg_url)
     beats = cluster(tmp_path, redis_url, queue, pg_url, namespace)
-    end = run_with_a_kill(beats, store, seconds=12)
+    end = run_with_a_kill(beats, store, namespace, seconds=12)
     verdict = each_window_once(store, namespace, beats, redis_messages(redis_url, queue), end)
     assert verdict.expected >= 12
     assert len(verdict.senders) >= 2, verdict.senders
@@ -112,7 +133,7 @@ def test_three_replicas_on_sqlite_send_each_window_once(
     store = SqliteStore(url)
     store.migrate()
     beats = cluster(tmp_path, redis_url, queue, url, namespace)
-    end = run_with_a_kill(beats, store, seconds=12)
+    end = run_with_a_kill(beats, store, namespace, seconds=12)
     verdict = each_window_once(store, namespace, beats, redis_messages(redis_url, queue), end)
     assert verdict.expected >= 12
     store.close()
@@ -148,17 +169,21 @@ def test_rabbitmq_broker_changes_nothing(tmp_path: Path, pg_url: str, namespace:
     amqp = services.amqp_url()
     if amqp is None:
         pytest.skip("no RabbitMQ broker runs here (set SAFEBEAT_TEST_AMQP_URL)")
-    queue = f"acceptance-{uuid.uuid4().hex[:8]}"
-    from kombu import Connection, Queue
+    queue = runscope.unique("acceptance")
+    from kombu import Connection, Exchange, Queue
 
     with Connection(amqp) as conn:
         Queue(queue, routing_key=queue)(conn.default_channel).declare()
     store = PostgresStore(pg_url)
-    beats = cluster(tmp_path, amqp, queue, pg_url, namespace)
-    end = run_with_a_kill(beats, store, seconds=10)
-    messages = amqp_messages(amqp, queue)
-    with Connection(amqp) as conn:
-        Queue(queue, routing_key=queue)(conn.default_channel).delete()
+    try:
+        beats = cluster(tmp_path, amqp, queue, pg_url, namespace)
+        end = run_with_a_kill(beats, store, namespace, seconds=10)
+        messages = amqp_messages(amqp, queue)
+    finally:
+        with Connection(amqp) as conn:  # the queue and its exchange, whatever happened
+            channel = conn.default_channel
+            Queue(queue, Exchange(queue), routing_key=queue)(channel).delete()
+            Exchange(queue)(channel).delete()
     each_window_once(store, namespace, beats, messages, end)
     store.close()
 

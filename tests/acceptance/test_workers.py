@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import timedelta, timezone
 from pathlib import Path
@@ -26,6 +25,7 @@ from safebeat.publishing import message_for
 from safebeat.stores.base import Claim, DispatchRecord, NewClaim, Outcome, Status, Store, TickPlan
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.sqlite import SqliteStore
+from tests import runscope
 from tests.acceptance.harness import Cluster
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
@@ -36,7 +36,7 @@ DEAD_REPLICA = Replica("dead-beat", 4242, "dead00")
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"workers-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("workers")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -322,3 +323,46 @@ def test_a_triggered_window_is_committed_before_it_is_published(
         database["ATOMIC_REQUESTS"] = False
         before_task_publish.disconnect(look)
     assert seen == [[("claimed",)]]
+
+
+def test_history_shows_windows_to_the_second_in_utc_and_the_entrys_zone(
+    client: Any, safebeat_db: str, namespace: str
+) -> None:
+    """Three windows 5 s apart read as three times, not one minute thrice; a fraction of a
+    second shows; a crontab's window shows in its zone too, an interval's in UTC."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore(f"django://{safebeat_db}")
+    definitions = [
+        Definition("every-5s", "every 5s", "d1"),
+        Definition("moscow-9am", "crontab 0 9 * * * in Europe/Moscow", "d2"),
+    ]
+    store.register(namespace, definitions, REPLICA)
+    start = datetime(2026, 3, 1, 14, 11, tzinfo=timezone.utc)
+    windows = {
+        "every-5s": [start + timedelta(seconds=s) for s in (0, 5, 10, 12.25)],
+        "moscow-9am": [datetime(2026, 3, 1, 6, tzinfo=timezone.utc)],  # 09:00 in Moscow
+    }
+    claims = [
+        NewClaim(name, window, task_id_for(namespace, name, window), "t")
+        for name, found in windows.items()
+        for window in found
+    ]
+    result = store.tick(namespace, list(windows), lambda now, s: TickPlan(claims), replica=REPLICA)
+    assert result is not None
+    assert len(result.claimed) == len(claims)
+
+    page = client.get(f"/admin/safebeat/dispatch/?namespace={namespace}").content.decode()
+    rows = re.findall(
+        r'<td class="field-window_utc">([^<]*)</td><td class="field-window_in_zone">([^<]*)</td>',
+        page,
+    )
+    assert sorted(rows) == [
+        ("2026-03-01 06:00:00 UTC", "2026-03-01 09:00:00 Europe/Moscow (+0300)"),
+        ("2026-03-01 14:11:00 UTC", "2026-03-01 14:11:00 UTC"),
+        ("2026-03-01 14:11:05 UTC", "2026-03-01 14:11:05 UTC"),
+        ("2026-03-01 14:11:10 UTC", "2026-03-01 14:11:10 UTC"),
+        ("2026-03-01 14:11:12.25 UTC", "2026-03-01 14:11:12.25 UTC"),
+    ]
+    assert "Window (UTC)" in page
+    assert "Window (entry&#x27;s zone)" in page

@@ -21,7 +21,7 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
-from tests import djangosite
+from tests import djangosite, pgconn
 
 pytestmark = [pytest.mark.django, pytest.mark.postgres]
 
@@ -46,10 +46,8 @@ def connection(alias: str) -> Any:
 @pytest.fixture
 def pg_store(connection: Any) -> Iterator[PostgresStore]:
     """A postgresql:// store on the database of the Django alias."""
-    s = connection.settings_dict
     store = PostgresStore(
-        f"postgresql://{s['USER']}:{s['PASSWORD']}@{s['HOST']}:{s['PORT']}/{s['NAME']}",
-        lock_timeout=timedelta(seconds=1),
+        pgconn.from_django(connection.settings_dict), lock_timeout=timedelta(seconds=1)
     )
     yield store
     store.close()

@@ -20,7 +20,7 @@ from celery import Celery
 
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
-from tests import djangosite
+from tests import djangosite, runscope
 
 pytestmark = pytest.mark.django
 
@@ -59,7 +59,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def app() -> Celery:
-    queue = f"q-{uuid.uuid4().hex[:8]}"
+    queue = runscope.unique("q")
     app = Celery("djangotests", broker="memory://", set_as_current=False)
     app.conf.update(
         task_default_queue=queue,

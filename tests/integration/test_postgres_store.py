@@ -22,7 +22,7 @@ from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
-from tests import services
+from tests import runscope, services
 
 pytestmark = pytest.mark.postgres
 
@@ -33,7 +33,7 @@ ALIVE = Replica("alive-host", 2, "a11111")
 @pytest.fixture
 def fresh_db(pg_admin_url: str) -> Iterator[str]:
     """A database of this test's own, not migrated."""
-    name = f"safebeat_fresh_{uuid.uuid4().hex[:10]}"
+    name = runscope.database(f"fresh_{uuid.uuid4().hex[:10]}")
     url = services.create_database(pg_admin_url, name)
     yield url
     services.drop_database(pg_admin_url, name)

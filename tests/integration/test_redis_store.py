@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone
@@ -35,7 +34,7 @@ from safebeat.stores.base import (
     TickResult,
 )
 from safebeat.stores.redis import RedisStore, key_prefix
-from tests import services
+from tests import runscope, services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
 
@@ -56,7 +55,7 @@ def own_redis() -> Iterator[services.RedisServer]:
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"redis-store-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("redis-store")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 

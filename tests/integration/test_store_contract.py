@@ -774,6 +774,34 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     assert not store.set_paused(namespace, "no-such-entry", True)
 
 
+def test_forgetting_an_entry_drops_its_state_keeps_its_history_and_others(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """forget_entry removes one entry's state for every replica; its dispatch rows stay, so
+    its decided windows are never claimed again; registering it again starts it anew."""
+    store, other = open_store(), open_store()
+    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    window = window_after(state, 1)
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
+    store.set_paused(namespace, "a", True)
+    assert other.forget_entry(namespace, "a")
+    assert sorted(store.states(namespace)) == ["b"]
+    assert [r.window for r in store.history(namespace, "a")] == [window]
+    assert not store.forget_entry(namespace, "a")
+    assert not store.forget_entry(namespace, "no-such-entry")
+    again = store.register(namespace, definitions("a", digest="d2"), REPLICA).states["a"]
+    assert not again.paused
+    assert again.digest == "d2"
+    assert again.last_window is None
+    repeat = store.claim_extra(
+        namespace,
+        [NewClaim("a", window, task_id_for(namespace, "a", window), "t")],
+        replica=REPLICA,
+        reason="trigger",
+    )
+    assert repeat == []
+
+
 def test_extra_claims_share_the_unique_key_and_leave_last_window_alone(
     store: Store, namespace: str
 ) -> None:

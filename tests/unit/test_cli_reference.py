@@ -19,8 +19,10 @@ COMMANDS = [
     "trigger",
     "backfill",
     "migrate",
+    "plan",
     "prune",
     "exec",
+    "web",
 ]
 INTRO = """# Command line
 
@@ -33,7 +35,7 @@ scheduler or, since beat's `-S` is not visible here, when the app's Django proje
 `django_celery_beat` installed). `--url` names the store directly, and
 `SAFEBEAT_*` environment variables apply as they do for beat. `-A`, `--url` and
 `--namespace` may come before or after the command. Every command prints tables or lines
-for people; `status`, `history` and `doctor` also take `--json`, for scripts.
+for people; `status`, `history`, `doctor` and `plan` also take `--json`, for scripts.
 
 An error is one line: exit status 2 for a command given wrongly (an `-A` that names no
 module or app, `trigger` without `-A`), 1 for anything else. `-A` is looked up as
@@ -63,6 +65,39 @@ reason `trigger` or `backfill`. A paused entry can still be triggered: that is a
 run. `trigger` and `backfill` find the entry in the schedule beat runs, django-celery-beat
 rows included.
 
+`plan` is for a deploy's CI: given the new code's app (`-A`), it lists the entries the
+store would see added, removed (registered, but defined by no code: orphans, except
+entries of `safebeat exec` and APScheduler, which no app defines), changed (with the next
+three windows before and after, computed as beat computes them) and broken (beat would
+skip them), and exits 1 if there is any, 0 if none. A store beat has not created yet
+means every entry is added. Run it where beat's store is reachable:
+
+```
+$ safebeat -A proj plan
+store postgresql://beat:***@db/app, namespace 'proj'
+
+added:
+  + invoice-reminders: crontab 0 9 * * 1-5 in Europe/Berlin
+      next windows after:  2026-03-02T08:00:00Z, 2026-03-03T08:00:00Z, 2026-03-04T08:00:00Z
+
+removed (registered, defined by no code; `prune --orphans` forgets them):
+  - legacy-sync: every 600s
+      next windows before: 2026-03-01T16:10:12Z, 2026-03-01T16:20:12Z, 2026-03-01T16:30:12Z
+
+changed:
+  ~ nightly-report: crontab 0 3 * * * in Europe/Berlin -> crontab 30 4 * * * in Europe/Berlin
+      next windows before: 2026-03-02T02:00:00Z, 2026-03-03T02:00:00Z, 2026-03-04T02:00:00Z
+      next windows after:  2026-03-02T03:30:00Z, 2026-03-03T03:30:00Z, 2026-03-04T03:30:00Z
+  ~ sync-prices: every 60s (arguments, options or policy changed)
+
+4 entries would change
+```
+
+`prune --orphans` then forgets the removed ones: their state goes (so `status` no longer
+lists them), their dispatch history stays until it ages out. An entry that a live
+replica still runs (its heartbeat lists it: a rolling deploy not finished) is kept and
+named, since that replica would register it again; prune again when the deploy is done.
+
 `exec` runs a command, not a task: it is what a cron line or a Kubernetes CronJob
 starts, and it runs the command only where the window's claim is new. Its exit status is
 the command's (see [Protect cron and Kubernetes CronJob](cron.md) for the others).
@@ -76,6 +111,10 @@ command naming another app than celery's is refused. Without celery's `-A`, a co
 takes no schedule from celery's default app, as `safebeat` without `-A`. Celery finds
 the group through the `celery.commands` entry point of the installed package, so
 `celery --help` lists it.
+
+`web` serves the [web console](web.md) (it needs `pip install "safebeat[web]"`). It
+refuses an address other than loopback unless `--token` or `--user` and `--password`
+are given.
 
 This page is the output of `--help`; a test keeps the two identical.
 """

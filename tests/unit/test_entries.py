@@ -11,7 +11,7 @@ from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, schedule, solar
 
 from safebeat.config import Config
-from safebeat.entries import compile_entry, compile_schedule, describe
+from safebeat.entries import compile_entry, compile_schedule, describe, zone_of
 from safebeat.errors import EntryError
 from safebeat.windows import CrontabRule, IntervalRule, Misfire, SolarRule
 
@@ -49,6 +49,29 @@ def test_crontab_keeps_celerys_parsed_fields_and_the_app_zone() -> None:
     assert entry.rule.hours == tuple(range(9, 18))
     assert entry.rule.days_of_week == frozenset(range(1, 6))
     assert entry.schedule_text == "crontab 0,15,30,45 9-17 * * 1-5 in Europe/Moscow"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"schedule": crontab(minute=0, hour=9)},  # the app's zone
+        {"schedule": crontab(minute=0, hour=9), "options": {"safebeat": {"timezone": "UTC"}}},
+        {"schedule": crontab(), "options": {"safebeat": {"timezone": "Asia/Kolkata"}}},
+        {"schedule": 5},
+        {"schedule": solar("sunset", 55.75, 37.62)},
+    ],
+)
+def test_a_schedule_text_names_the_zone_of_a_crontab_only(raw: Any) -> None:
+    """`zone_of` reads back the zone `describe` wrote: a crontab's (the app's or its own),
+    and None for intervals and solar events, which have none."""
+    entry = compile_one({"task": "t", **raw}, zone=ZoneInfo("Europe/Moscow"))
+    found = zone_of(entry.schedule_text)
+    if isinstance(entry.rule, CrontabRule):
+        summer = datetime(2026, 7, 1, 12)
+        assert found is not None
+        assert found.utcoffset(summer) == entry.rule.tz.utcoffset(summer)
+    else:
+        assert found is None
 
 
 def test_per_entry_policy_and_zone_override_the_defaults() -> None:
@@ -149,7 +172,7 @@ def test_solar_places_that_differ_have_different_text() -> None:
         ({"task": "t", "schedule": 10, "kwargs": [1]}, "'kwargs' must be a dict"),
         ({"task": "t", "schedule": 10, "options": {"task_id": "x"}}, "set by safebeat"),
         ({"task": "t", "schedule": 10, "options": {"safebeat": {"misfire": "x"}}}, "misfire='x'"),
-        ({"task": "t", "schedule": 10, "options": {"safebeat": {"jitter": 1}}}, "['jitter']"),
+        ({"task": "t", "schedule": 10, "options": {"safebeat": {"jiter": 1}}}, "['jiter']"),
         (
             {"task": "t", "schedule": 10, "options": {"safebeat": {"catchup_limit": 0}}},
             "catchup_limit=0",

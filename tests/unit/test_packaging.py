@@ -40,10 +40,11 @@ def source_files(*patterns: str) -> set[str]:
 
 
 def test_wheel_ships_every_data_file_the_code_loads(wheel: zipfile.ZipFile) -> None:
-    """py.typed, the SQL and Lua files, Django's migrations, templates and compiled catalogs."""
+    """py.typed, the SQL and Lua files, Django's migrations, templates, the console's
+    stylesheet and compiled catalogs."""
     names = set(wheel.namelist())
     assert "safebeat/py.typed" in names
-    expected = source_files("*.sql", "*.lua", "*.html", "*.po", "*.mo")
+    expected = source_files("*.sql", "*.lua", "*.html", "*.css", "*.po", "*.mo")
     expected |= source_files("migrations/*.py")
     assert any(name.endswith("/ru/LC_MESSAGES/django.mo") for name in expected)
     assert any(name.endswith(".lua") for name in expected)

@@ -75,9 +75,15 @@ class SchemaVersion(Operation):  # type: ignore[misc]  # Django is untyped here
                 app_label, schema_editor, from_state, to_state
             )
         if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(
-                "DELETE FROM safebeat_schema_version WHERE version = %s", [self.version]
-            )
+            self._forget_sql(schema_editor)
+
+    def _forget_sql(self, schema_editor: Any) -> None:
+        """Unrecord this version; with none left, drop the version table too."""
+        queries = load_queries(_PACKAGE, "postgres/queries.sql")
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute(queries["lock_migrations"], {"key": advisory_key("migrate")})
+            cursor.execute(queries["forget_migration"], {"version": self.version})
+            cursor.execute(queries["drop_version_table_if_empty"])
 
     def _apply_sql(self, schema_editor: Any) -> None:
         queries = load_queries(_PACKAGE, "postgres/queries.sql")

@@ -55,6 +55,10 @@ class MemoryAdmin(MemoryState):
             ns.entries[entry] = replace(state, paused=paused)
             return True
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._mutex:
+            return self._ns(namespace).entries.pop(entry, None) is not None
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

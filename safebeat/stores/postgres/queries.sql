@@ -16,6 +16,20 @@ SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
 -- name: record_migration
 INSERT INTO safebeat_schema_version (version, name) VALUES (%(version)s, %(name)s);
 
+-- name: forget_migration
+-- Django's `migrate safebeat <earlier>` undid this version's tables.
+DELETE FROM safebeat_schema_version WHERE version = %(version)s;
+
+-- name: drop_version_table_if_empty
+-- Django's `migrate safebeat zero` leaves no safebeat table behind, this one included.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM safebeat_schema_version) THEN
+        DROP TABLE safebeat_schema_version;
+    END IF;
+END
+$$;
+
 -- name: clock
 SELECT clock_timestamp();
 
@@ -225,3 +239,7 @@ WHERE namespace = %(namespace)s AND expires_at <= clock_timestamp();
 -- name: set_paused
 UPDATE safebeat_entry SET paused = %(paused)s
 WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: forget_entry
+-- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
+DELETE FROM safebeat_entry WHERE namespace = %(namespace)s AND name = %(name)s;

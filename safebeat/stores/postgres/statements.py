@@ -366,6 +366,11 @@ class PostgresOperations:
             )
             return cursor.rowcount == 1
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._cursors.statement("forget an entry") as cursor:
+            cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+            return cursor.rowcount == 1
+
     def claim_extra(
         self,
         namespace: str,

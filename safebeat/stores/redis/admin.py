@@ -81,6 +81,12 @@ class RedisAdmin(RedisBase):
             done = self._run("set_paused", [f"{prefix}:paused"], [prefix, entry, int(paused)])
         return bool(done)
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("forget an entry"):
+            done = self._run("forget_entry", [f"{prefix}:digest"], [prefix, entry])
+        return bool(done)
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

@@ -423,6 +423,17 @@ else
 end
 return 1
 
+-- name: forget_entry
+-- KEYS[1]: P:digest. ARGV: prefix, entry. Deletes the entry's shared state; its history
+-- and claim markers stay, so its windows stay decided. Returns 0 if it is not registered.
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+for _, field in ipairs({'anchor', 'defined', 'last', 'schedule', 'paused'}) do
+    redis.call('HDEL', ARGV[1] .. ':' .. field, ARGV[2])
+end
+return 1
+
 -- name: claim_extra
 -- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, reason, then claims (entry, window,
 -- task_id, task_name). Inserts a claimed row per window whose claim key is new, with

@@ -61,6 +61,11 @@ class SqliteAdmin(SqliteConnection):
             )
             return cursor.rowcount == 1
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._write("forget an entry") as conn:
+            cursor = conn.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+            return cursor.rowcount == 1
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

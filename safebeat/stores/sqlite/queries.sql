@@ -157,3 +157,7 @@ DELETE FROM safebeat_effect WHERE namespace = :namespace AND expires_at <= :now;
 -- name: set_paused
 UPDATE safebeat_entry SET paused = :paused
 WHERE namespace = :namespace AND name = :name;
+
+-- name: forget_entry
+-- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
+DELETE FROM safebeat_entry WHERE namespace = :namespace AND name = :name;

@@ -67,6 +67,14 @@ class DjangoOrmAdmin(DjangoOrmRows):
             )
         return bool(updated)
 
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        m = django_models(self.alias)
+        with self._boundary("forget an entry") as connection, vendors.write(connection):
+            deleted, _ = (
+                m.Entry.objects.using(self.alias).filter(namespace=namespace, name=entry).delete()
+            )
+        return bool(deleted)
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:

@@ -1,0 +1,129 @@
+"""What deploying a schedule would change in the store: `safebeat plan` and `prune --orphans`.
+
+Compares the entries a Celery app's code defines (compiled as beat compiles them) with
+the definitions registered in the store: entries added, entries removed (registered, but
+no code defines them: orphans), entries changed (another digest), and entries beat
+would skip as broken. For each, the next windows before and after, computed the way
+beat computes them. Pure: the caller reads the store.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from safebeat import windows
+from safebeat.app_schedule import Schedule
+from safebeat.identity import format_window
+from safebeat.overview import ReplicaStatus
+from safebeat.schedule_text import rule_from_text
+from safebeat.stores.base import EntryState
+from safebeat.windows import Rule
+
+#: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
+#: no app defines them, so they are never orphans.
+RUN_OUTSIDE_CELERY = ("exec ", "apscheduler ")
+
+
+class Kind(str, enum.Enum):
+    """How an entry differs between the code and the store."""
+
+    ADDED = "added"  # defined by the code, not registered yet
+    REMOVED = "removed"  # registered, defined by no code: an orphan
+    CHANGED = "changed"  # registered with another definition
+    BROKEN = "broken"  # defined by the code, but beat would skip it
+
+
+@dataclass(frozen=True)
+class Change:
+    """One entry that a deploy of the code would change."""
+
+    name: str
+    kind: Kind
+    before: str | None  # the schedule registered in the store
+    after: str | None  # the schedule the code defines
+    next_before: tuple[datetime, ...] = ()  # the next windows as registered
+    next_after: tuple[datetime, ...] = ()  # the next windows as the code defines them
+    problem: str | None = None  # why a broken entry is broken
+    run_by: tuple[str, ...] = ()  # live replicas still running a removed entry
+
+    @property
+    def schedule_changed(self) -> bool:
+        return self.before != self.after
+
+
+def plan(
+    states: Mapping[str, EntryState],
+    schedule: Schedule,
+    replicas: Sequence[ReplicaStatus],
+    now: datetime,
+    *,
+    count: int = 3,
+) -> list[Change]:
+    """Every entry the code and the store disagree about, by name.
+
+    `now` is the store's clock; `count` is how many next windows to show of each side.
+    """
+    changes: list[Change] = []
+    for name in sorted(states.keys() | schedule.entries.keys() | schedule.broken.keys()):
+        state, entry = states.get(name), schedule.entries.get(name)
+        if name in schedule.broken:
+            changes.append(
+                Change(
+                    name,
+                    Kind.BROKEN,
+                    None if state is None else state.schedule,
+                    None,
+                    problem=schedule.broken[name].problem,
+                )
+            )
+        elif state is None and entry is not None:
+            anchor = now.replace(microsecond=0)  # what registering it would record
+            after = _next(entry.rule, now, anchor, count)
+            changes.append(Change(name, Kind.ADDED, None, entry.schedule_text, (), after))
+        elif state is not None and entry is None:
+            if state.schedule.startswith(RUN_OUTSIDE_CELERY):
+                continue
+            running = tuple(
+                r.record.replica for r in replicas if r.live and name in r.record.definitions
+            )
+            before = _registered_next(state, now, count)
+            changes.append(Change(name, Kind.REMOVED, state.schedule, None, before, run_by=running))
+        elif state is not None and entry is not None and state.digest != entry.digest:
+            before = _registered_next(state, now, count)
+            # A changed schedule is registered anew at deploy time: windows from now on.
+            since = now if state.schedule != entry.schedule_text else max(now, state.decided_until)
+            after = _next(entry.rule, since, state.anchor, count)
+            changes.append(
+                Change(name, Kind.CHANGED, state.schedule, entry.schedule_text, before, after)
+            )
+    return changes
+
+
+def orphans(changes: Sequence[Change]) -> list[Change]:
+    """The removed entries that no live replica still runs: safe to forget."""
+    return [c for c in changes if c.kind is Kind.REMOVED and not c.run_by]
+
+
+def _registered_next(state: EntryState, now: datetime, count: int) -> tuple[datetime, ...]:
+    """The next windows of the definition registered in the store (none if unreadable)."""
+    rule = rule_from_text(state.schedule)
+    if rule is None:
+        return ()
+    return _next(rule, max(now, state.decided_until), state.anchor, count)
+
+
+def _next(rule: Rule, after: datetime, anchor: datetime, count: int) -> tuple[datetime, ...]:
+    found: list[datetime] = []
+    window = windows.next_window(rule, after, anchor)
+    while window is not None and len(found) < count:
+        found.append(window)
+        window = windows.next_window(rule, window, anchor)
+    return tuple(found)
+
+
+def describe_windows(found: Sequence[datetime]) -> str:
+    """Windows for a line of text: `none` when the entry has no more."""
+    return ", ".join(format_window(w) for w in found) if found else "none"

@@ -1,0 +1,222 @@
+"""The console's pages and actions as a Starlette app; see `safebeat.web.app`.
+
+Pages are GETs and change nothing; every action is a POST that passes the read-only and
+CSRF checks first. Store calls run in the thread pool (stores are synchronous).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from safebeat import display
+from safebeat.errors import SafebeatError
+from safebeat.identity import format_window
+from safebeat.web import pictures
+from safebeat.web.console import HISTORY_ROWS, Console
+from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials
+
+_HERE = Path(__file__).parent
+#: What the entry's page says after pause or resume, by its `done` query value.
+_DONE = {"paused": "Paused: every replica skips its windows until resumed.", "resumed": "Resumed."}
+Endpoint = Callable[[Request], Any]
+
+
+class Pages:
+    """The endpoints of one console: each renders a template from `Console`'s answers."""
+
+    def __init__(self, console: Console, csrf: Csrf) -> None:
+        self.console = console
+        self.csrf = csrf
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters.update(
+            when=display.when, span=display.span, note=display.note, lag=display.lag
+        )
+
+    def render(
+        self, request: Request, template: str, status_code: int = 200, **context: Any
+    ) -> Response:
+        html = self.templates.get_template(template).render(
+            url=lambda route, **params: request.url_for(route, **params).path,
+            csrf_field=CSRF_FIELD,
+            csrf_token=self.csrf.token(request),
+            read_only=self.console.read_only,
+            where=self.console.where(),
+            **context,
+        )
+        response = HTMLResponse(html, status_code=status_code)
+        self.csrf.set_cookie(request, response)
+        return response
+
+    def problem(self, request: Request, status_code: int, title: str, message: str) -> Response:
+        return self.render(request, "problem.html", status_code, title=title, message=message)
+
+    def failure(self, request: Request, exc: SafebeatError, status_code: int = 400) -> Response:
+        return self.problem(request, status_code, "Problem", display.one_line(str(exc)))
+
+    async def entries(self, request: Request) -> Response:
+        try:
+            found = await run_in_threadpool(self.console.entries)
+        except SafebeatError as exc:
+            return self.failure(request, exc, 503)
+        return self.render(request, "entries.html", page=found, title="Entries")
+
+    async def entry(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        limit = _int(request.query_params.get("limit"), HISTORY_ROWS)
+        try:
+            found = await run_in_threadpool(self.console.entry, name, limit)
+        except SafebeatError as exc:
+            return self.failure(request, exc, 503)
+        if found is None:
+            return self.problem(
+                request, 404, "No such entry", f"no entry {name!r} is registered in this namespace"
+            )
+        return self.render(
+            request,
+            "entry.html",
+            title=name,
+            entry=found,
+            done=_DONE.get(request.query_params.get("done", "")),
+            strip=pictures.window_strip(found.history),
+            chart=pictures.lag_chart(found.history),
+            kinds=pictures.KINDS,
+        )
+
+    async def replicas(self, request: Request) -> Response:
+        try:
+            found = await run_in_threadpool(self.console.replicas)
+        except SafebeatError as exc:
+            return self.failure(request, exc, 503)
+        return self.render(request, "replicas.html", replicas=found, title="Replicas")
+
+    async def doctor(self, request: Request) -> Response:
+        try:
+            found = await run_in_threadpool(self.console.findings)
+        except SafebeatError as exc:
+            return self.failure(request, exc, 503)
+        return self.render(request, "doctor.html", findings=found, title="Doctor")
+
+    async def _action_form(self, request: Request) -> tuple[FormData, Response | None]:
+        """The POSTed form, or the response refusing it (read-only, CSRF)."""
+        form = await request.form()
+        if self.console.read_only:
+            message = "this console is read-only: it shows the schedule but changes nothing"
+            return form, self.problem(request, 403, "Read-only", message)
+        token = form.get(CSRF_FIELD)
+        refused = self.csrf.problem(request, token if isinstance(token, str) else None)
+        if refused is not None:
+            return form, self.problem(request, 403, "Refused", refused)
+        return form, None
+
+    def pause(self, paused: bool) -> Endpoint:
+        async def endpoint(request: Request) -> Response:
+            name = request.path_params["name"]
+            _, refused = await self._action_form(request)
+            if refused is not None:
+                return refused
+            try:
+                await run_in_threadpool(self.console.set_paused, name, paused)
+            except SafebeatError as exc:
+                return self.failure(request, exc, 404)
+            target = request.url_for("entry", name=name).path
+            done = "paused" if paused else "resumed"
+            return RedirectResponse(f"{target}?done={done}", status_code=303)
+
+        return endpoint
+
+    async def trigger(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        _, refused = await self._action_form(request)
+        if refused is not None:
+            return refused
+        try:
+            published = await run_in_threadpool(self.console.trigger, name)
+        except SafebeatError as exc:
+            return self.failure(request, exc)
+        title = f"Triggered {name}"
+        return self.render(request, "published.html", title=title, name=name, published=published)
+
+    async def backfill(self, request: Request) -> Response:
+        """Without `confirm=yes`, a preview of the windows; with it, the backfill itself."""
+        name = request.path_params["name"]
+        form, refused = await self._action_form(request)
+        if refused is not None:
+            return refused
+        try:
+            start, end = _instant(form, "start", name), _instant(form, "end", name)
+            if form.get("confirm") != "yes":
+                found = await run_in_threadpool(self.console.backfill_preview, name, start, end)
+                return self.render(
+                    request,
+                    "backfill.html",
+                    title=f"Backfill {name}",
+                    name=name,
+                    start=format_window(start),
+                    end=format_window(end),
+                    windows=found,
+                )
+            published = await run_in_threadpool(self.console.backfill, name, start, end)
+        except SafebeatError as exc:
+            return self.failure(request, exc)
+        title = f"Backfilled {name}"
+        return self.render(request, "published.html", title=title, name=name, published=published)
+
+
+def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
+    """The ASGI app serving `console`, behind `credentials` (if any) and `csrf`."""
+    pages = Pages(console, csrf)
+    entry = "/entries/{name:path}"
+    routes = [
+        Route("/", pages.entries, name="entries"),
+        Route(f"{entry}/pause", pages.pause(True), methods=["POST"], name="pause"),
+        Route(f"{entry}/resume", pages.pause(False), methods=["POST"], name="resume"),
+        Route(f"{entry}/trigger", pages.trigger, methods=["POST"], name="trigger"),
+        Route(f"{entry}/backfill", pages.backfill, methods=["POST"], name="backfill"),
+        Route(entry, pages.entry, name="entry"),
+        Route("/replicas", pages.replicas, name="replicas"),
+        Route("/doctor", pages.doctor, name="doctor"),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        console.close()  # run when served on its own; a host app's mount never runs it
+
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(RequireCredentials, credentials=credentials)],
+        lifespan=lifespan,
+    )
+
+
+def _instant(form: Mapping[str, Any], field: str, name: str) -> datetime:
+    try:
+        return display.parse_instant(str(form.get(field, "")))
+    except display.BadInstant as exc:
+        raise SafebeatError(f"backfill of {name!r}, {field}: {exc}") from None
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return max(1, min(int(value or default), 1000))
+    except ValueError:
+        return default

@@ -1,0 +1,331 @@
+"""The web console (safebeat.web) through Starlette's test client, on stores filled by a
+real scheduler that published to a real Redis broker."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+from celery import Celery
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.routing import Mount
+from starlette.testclient import TestClient
+
+import safebeat.web
+from safebeat import Scheduler
+from safebeat.cli import main
+from safebeat.identity import Replica, current_replica, format_window
+from safebeat.stores import Store, open_store
+from safebeat.stores.base import Definition
+from safebeat.web import Credentials
+from tests.acceptance.harness import redis_messages, safebeat_messages
+from tests.integration.beat import make_app, run
+
+ENTRY = "every-1s"
+PAGES = ("/", f"/entries/{ENTRY}", "/replicas", "/doctor")
+
+
+@dataclass
+class Filled:
+    """A store that a real scheduler filled, the Celery app it ran, and its broker queue."""
+
+    app: Celery
+    url: str
+    namespace: str
+    queue: str
+    store: Store
+    broker_url: str
+
+    def messages(self) -> list[Any]:
+        return safebeat_messages(redis_messages(self.broker_url, self.queue))
+
+
+def with_password(url: str) -> str:
+    """`url` with a password in it (PostgreSQL trust auth ignores one it does not need)."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url
+    user = parts.username or "postgres"
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:hunter2@{host}"))
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
+def filled(
+    request: pytest.FixtureRequest, redis_url: str, sqlite_url: str, namespace: str
+) -> Iterator[Filled]:
+    """A store beat filled for three seconds (its replica still heartbeating), per backend."""
+    url = {"sqlite": sqlite_url, "redis": redis_url}.get(request.param, "")
+    if request.param == "postgres":
+        url = with_password(request.getfixturevalue("pg_url"))
+    queue = f"web-{namespace}"
+    app = make_app(redis_url, queue, url, namespace)
+    scheduler = Scheduler(app)
+    run(scheduler, 3)
+    store = open_store(url)
+    yield Filled(app, url, namespace, queue, store, redis_url)
+    store.close()
+    scheduler.close()
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+@pytest.fixture
+def client(filled: Filled) -> Iterator[TestClient]:
+    with TestClient(safebeat.web.app(filled.app)) as test_client:
+        yield test_client
+
+
+def csrf_token(client: TestClient, path: str = f"/entries/{ENTRY}") -> str:
+    """The CSRF token of the console's forms, as a browser gets it from the entry's page."""
+    found = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).text)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+def test_every_page_shows_what_beat_recorded(client: TestClient, filled: Filled) -> None:
+    """Entries, an entry's history, replicas and the doctor answer 200 with the store's facts."""
+    entries = client.get("/")
+    assert entries.status_code == 200
+    assert f'data-entry="{ENTRY}"' in entries.text
+    assert "every second" in entries.text  # the schedule in words
+    assert "<code>every 1s</code>" in entries.text  # and as text
+    history = client.get(f"/entries/{ENTRY}")
+    assert history.status_code == 200
+    [newest, *_] = filled.store.history(filled.namespace, ENTRY)
+    assert format_window(newest.window) in history.text
+    assert current_replica().id in history.text
+    assert '<svg class="strip"' in history.text
+    assert '<svg class="lag"' in history.text
+    replicas = client.get("/replicas")
+    assert replicas.status_code == 200
+    assert current_replica().id in replicas.text
+    assert ">live<" in replicas.text
+    doctor = client.get("/doctor")
+    assert doctor.status_code == 200
+    assert "store" in doctor.text
+    assert client.get("/static/console.css").status_code == 200
+
+
+def test_an_unknown_entry_is_404_naming_it(client: TestClient) -> None:
+    """The page of an entry the namespace lacks is 404 and says which."""
+    response = client.get("/entries/no-such-entry")
+    assert response.status_code == 404
+    assert "no entry &#39;no-such-entry&#39; is registered" in response.text
+
+
+@pytest.mark.postgres
+def test_no_page_shows_the_store_password(pg_url: str, namespace: str) -> None:
+    """Every page names the store without its password, reachable or not."""
+    url = with_password(pg_url)
+    secret = urlsplit(url).password
+    assert secret
+    store = open_store(url)
+    store.register(namespace, [Definition(ENTRY, "every 1s", "d")], Replica("host-a", 1, "aa"))
+    store.heartbeat(namespace, Replica("host-a", 1, "aa"), "1.0", {ENTRY: "d"})
+    store.close()
+    down = with_password(f"postgresql://postgres@127.0.0.1:1/{namespace}")
+    for console, status in ((url, 200), (down, 503)):
+        with TestClient(safebeat.web.app(url=console, namespace=namespace)) as test_client:
+            for path in PAGES:
+                page = test_client.get(path)
+                # The doctor reports an unreachable store as its finding.
+                assert page.status_code == (200 if path == "/doctor" else status), path
+                assert secret not in page.text, path
+                assert "***" in page.text, path
+
+
+def test_pause_then_resume_flags_the_entry_in_the_store(client: TestClient, filled: Filled) -> None:
+    """Pause and resume are POSTs that set and clear the store's flag, then show the entry;
+    a page served through a proxy that ends TLS may pause too."""
+    token = csrf_token(client)
+    # The browser says https where a proxy ending TLS talks http to the console: same host.
+    origin = {"Origin": "https://testserver"}
+    paused = client.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token}, headers=origin)
+    assert paused.status_code == 200
+    assert paused.url.path == f"/entries/{ENTRY}"
+    assert "Paused: every replica skips its windows" in paused.text
+    assert filled.store.states(filled.namespace)[ENTRY].paused
+    assert 'id="resume"' in paused.text
+    assert client.get("/").text.count('class="badge paused"') == 1
+    resumed = client.post(f"/entries/{ENTRY}/resume", data={"csrf_token": token})
+    assert resumed.status_code == 200
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def test_an_action_without_its_csrf_token_is_refused(client: TestClient, filled: Filled) -> None:
+    """A POST with no token, another browser's token, or from another origin changes nothing."""
+    token = csrf_token(client)
+    missing = client.post(f"/entries/{ENTRY}/pause", data={})
+    assert missing.status_code == 403
+    assert "CSRF token" in missing.text
+    forged = client.post(f"/entries/{ENTRY}/pause", data={"csrf_token": "0" * 64})
+    assert forged.status_code == 403
+    elsewhere = client.post(
+        f"/entries/{ENTRY}/pause",
+        data={"csrf_token": token},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert elsewhere.status_code == 403
+    assert "another site" in elsewhere.text
+    other_browser = TestClient(safebeat.web.app(filled.app))
+    stolen = other_browser.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token})
+    assert stolen.status_code == 403
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def test_read_only_shows_no_action_and_refuses_every_post(filled: Filled) -> None:
+    """With read_only, pages have no forms and every action is 403, changing nothing."""
+    with TestClient(safebeat.web.app(filled.app, read_only=True)) as test_client:
+        page = test_client.get(f"/entries/{ENTRY}")
+        assert page.status_code == 200
+        assert "<form" not in page.text
+        assert "read-only" in page.text
+        for action in ("pause", "resume", "trigger", "backfill"):
+            response = test_client.post(f"/entries/{ENTRY}/{action}", data={})
+            assert response.status_code == 403, action
+            assert "read-only" in response.text
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert not [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason]
+
+
+def test_trigger_publishes_one_run_recorded_as_a_trigger(
+    client: TestClient, filled: Filled
+) -> None:
+    """Trigger now sends the task once, with a `trigger` row and the message's task id."""
+    before = {m.task_id for m in filled.messages()}
+    response = client.post(f"/entries/{ENTRY}/trigger", data={"csrf_token": csrf_token(client)})
+    assert response.status_code == 200
+    assert "sent (task id" in response.text
+    [row] = [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "trigger"]
+    assert row.task_id in response.text
+    [message] = [m for m in filled.messages() if m.task_id not in before]
+    assert message.task_id == row.task_id
+
+
+def test_backfill_previews_its_windows_then_sends_only_those(
+    client: TestClient, filled: Filled
+) -> None:
+    """Backfill first lists the range's windows and claims nothing; confirming sends them once."""
+    anchor = filled.store.states(filled.namespace)[ENTRY].anchor
+    start = format_window(anchor - timedelta(seconds=5))
+    end = format_window(anchor - timedelta(seconds=1))
+    token = csrf_token(client)
+    form = {"csrf_token": token, "start": start, "end": end}
+    preview = client.post(f"/entries/{ENTRY}/backfill", data=form)
+    assert preview.status_code == 200
+    listed = re.findall(r"<li>([^<]+)</li>", preview.text)
+    assert len(listed) == 5
+    assert listed[0] == start
+    assert not [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason]
+    sent = client.post(f"/entries/{ENTRY}/backfill", data={**form, "confirm": "yes"})
+    assert sent.status_code == 200
+    rows = [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "backfill"]
+    assert sorted(format_window(r.window) for r in rows) == listed
+    assert sent.text.count(" sent (task id") == 5
+    again = client.post(f"/entries/{ENTRY}/backfill", data={**form, "confirm": "yes"})
+    assert "5 window(s) already had a row" in again.text
+    assert len([m for m in filled.messages() if start <= format_window(m.window) <= end]) == 5
+
+
+def test_backfill_refuses_the_future_and_a_time_without_a_zone(client: TestClient) -> None:
+    """A range ending in the future, or an instant without zone, is 400 with the reason."""
+    token = csrf_token(client)
+    future = client.post(
+        f"/entries/{ENTRY}/backfill",
+        data={"csrf_token": token, "start": "2026-01-01T00:00:00Z", "end": "2999-01-01T00:00Z"},
+    )
+    assert future.status_code == 400
+    assert "is in the future" in future.text
+    naive = client.post(
+        f"/entries/{ENTRY}/backfill",
+        data={"csrf_token": token, "start": "2026-01-01T00:00", "end": "2026-01-01T01:00Z"},
+    )
+    assert naive.status_code == 400
+    assert "has no time zone" in naive.text
+
+
+def test_without_the_app_trigger_says_it_needs_one(filled: Filled) -> None:
+    """Opened on a store URL alone, the console shows and pauses but cannot publish."""
+    console = safebeat.web.app(url=filled.url, namespace=filled.namespace)
+    with TestClient(console) as test_client:
+        page = test_client.get(f"/entries/{ENTRY}")
+        assert page.status_code == 200
+        assert "start the console with -A" in page.text
+        token = csrf_token(test_client)
+        refused = test_client.post(f"/entries/{ENTRY}/trigger", data={"csrf_token": token})
+        assert refused.status_code == 400
+        assert "start the console with -A" in refused.text
+        paused = test_client.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token})
+        assert paused.status_code == 200
+    assert filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def test_mounted_under_a_prefix_its_links_and_actions_stay_there(filled: Filled) -> None:
+    """Mounted at /safebeat in a host app, every link and form points under /safebeat."""
+    host = Starlette(routes=[Mount("/safebeat", safebeat.web.app(filled.app))])
+    with TestClient(host) as test_client:
+        entries = test_client.get("/safebeat/")
+        assert entries.status_code == 200
+        links = re.findall(r'(?:href|action)="([^"]+)"', entries.text)
+        assert links
+        assert all(link.startswith("/safebeat/") for link in links), links
+        token = csrf_token(test_client, f"/safebeat/entries/{ENTRY}")
+        paused = test_client.post(f"/safebeat/entries/{ENTRY}/pause", data={"csrf_token": token})
+        assert paused.url.path == f"/safebeat/entries/{ENTRY}"
+    assert filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def test_configured_credentials_are_required_of_every_request(filled: Filled) -> None:
+    """With a token or a user and password, a request without them is 401 with a prompt."""
+    token_app = safebeat.web.app(filled.app, credentials=Credentials(token="s3cret-token"))
+    with TestClient(token_app) as test_client:
+        refused = test_client.get("/")
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"].startswith("Basic")
+        assert test_client.get("/", headers={"Authorization": "Bearer nope"}).status_code == 401
+        bearer = {"Authorization": "Bearer s3cret-token"}
+        assert test_client.get("/", headers=bearer).status_code == 200
+        assert test_client.get("/", auth=("anyone", "s3cret-token")).status_code == 200
+        assert test_client.post(f"/entries/{ENTRY}/pause").status_code == 401
+    basic_app = safebeat.web.app(
+        filled.app, credentials=Credentials(username="ops", password="pw-1")
+    )
+    with TestClient(basic_app) as test_client:
+        assert test_client.get("/", auth=("ops", "pw-2")).status_code == 401
+        assert test_client.get("/", auth=("ops", "pw-1")).status_code == 200
+
+
+def test_standalone_refuses_a_public_address_without_credentials(sqlite_url: str) -> None:
+    """`safebeat web --bind 0.0.0.0:...` without a token or user exits 2 and says what to give."""
+    result = CliRunner().invoke(main, ["--url", sqlite_url, "web", "--bind", "0.0.0.0:8765"])
+    assert result.exit_code == 2
+    assert "--token" in result.output
+    assert "bind 127.0.0.1" in result.output
+    half = CliRunner().invoke(
+        main, ["--url", sqlite_url, "web", "--bind", "0.0.0.0:8765", "--user", "ops"]
+    )
+    assert half.exit_code == 2
+    assert "needs both a user name and a password" in half.output
+
+
+def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> None:
+    """A namespace without entries says so and lists the store's namespaces, as status does."""
+    console = safebeat.web.app(url=filled.url, namespace="nothing-here")
+    with TestClient(console) as test_client:
+        page = test_client.get("/")
+    assert page.status_code == 200
+    assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
+    assert f"&#39;{filled.namespace}&#39;" in page.text

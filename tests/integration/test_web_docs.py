@@ -1,0 +1,131 @@
+"""docs/web.md as a reader uses it: `safebeat web -A proj` prints what the page shows,
+`celery -A proj safebeat web` serves the same console, and the page's FastAPI `main.py`
+mounts a console that asks for its password and acts."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+from safebeat import Scheduler
+from safebeat.stores import open_store
+from tests import services
+from tests.docpages import Page, missing_lines
+
+PAGE = Page(Path(__file__).parents[2] / "docs" / "web.md")
+
+
+@pytest.fixture
+def project(
+    tmp_path: Path, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
+    """A `proj` package whose beat ran one tick on a SQLite store in `tmp_path`."""
+    package = tmp_path / "proj"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "celery.py").write_text(
+        "from celery import Celery\n"
+        f"app = Celery('proj', broker={redis_url!r}, set_as_current=False)\n"
+        f"app.conf.update(safebeat_url='sqlite:///{tmp_path}/safebeat.sqlite3',\n"
+        f"    task_default_queue={namespace!r}, result_expires=None,\n"
+        "    beat_schedule={'send-invoices': {'task': 'proj.send', 'schedule': 60.0}})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for name in ("proj", "proj.celery", "main"):
+        sys.modules.pop(name, None)
+    from proj.celery import app  # type: ignore[import-not-found]
+
+    scheduler = Scheduler(app)
+    scheduler.tick()
+    scheduler.close()
+    yield tmp_path
+    for name in ("proj", "proj.celery", "main"):
+        sys.modules.pop(name, None)
+    redis.Redis.from_url(redis_url).delete(namespace)
+
+
+def test_safebeat_web_prints_what_the_page_shows(project: Path) -> None:
+    """`safebeat web -A proj` says where it serves in the words of the page's output block."""
+    command = PAGE.block("serve").text.split()
+    assert command == ["safebeat", "web", "-A", "proj"]
+    port = services.free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "safebeat", *command[1:], "--bind", f"127.0.0.1:{port}"],
+        cwd=project,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+    finally:
+        process.terminate()
+        process.wait(20)
+    assert not missing_lines(PAGE.block("serving").text, first), first
+
+
+def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's main.py serves the console under /safebeat, asks for the password, and
+    pauses an entry with a POST from its own form."""
+    (project / "main.py").write_text(PAGE.files()["main.py"])
+    monkeypatch.setenv("SAFEBEAT_WEB_PASSWORD", "correct horse")
+    main = importlib.import_module("main")
+    with TestClient(main.app) as client:
+        assert client.get("/safebeat/").status_code == 401
+        client.auth = ("ops", "correct horse")
+        entries = client.get("/safebeat/")
+        assert entries.status_code == 200
+        assert 'href="/safebeat/entries/send-invoices"' in entries.text
+        page = client.get("/safebeat/entries/send-invoices").text
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert token
+        paused = client.post(
+            "/safebeat/entries/send-invoices/pause", data={"csrf_token": token.group(1)}
+        )
+        assert paused.status_code == 200
+    store = open_store(f"sqlite:///{project}/safebeat.sqlite3")
+    assert store.states("proj")["send-invoices"].paused
+    store.close()
+
+
+def test_celery_safebeat_web_serves_the_same_console(project: Path) -> None:
+    """`celery -A proj safebeat web` serves the console of celery's app, as the page says."""
+    assert "`celery -A proj safebeat web`" in PAGE.path.read_text()
+    port = services.free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "celery"), "-A", "proj", "safebeat", "web",
+         "--bind", f"127.0.0.1:{port}"],
+        cwd=project,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert "namespace 'proj' (read-write)" in first, first
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
+                    assert 'data-entry="send-invoices"' in page.read().decode()
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.monotonic() < deadline, "celery safebeat web did not serve"
+                time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(20)

@@ -1,0 +1,161 @@
+"""What the web console derives without a store: schedules in words, marks, pictures, binds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from safebeat.config import load_config
+from safebeat.entries import compile_schedule
+from safebeat.overview import EntryStatus, entry_status
+from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
+from safebeat.web import is_loopback
+from safebeat.web.console import is_late, window_kind
+from safebeat.web.pictures import lag_chart, window_strip
+from safebeat.web.words import in_words
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "words"),
+    [
+        ("every 1s", "every second"),
+        ("every 300s", "every 5 minutes"),
+        ("every 7200s from 2026-01-01T00:00:00Z", "every 2 hours from 2026-01-01T00:00:00Z"),
+        ("every 1.5s", "every 1.5 seconds"),
+        ("crontab * * * * * in UTC", "every minute"),
+        ("crontab 30 * * * * in UTC", "every hour at minute 30"),
+        ("crontab 0 3 * * * in Europe/Moscow", "every day at 03:00 Europe/Moscow"),
+        ("crontab 0 9 * * 1-5 in UTC", "every weekday at 09:00 UTC"),
+        ("crontab 15 6 * * 0 in UTC", "every Sunday at 06:15 UTC"),
+        ("crontab 0 0 1 * * in UTC", "on day 1 of every month at 00:00 UTC"),
+        ("exec crontab 0 3 * * * in UTC", "every day at 03:00 UTC (exec)"),
+        ("crontab 0,30 9 * * 1 in UTC", "crontab 0,30 9 * * 1 in UTC"),
+        ("crontab 30 0 3 * * * in UTC", "every day at 03:00:30 UTC"),
+        ("crontab */10 * * * * * in UTC", "crontab */10 * * * * * in UTC"),
+        (
+            "every 60s not before 2026-03-01T00:00:00Z not after 2026-04-01T00:00:00Z",
+            "every minute not before 2026-03-01T00:00:00Z not after 2026-04-01T00:00:00Z",
+        ),
+        ("crontab 0,30 9 * * 1 in UTC not after 2026-04-01T00:00:00Z",) * 2,
+        ("solar sunrise at 55.7,37.6", "solar sunrise at 55.7,37.6"),
+    ],
+)
+def test_a_schedule_reads_in_words_or_stays_as_it_is(schedule: str, words: str) -> None:
+    """Common schedules get words; one without words is shown as its text."""
+    assert in_words(schedule) == words
+
+
+def record(**fields: object) -> DispatchRecord:
+    values: dict[str, object] = {
+        "id": 1,
+        "entry": "report",
+        "window": NOW - timedelta(minutes=5),
+        "status": Status.SENT,
+        "task_id": "t",
+        "task_name": "tasks.report",
+        "reason": None,
+        "skipped_from": None,
+        "skipped_count": None,
+        "replica": "host-a:1:aa",
+        "host": "host-a",
+        "pid": 1,
+        "claimed_at": NOW - timedelta(minutes=5),
+        "sent_at": NOW - timedelta(minutes=5) + timedelta(seconds=1),
+        "attempts": 1,
+        "error": None,
+    }
+    values.update(fields)
+    return DispatchRecord(**values)  # type: ignore[arg-type]
+
+
+def status(**fields: object) -> EntryStatus:
+    values: dict[str, object] = {
+        "name": "report",
+        "schedule": "every 60s",
+        "next_window": None,
+        "last_window": None,
+        "last_sent": None,
+        "last_outcome": None,
+        "last_success": None,
+        "running_since": None,
+        "skipped_recently": 0,
+        "paused": False,
+    }
+    values.update(fields)
+    return EntryStatus(**values)  # type: ignore[arg-type]
+
+
+def test_an_entry_is_late_when_sent_late_or_a_due_window_waits() -> None:
+    """Late: the last window sent over a minute after its time, or one due that long ago and
+    undecided; a paused entry's waiting windows are not late."""
+    assert not is_late(status(last_sent=record()), NOW)
+    slow = record(sent_at=NOW - timedelta(minutes=3))
+    assert is_late(status(last_sent=slow), NOW)
+    waiting = NOW - timedelta(minutes=2)
+    assert is_late(status(overdue_window=waiting), NOW)
+    assert not is_late(status(overdue_window=NOW - timedelta(seconds=5)), NOW)
+    assert not is_late(status(overdue_window=waiting, paused=True), NOW)
+
+
+def test_each_window_gets_one_kind_for_the_strip() -> None:
+    """On time, late, skipped, failed, never ran (only where the worker hook records runs)."""
+    assert window_kind(record(), hooked=False) == "on-time"
+    assert window_kind(record(), hooked=True) == "never-ran"
+    assert window_kind(record(sent_at=NOW), hooked=False) == "late"
+    assert window_kind(record(status=Status.SKIPPED, reason="paused"), hooked=False) == "skipped"
+    assert window_kind(record(outcome=Outcome.FAILURE), hooked=True) == "failed"
+    assert window_kind(record(status=Status.CLAIMED, sent_at=None), hooked=False) == "never-ran"
+
+
+def test_the_pictures_draw_one_mark_per_window_and_escape_text() -> None:
+    """The strip has a cell per row, the chart a dot per sent row; error text is escaped."""
+    rows = [
+        record(id=3, error="<script>x</script>", status=Status.FAILED, sent_at=None),
+        record(id=2, window=NOW - timedelta(minutes=4)),
+        record(id=1, status=Status.SKIPPED, reason="paused", skipped_count=2, sent_at=None),
+    ]
+    strip = window_strip(rows)
+    assert strip.count("<rect") == 3
+    assert "<script>" not in strip
+    assert "&lt;script&gt;" in strip
+    assert lag_chart(rows).count("<circle") == 1
+    assert "no lag to draw" in lag_chart(rows[:1])
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True),
+     ("0.0.0.0", False), ("10.0.0.5", False), ("example.com", False), ("::", False)],  # noqa: S104
+)  # fmt: skip
+def test_only_loopback_addresses_count_as_this_machine(host: str, loopback: bool) -> None:
+    """`0.0.0.0`, `::` and every other address or name is reachable from elsewhere."""
+    assert is_loopback(host) is loopback
+
+
+def test_the_oldest_due_window_no_replica_decided_is_overdue() -> None:
+    """With decisions up to 12:00 and a window every minute, 12:01 is overdue at 12:03; at
+    12:00:30 nothing is due yet, and without the schedule nothing can be said."""
+    entries, errors = compile_schedule(
+        {"report": {"task": "tasks.report", "schedule": 60.0}},
+        app_timezone=timezone.utc,
+        config=load_config({}),
+    )
+    assert not errors
+    state = EntryState(
+        name="report",
+        anchor=NOW - timedelta(hours=1),
+        defined_at=NOW - timedelta(hours=1),
+        last_window=NOW,
+        digest="d",
+        schedule="every 60s",
+    )
+    behind = entry_status(state, [], entries["report"], NOW + timedelta(minutes=3))
+    assert behind.overdue_window == NOW + timedelta(minutes=1)
+    assert (
+        entry_status(state, [], entries["report"], NOW + timedelta(seconds=30)).overdue_window
+        is None
+    )
+    assert entry_status(state, [], None, NOW + timedelta(minutes=3)).overdue_window is None
