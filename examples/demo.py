@@ -52,7 +52,7 @@ from typing import Any
 
 from safebeat.errors import SafebeatError
 from safebeat.identity import parse_window
-from safebeat.stores.base import Status
+from safebeat.records import Status
 from safebeat.stores.sqlite import SqliteStore
 
 EXAMPLES = Path(__file__).resolve().parent

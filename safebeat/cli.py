@@ -40,8 +40,8 @@ from safebeat.overview import (
     replica_statuses,
 )
 from safebeat.plan import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
+from safebeat.records import DispatchRecord
 from safebeat.stores import Store, store_from_config
-from safebeat.stores.base import DispatchRecord
 from safebeat.urls import redact
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -21,8 +21,7 @@ from typing import Any
 from celery import current_task
 
 from safebeat.config import Config
-from safebeat.identity import parse_window
-from safebeat.publishing import ENTRY_HEADER, WINDOW_HEADER
+from safebeat.identity import ENTRY_HEADER, WINDOW_HEADER, parse_window
 
 logger = logging.getLogger("safebeat.worker")
 

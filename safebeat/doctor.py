@@ -19,7 +19,8 @@ from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
 from safebeat.overview import empty_namespace
-from safebeat.stores.base import Status, Store
+from safebeat.records import Status
+from safebeat.stores.base import AdminStore
 from safebeat.urls import redact
 
 #: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
@@ -47,7 +48,7 @@ class Finding:
 class Context:
     """What the checks look at: the store, the settings and, with `-A`, the app."""
 
-    store: Store
+    store: AdminStore
     config: Config
     app: Any | None = None
     entries: Mapping[str, Entry] | None = None
@@ -66,7 +67,7 @@ def run_checks(context: Context) -> list[Finding]:
         check_namespace,
         check_clock,
         check_time_zones,
-        check_redis_eviction,
+        check_backend,
         check_publisher_confirms,
         check_entries,
         check_replicas,
@@ -79,24 +80,6 @@ def run_checks(context: Context) -> list[Finding]:
     return findings
 
 
-def _expected_schema(store: Store) -> int | None:
-    """The schema (or key layout) version this safebeat writes for the store's backend."""
-    module = type(store).__module__
-    if module.startswith("safebeat.stores.postgres"):
-        from safebeat.stores.postgres import MIGRATIONS  # noqa: PLC0415
-
-        return len(MIGRATIONS)
-    if module.startswith("safebeat.stores.sqlite"):
-        from safebeat.stores.sqlite import MIGRATIONS as SQLITE_MIGRATIONS  # noqa: PLC0415
-
-        return len(SQLITE_MIGRATIONS)
-    if module.startswith("safebeat.stores.redis"):
-        from safebeat.stores.redis import LAYOUT_VERSION  # noqa: PLC0415
-
-        return LAYOUT_VERSION
-    return None
-
-
 def check_store(context: Context) -> list[Finding]:
     """The store answers, and its schema is the one this safebeat writes."""
     store = context.store
@@ -104,12 +87,9 @@ def check_store(context: Context) -> list[Finding]:
         store.clock()
     except SafebeatError as exc:
         return [Finding("store", Level.PROBLEM, f"cannot reach the store: {exc}")]
-    expected = _expected_schema(store)
-    reader = getattr(store, "schema_version", None)
-    if expected is None or reader is None:
-        return [Finding("store", Level.OK, f"{store.display_url} answers")]
+    expected = store.expected_schema_version
     try:
-        version = int(reader())
+        version = store.schema_version()
     except SafebeatError as exc:
         return [Finding("store", Level.PROBLEM, f"cannot read the schema version: {exc}")]
     if version < expected:
@@ -209,19 +189,14 @@ def _django_time_zone() -> str | None:
     return str(zone) if zone else None
 
 
-def check_redis_eviction(context: Context) -> list[Finding]:
-    """A Redis store on an eviction policy that can delete claims."""
-    if not type(context.store).__module__.startswith("safebeat.stores.redis"):
-        return []
-    from safebeat.stores.redis import RedisStore  # noqa: PLC0415
-    from safebeat.stores.redis.checks import eviction_hazard  # noqa: PLC0415
-
-    assert isinstance(context.store, RedisStore)  # noqa: S101 - checked by module above
-    policy, maxmemory = context.store.memory_policy()
-    hazard = eviction_hazard(policy, maxmemory)
-    if hazard:
-        return [Finding("redis eviction", Level.PROBLEM, hazard)]
-    return [Finding("redis eviction", Level.OK, f"maxmemory-policy is {policy}")]
+def check_backend(context: Context) -> list[Finding]:
+    """The checks only the store's backend can make (a Redis eviction policy, ...)."""
+    return [
+        Finding(
+            check.name, Level.PROBLEM if check.problem else Level.OK, check.problem or check.found
+        )
+        for check in context.store.checks()
+    ]
 
 
 #: What "sent" means on brokers that acknowledge nothing back to the publisher.

@@ -33,7 +33,7 @@ from safebeat.current import running_config
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
 from safebeat.local_store import store_for, store_of
-from safebeat.stores.base import Store
+from safebeat.stores.base import EffectStore
 
 logger = logging.getLogger("safebeat.effects")
 
@@ -52,7 +52,7 @@ class EffectClaim:
 
     def __init__(
         self,
-        store: Store,
+        store: EffectStore,
         namespace: str,
         key: str,
         *,

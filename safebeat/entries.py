@@ -26,7 +26,7 @@ from safebeat.config import MAX_DURATION, Config, parse_duration, parse_misfire,
 from safebeat.crontab import seconds_of
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
-from safebeat.stores.base import Definition, EntryState
+from safebeat.records import Definition, EntryState
 from safebeat.windows import (
     SOLAR_EVENTS,
     BoundedRule,

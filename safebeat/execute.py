@@ -35,7 +35,8 @@ from safebeat.config import Config
 from safebeat.current import ENTRY_VARIABLE, WINDOW_VARIABLE
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.stores.base import Claim, Outcome, Store
+from safebeat.records import Claim, Outcome
+from safebeat.stores.base import Store
 from safebeat.windows import CrontabRule
 
 #: Exit statuses of safebeat exec itself, as `env` and `timeout` use them.

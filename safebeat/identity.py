@@ -1,4 +1,5 @@
-"""Stable names: task ids of windows, the window's wire format, and this replica's identity."""
+"""Stable names: task ids of windows, the window's wire format and message headers, and this
+replica's identity."""
 
 from __future__ import annotations
 
@@ -11,6 +12,12 @@ from datetime import datetime, timezone
 
 #: Fixed root of every task id safebeat derives; changing it would change every id.
 TASK_ID_NAMESPACE = uuid.UUID("5a7e6ea7-0c1a-5b3e-9d2f-8c0f1e2d3b4a")
+
+#: Message headers safebeat adds to every task it sends: the entry, its window
+#: (`format_window`), and the entry again under the name django-celery-beat uses.
+ENTRY_HEADER = "safebeat_entry"
+WINDOW_HEADER = "safebeat_window"
+PERIODIC_TASK_HEADER = "periodic_task_name"
 
 
 def format_window(window: datetime) -> str:

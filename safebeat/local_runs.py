@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from safebeat.identity import current_replica, task_id_for
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
@@ -32,8 +32,8 @@ from safebeat.stores.base import (
     Outcome,
     Registration,
     Start,
-    Store,
 )
+from safebeat.stores.base import Store
 
 #: A run recorded here is never taken over (`Store.start_execution`'s `stale_after`):
 #: its row is new, so the first start always runs.

@@ -9,6 +9,7 @@ module in step. Each replica exports what it did itself: sum across replicas (`s
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -22,16 +23,36 @@ LAG_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600)
 TICK_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 
 
-class BeatMetrics:
-    """The metrics one beat replica updates as it works; `serve` exposes them over HTTP.
+@dataclass
+class BeatTotals:
+    """What this replica did since it started, counted always (a few integers).
 
-    Nothing is recorded until `serve` is called: with no metrics port, a replica of
-    100,000 entries would otherwise keep about 300 MB of per-entry series nobody reads.
+    The same events feed the Prometheus series, which are recorded only while served.
+    """
+
+    ticks: int = 0
+    lock_busy: int = 0
+    claimed: int = 0  # windows this replica claimed (re-publishes not included)
+    dispatched: int = 0  # of those, published (safebeat_dispatches)
+    republished: int = 0
+    skipped_windows: int = 0
+    publish_errors: int = 0
+    store_errors: int = 0
+    entry_errors: int = 0
+
+
+class BeatMetrics:
+    """The one place a beat replica counts what it does; `serve` exposes it over HTTP.
+
+    `totals` always counts. The Prometheus series are recorded only once `serve` was
+    called: with no metrics port, a replica of 100,000 entries would otherwise keep about
+    300 MB of per-entry series nobody reads.
     """
 
     def __init__(self, namespace: str, replica: str, store: str) -> None:
         self.namespace = namespace
         self.recording = False
+        self.totals = BeatTotals()
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._info = Gauge(
@@ -159,6 +180,7 @@ class BeatMetrics:
         self._entries.labels(self.namespace).set(count)
 
     def dispatched(self, entry: str, window: datetime, published: datetime) -> None:
+        self.totals.dispatched += 1
         if not self.recording:
             return
         lag = max(0.0, (published - window).total_seconds())
@@ -169,37 +191,47 @@ class BeatMetrics:
             window.astimezone(timezone.utc).timestamp()
         )
 
+    def claimed(self, count: int) -> None:
+        self.totals.claimed += count
+
     def republished(self, entry: str) -> None:
+        self.totals.republished += 1
         if not self.recording:
             return
         self._republished.labels(self.namespace, entry).inc()
 
     def skipped(self, entry: str, reason: str, count: int) -> None:
+        self.totals.skipped_windows += count
         if not self.recording:
             return
         self._skipped.labels(self.namespace, entry, reason).inc(count)
 
     def publish_failed(self, kind: str, count: int = 1) -> None:
+        self.totals.publish_errors += count
         if not self.recording:
             return
         self._publish_errors.labels(self.namespace, kind).inc(count)
 
     def tick(self, seconds: float) -> None:
+        self.totals.ticks += 1
         if not self.recording:
             return
         self._ticks.labels(self.namespace).observe(seconds)
 
     def lock_busy(self) -> None:
+        self.totals.lock_busy += 1
         if not self.recording:
             return
         self._busy.labels(self.namespace).inc()
 
     def store_error(self, kind: str) -> None:
+        self.totals.store_errors += 1
         if not self.recording:
             return
         self._store_errors.labels(self.namespace, kind).inc()
 
     def entry_error(self, entry: str) -> None:
+        self.totals.entry_errors += 1
         if not self.recording:
             return
         self._entry_errors.labels(self.namespace, entry).inc()

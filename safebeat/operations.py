@@ -9,24 +9,24 @@ this process, so a window already sent is never sent again.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from kombu.exceptions import OperationalError
-
 from safebeat import windows
 from safebeat.app_schedule import Schedule
+from safebeat.broker import app_connection_errors
+from safebeat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
-from safebeat.publishing import send
-from safebeat.stores.base import Claim, NewClaim, Store
+from safebeat.local_store import config_of
+from safebeat.records import Claim, NewClaim
+from safebeat.stores.base import Store
 
-#: Publishing errors that leave a claim for a beat replica to re-publish.
-_BROKER_DOWN = (ConnectionError, OSError, OperationalError)
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000
 _MICROSECOND = timedelta(microseconds=1)
@@ -163,38 +163,38 @@ def _claim_and_publish(
     windows_to_claim: Sequence[datetime],
     reason: str,
 ) -> Published:
+    replica = current_replica()
     claims = store.claim_extra(
         namespace,
         [
             NewClaim(entry.name, w, task_id_for(namespace, entry.name, w), entry.task)
             for w in windows_to_claim
         ],
-        replica=current_replica(),
+        replica=replica,
         reason=reason,
     )
-    sent: list[Claim] = []
-    unsent: list[Claim] = []
-    failed: dict[int, str] = {}
+    claimed_at = time.monotonic()
+    dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica.id)
+    dispatched = Dispatched(unsent=claims)
     if claims:
+        broker_down = app_connection_errors(app)
         try:
             with app.producer_or_acquire() as producer:
-                for claim in claims:
-                    try:
-                        send(app, producer, entry, claim)
-                    except _BROKER_DOWN:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - recorded on the row, reported
-                        failed[claim.id] = f"{type(exc).__name__}: {exc}"
-                    else:
-                        sent.append(claim)
-        except _BROKER_DOWN:
-            done = {c.id for c in sent} | set(failed)
-            unsent = [c for c in claims if c.id not in done]
-        store.record_publish(namespace, [c.id for c in sent], failed)
+                dispatched = dispatcher.dispatch(
+                    store,
+                    namespace,
+                    claims,
+                    entries={entry.name: entry},
+                    connection=producer.connection,
+                    producer=lambda: producer,
+                    claimed_at=claimed_at,
+                )
+        except broker_down:
+            pass  # no producer at all: every claim stays claimed, for beat to re-publish
     by_id = {c.id: c for c in claims}
     return Published(
-        sent=sent,
-        unsent=unsent,
-        failed={by_id[i].window.isoformat(): error for i, error in failed.items()},
+        sent=dispatched.sent,
+        unsent=dispatched.unsent,
+        failed={by_id[i].window.isoformat(): error for i, error in dispatched.failed.items()},
         already_claimed=len(windows_to_claim) - len(claims),
     )

@@ -8,9 +8,13 @@ time limit, so a run cannot last longer than that; without a limit, the setting 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 from safebeat.config import Config
+from safebeat.entries import Entry
+from safebeat.windows import Overlap
 
 
 def running_timeout(config: Config, *time_limits: object) -> timedelta:
@@ -23,3 +27,21 @@ def running_timeout(config: Config, *time_limits: object) -> timedelta:
         if isinstance(limit, int | float) and not isinstance(limit, bool) and limit > 0:
             return timedelta(seconds=float(limit))
     return config.overlap_timeout
+
+
+def overlap_timeouts(
+    app: Any, config: Config, entries: Mapping[str, Entry]
+) -> dict[str, timedelta]:
+    """How long a started run blocks the next, for each entry with `overlap="forbid"`:
+    the entry's `time_limit` option, else its task's, else the app's, else the setting."""
+    timeouts: dict[str, timedelta] = {}
+    for name, entry in entries.items():
+        if entry.overlap is Overlap.FORBID:
+            task = app.tasks.get(entry.task)
+            timeouts[name] = running_timeout(
+                config,
+                entry.options.get("time_limit"),
+                getattr(task, "time_limit", None),
+                app.conf.task_time_limit,
+            )
+    return timeouts

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from safebeat import windows
 from safebeat.entries import Entry
 from safebeat.liveness import is_live
-from safebeat.stores.base import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status, Store
+from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
+from safebeat.stores.base import AdminStore
 
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
@@ -94,7 +95,7 @@ def entry_status(
 
 
 def entry_statuses(
-    store: Store, namespace: str, entries: Mapping[str, Entry] | None = None
+    store: AdminStore, namespace: str, entries: Mapping[str, Entry] | None = None
 ) -> list[EntryStatus]:
     """Every registered entry of `namespace`, by name; `entries` adds next windows."""
     now = store.clock()
@@ -110,7 +111,7 @@ def entry_statuses(
     ]
 
 
-def empty_namespace(store: Store, namespace: str) -> str:
+def empty_namespace(store: AdminStore, namespace: str) -> str:
     """What to say when `namespace` has no registered entry: which namespaces exist."""
     others = store.namespaces()
     if others:
@@ -129,7 +130,7 @@ def listed(names: Sequence[str]) -> str:
     return ", ".join(repr(n) for n in names)
 
 
-def replica_statuses(store: Store, namespace: str) -> list[ReplicaStatus]:
+def replica_statuses(store: AdminStore, namespace: str) -> list[ReplicaStatus]:
     """Every replica that heartbeated within the retention, newest heartbeat first."""
     now = store.clock()
     return [ReplicaStatus(r, now - r.heartbeat_at) for r in store.replicas(namespace)]

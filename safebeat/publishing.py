@@ -27,15 +27,10 @@ from celery.utils.saferepr import saferepr
 from celery.utils.time import subtract_datetimes
 
 from safebeat.entries import Entry
-from safebeat.identity import format_window
-from safebeat.stores.base import Claim
+from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
+from safebeat.records import Claim
 
 logger = logging.getLogger(__name__)
-
-#: Message headers safebeat adds to every task it sends.
-ENTRY_HEADER = "safebeat_entry"
-WINDOW_HEADER = "safebeat_window"
-PERIODIC_TASK_HEADER = "periodic_task_name"
 
 #: Options the direct path passes on exactly as `send_task` would; any other option (eta,
 #: countdown, expires, links, shadow, stamping...) takes Celery's full path.
@@ -264,8 +259,3 @@ class Publisher:
     def forget_declarations(self) -> None:
         """After a connection error: declare every queue again on the next message."""
         self._declared_on, self._declared = None, set()
-
-
-def send(app: Any, producer: Any, entry: Entry, claim: Claim) -> None:
-    """Publish one window (for one-off sends: the CLI's trigger and backfill, the admin)."""
-    Publisher(app).send(producer, entry, claim)

@@ -14,78 +14,38 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-import kombu.exceptions
 from celery import beat
-from kombu.exceptions import OperationalError
 
-from safebeat import windows
-from safebeat._version import __version__
 from safebeat.app_schedule import settings_source
 from safebeat.config import Config, config_from_app
-from safebeat.entries import Entry, compile_schedule, undecided_after
-from safebeat.errors import EntryError, StoreError, StoreUnavailable
-from safebeat.identity import current_replica, format_window, task_id_for
+from safebeat.dispatch import Dispatcher
+from safebeat.entries import Entry, compile_schedule
+from safebeat.errors import EntryError, StoreError
+from safebeat.guard import TickGuard
+from safebeat.housekeeping import heartbeat, prune
+from safebeat.identity import current_replica
 from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
-from safebeat.overlap import running_timeout
+from safebeat.overlap import overlap_timeouts
+from safebeat.planning import Planned, plan_tick
 from safebeat.publishing import Publisher
-from safebeat.stores import Store, store_from_config
-from safebeat.stores.base import (
-    Claim,
-    EntryState,
-    NewClaim,
-    NewSkip,
-    Reclaim,
-    TickPlan,
-    TickResult,
+from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.reporting import (
+    report_claims,
+    report_dispatch,
+    report_entries,
+    report_plan,
+    report_registration,
+    report_unregistered,
+    serve_metrics,
 )
+from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
-from safebeat.windows import Overlap
 
 logger = logging.getLogger("safebeat.scheduler")
-
-
-class _TooLate(Exception):
-    """The claims left are too old to publish safely from this replica."""
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with jitter, for retrying an unreachable store."""
-
-    first: float = 1.0
-    cap: float = 30.0
-    failures: int = 0
-
-    def next_delay(self) -> float:
-        delay: float = min(self.cap, self.first * 2.0**self.failures)
-        self.failures += 1
-        return delay * random.uniform(0.8, 1.2)  # noqa: S311 - jitter, not cryptography
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
-@dataclass
-class Stats:
-    """Counters of what this replica did; exported as metrics where enabled."""
-
-    ticks: int = 0
-    lock_busy: int = 0
-    claimed: int = 0
-    republished: int = 0
-    sent: int = 0
-    skipped_windows: int = 0
-    publish_errors: int = 0
-    store_errors: int = 0
-    entry_errors: int = 0
-    last_tick_seconds: float = 0.0
-    errors_by_entry: dict[str, str] = field(default_factory=dict)
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
@@ -111,8 +71,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
     claim_batch = 5000
-    #: Messages buffered per flush where the transport can batch publishes.
-    publish_chunk = 500
 
     def __init__(
         self,
@@ -126,7 +84,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         # Everything here is pure: with lazy=True (the banner) nothing may touch the store.
         self.safebeat_config: Config = config_from_app(app)
         self.replica = current_replica()
-        self.stats = Stats()
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
         self._overlap_timeouts: dict[str, timedelta] = {}
@@ -134,12 +91,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._monotonic = monotonic or time.monotonic
         self._ready = False
         self._due_at: dict[str, float] = {}
-        self._upcoming: dict[str, datetime | None] = {}
-        self._backoff = Backoff()
-        self._store_failures = 0
-        self._retry_at = 0.0
-        self._broker_backoff = Backoff()
-        self._broker_retry_at = 0.0
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -147,11 +98,26 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
-        self._metrics_served = False
-        self.publisher = Publisher(app)
+        self._guard = TickGuard(
+            self.metrics,
+            monotonic=self._monotonic,
+            max_sleep=self.max_interval,
+            store_url=lambda: self.store.display_url,
+        )
+        self.dispatcher = Dispatcher(
+            app,
+            claim_timeout=self.safebeat_config.claim_timeout,
+            replica=self.replica.id,
+            monotonic=self._monotonic,
+        )
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # --- Celery's Scheduler interface -----------------------------------------------------
+
+    @property
+    def publisher(self) -> Publisher:
+        """Builds and sends each window's message (the dispatcher's)."""
+        return self.dispatcher.publisher
 
     @property
     def store(self) -> Store:
@@ -162,8 +128,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def setup_schedule(self) -> None:
         """Compile the entries and try to reach the store; a store that is down is retried."""
         config = self.safebeat_config
-        if config.metrics_port is not None and not self._metrics_served:
-            self._serve_metrics(config.metrics_port)
+        if config.metrics_port is not None and not self.metrics.recording:
+            serve_metrics(self.metrics, config.metrics_port)
         self.use_entries(
             *compile_schedule(
                 self.schedule_source(),
@@ -178,19 +144,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             config.namespace,
             self.replica.id,
         )
-        self._try(self._bootstrap)
-
-    def _serve_metrics(self, port: int) -> None:
-        try:
-            self.metrics.serve(port)
-        except OSError as exc:
-            logger.error(
-                "safebeat: cannot serve metrics on port %d (%s); beat runs without them",
-                port,
-                exc,
-            )
-        else:
-            self._metrics_served = True
+        self._guard.run(self._bootstrap)
 
     def schedule_source(self) -> dict[str, Any]:
         """The `beat_schedule` items to compile: stock beat's own and the app's.
@@ -205,24 +159,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
         Entries that changed are registered again before the next tick claims anything.
         """
-        for name, error in broken.items():
-            previous = self.broken_entries.get(name)
-            if previous is None or str(previous) != str(error):
-                self.stats.entry_errors += 1
-                self.metrics.entry_error(name)
-                logger.error("safebeat: %s; this entry is skipped, the others run", error)
+        report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
         self.data = dict(self.entries)
-        self.metrics.entries(len(entries))
-        for name, entry in entries.items() if self.metrics.recording else ():
-            period = windows.typical_period(entry.rule)
-            if period is not None:
-                self.metrics.entry_period(name, period.total_seconds())
-        self._overlap_timeouts = {
-            name: self._overlap_timeout(entry)
-            for name, entry in self.entries.items()
-            if entry.overlap is Overlap.FORBID
-        }
+        self._overlap_timeouts = overlap_timeouts(self.app, self.safebeat_config, entries)
         self._ready = False
 
     def refresh_entries(self) -> None:
@@ -232,27 +172,15 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def published(self, claims: Sequence[Claim]) -> None:
         """Called with the claims just published and recorded as sent. Does nothing by default."""
 
-    def _overlap_timeout(self, entry: Entry) -> timedelta:
-        """How long a started run of `entry` blocks the next (see safebeat.overlap)."""
-        task = self.app.tasks.get(entry.task)
-        return running_timeout(
-            self.safebeat_config,
-            entry.options.get("time_limit"),
-            getattr(task, "time_limit", None),
-            self.app.conf.task_time_limit,
-        )
-
     def tick(self, *args: Any, **kwargs: Any) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises."""
         started = self._monotonic()
-        if started < self._retry_at:
-            return min(self._retry_at - started, self.max_interval)
+        if self._guard.backoff.waiting(started):
+            return min(self._guard.backoff.until - started, self.max_interval)
         try:
-            return self._try(self._tick)
+            return self._guard.run(self._tick)
         finally:
-            self.stats.ticks += 1
-            self.stats.last_tick_seconds = self._monotonic() - started
-            self.metrics.tick(self.stats.last_tick_seconds)
+            self.metrics.tick(self._monotonic() - started)
 
     def should_sync(self) -> bool:
         return False  # all state lives in the store, written as it changes
@@ -294,40 +222,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     # --- the tick -------------------------------------------------------------------------
 
-    def _try(self, step: Callable[[], float]) -> float:
-        """Run a step; turn store trouble into a backoff and anything else into a log line."""
-        try:
-            delay = step()
-        except StoreUnavailable as exc:
-            self.metrics.store_error("unavailable")
-            return self._failed(exc, "store unreachable", logging.WARNING)
-        except StoreError as exc:
-            self.metrics.store_error("error")
-            return self._failed(exc, "store error", logging.ERROR)
-        except Exception as exc:
-            logger.exception("safebeat: unexpected error in tick: %s", exc)
-            return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
-        if self._store_failures:
-            logger.info(
-                "safebeat: store %s reachable again after %d failed attempt(s)",
-                self.store.display_url,
-                self._store_failures,
-            )
-            self._store_failures = 0
-        self._backoff.reset()
-        return delay
-
-    def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
-        if counted:
-            self.stats.store_errors += 1
-            self._store_failures += 1
-        delay = self._backoff.next_delay()
-        self._retry_at = self._monotonic() + delay
-        logger.log(
-            level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
-        )
-        return min(delay, self.max_interval)
-
     def _bootstrap(self) -> float:
         store, config = self.store, self.safebeat_config
         if config.auto_migrate:
@@ -335,15 +229,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         registration = store.register(
             config.namespace, [e.definition for e in self.entries.values()], self.replica
         )
-        for name, previous in registration.changed.items():
-            logger.warning(
-                "safebeat: entry %r: this replica's definition (digest %s) differs from the "
-                "one registered before (%s); during a rolling deploy this is expected, and "
-                "each window is still claimed once",
-                name,
-                self.entries[name].digest,
-                previous,
-            )
+        report_registration(registration.changed, self.entries)
         now = self._monotonic()
         self._due_at = dict.fromkeys(self.entries, now)
         self._ready = True
@@ -363,14 +249,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if now < self._broker_retry_at:
+        if self.dispatcher.backoff.waiting(now):
             # Claiming now would only pile up unsent claims; windows that pass meanwhile
             # follow the missed-window policy, and other replicas may still send them.
             due, reclaim = [], False
         if due or reclaim:
             result = self._locked_tick(due, reclaim=reclaim)
             if result is None:
-                self.stats.lock_busy += 1
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
         if now >= self._next_heartbeat:
@@ -380,13 +265,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         return self._sleep_time()
 
     def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
-        self._upcoming = {}
         config = self.safebeat_config
         started = self._monotonic()
         result = self.store.tick(
             config.namespace,
             due,
-            self._plan,
+            self._planner,
             replica=self.replica,
             reclaim=(
                 Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
@@ -397,305 +281,83 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if result is None:
             return None
         self._last_store_now = result.now
+        planned = result.plan if isinstance(result.plan, Planned) else Planned()
+        report_plan(planned, self.metrics)
         for name in due:
-            self._schedule_next(name, result, started)
-        missing = [name for name in due if name not in result.states]
-        if missing:
-            logger.warning(
-                "safebeat: entries %s are not registered in the store; registering again",
-                sorted(missing),
-            )
-            self._ready = False
+            self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)
+        if report_unregistered(due, result.states):
+            self._ready = False  # register again before the next tick claims
         if reclaim:
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
-        if result.reclaimed:
-            self.stats.republished += len(result.reclaimed)
-            for claim in result.reclaimed:
-                self.metrics.republished(claim.entry)
-            logger.warning(
-                "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
-                "(same task ids)",
-                len(result.reclaimed),
-            )
-        self.stats.claimed += len(result.claimed)
+        report_claims(result.claimed, result.reclaimed, self.metrics)
         self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
         return result
 
-    def _plan(self, now: datetime, states: Mapping[str, EntryState]) -> TickPlan:
-        """Decide every due entry's windows (called under the tick lock; no I/O)."""
-        namespace = self.safebeat_config.namespace
-        claims: list[NewClaim] = []
-        skips: list[NewSkip] = []
-        advances: dict[str, datetime] = {}
-        for name, state in states.items():
-            entry = self.entries.get(name)
-            if entry is None:
-                continue
-            try:
-                decision = windows.due(
-                    entry.rule,
-                    after=undecided_after(entry, state),
-                    now=now,
-                    policy=entry.policy,
-                    anchor=state.anchor,
-                )
-            except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
-                self._entry_failed(name, exc)
-                self._upcoming[name] = now + timedelta(seconds=self.max_interval)
-                continue
-            if state.paused:
-                decision = windows.paused(decision)
-            elif entry.overlap is Overlap.FORBID:
-                decision = windows.forbid_overlap(
-                    decision,
-                    running_since=state.running_since,
-                    now=now,
-                    timeout=self._overlap_timeouts[name],
-                )
-            for window in decision.dispatch:
-                claims.append(
-                    NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
-                )
-            for span in decision.skipped:
-                skips.append(NewSkip(name, span.last, span.first, span.count, span.reason.value))
-                logger.debug(
-                    "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
-                    name,
-                    "many" if span.count is None else span.count,
-                    format_window(span.first),
-                    format_window(span.last),
-                    span.reason.value,
-                )
-            if decision.last_window is not None:
-                advances[name] = decision.last_window
-            self._upcoming[name] = decision.wake_at  # the next send time, after any jitter
-        self.stats.skipped_windows += sum(s.count or 0 for s in skips)
-        for skip in skips:
-            self.metrics.skipped(skip.entry, skip.reason, skip.count or 1)
-        # Windows of paused entries are skipped on purpose: recorded, not warned about.
-        unexpected = [skip for skip in skips if skip.reason != windows.SkipReason.PAUSED.value]
-        if unexpected:
-            self._log_skips(unexpected)
-        return TickPlan(claims, skips, advances)
-
-    @staticmethod
-    def _log_skips(skips: Sequence[NewSkip]) -> None:
-        """One line per tick, however many entries skipped windows (details at DEBUG)."""
-        by_reason: dict[str, int] = {}
-        for skip in skips:
-            by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
-        names = sorted({skip.entry for skip in skips})
-        shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
-        reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
-        logger.warning(
-            "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
-            len(names),
-            "y" if len(names) == 1 else "ies",
-            reasons,
-            shown,
+    def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
+        """The pure planner, with this replica's entries (run by the store under its lock)."""
+        return plan_tick(
+            self.entries,
+            states,
+            now,
+            namespace=self.safebeat_config.namespace,
+            overlap_timeouts=self._overlap_timeouts,
+            retry_after=timedelta(seconds=self.max_interval),
         )
 
-    def _entry_failed(self, name: str, exc: Exception) -> None:
-        self.stats.entry_errors += 1
-        self.metrics.entry_error(name)
-        self.stats.errors_by_entry[name] = str(exc)
-        logger.error(
-            "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
-            "the other entries run",
-            name,
-            exc,
-            exc_info=True,
-        )
-
-    def _schedule_next(self, name: str, result: TickResult, started: float) -> None:
-        upcoming = self._upcoming.get(name, result.now)
+    def _schedule_next(
+        self, name: str, upcoming: datetime | None, now: datetime, started: float
+    ) -> None:
         if upcoming is None:
             self._due_at.pop(name, None)
             logger.info("safebeat: entry %r has no more windows", name)
             return
-        self._due_at[name] = started + max(0.0, (upcoming - result.now).total_seconds())
+        self._due_at[name] = started + max(0.0, (upcoming - now).total_seconds())
 
     def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
-        """Publish claimed windows and record the outcome in one store call.
-
-        Where the transport can batch (kombu's Redis transport), claims go out in chunks
-        of `publish_chunk`, each flushed before its claims count as sent; a chunk that
-        fails to flush stays claimed and is re-published with the same ids.
-
-        Nothing is handed to the broker after `claim_timeout / 2` from the claim: past
-        `claim_timeout` another replica re-publishes what is unsent, so a late publish
-        here would be a second copy. Each message's reconnect-and-retry is bounded to fit.
-        """
+        """Publish claimed windows through the dispatcher; count and log what happened."""
         if not claims:
             return
-        sent: list[int] = []
-        failed: dict[int, str] = {}
-        connection_errors = self._connection_errors()
-        publish_until = claimed_at + self.safebeat_config.claim_timeout.total_seconds() / 2
-        start = 0
-        while start < len(claims):
-            try:
-                batching = self._can_batch()
-                chunk = claims[start : start + (self.publish_chunk if batching else 1)]
-                with self.producer.batch(max_size=len(chunk) + 1) if batching else nullcontext():
-                    buffered = self._send_chunk(chunk, failed, connection_errors, publish_until)
-                    if self._monotonic() > publish_until:
-                        raise _TooLate  # discards the buffered chunk unsent
-            except _TooLate:
-                logger.warning(
-                    "safebeat: %d claim(s) are too old to publish safely from here; "
-                    "they will be re-published by the next replica that ticks",
-                    len(claims) - start,
-                )
-                break
-            except connection_errors as exc:
-                self._broker_unreachable(exc, len(claims) - start)
-                break
-            start += len(chunk)
-            sent.extend(buffered)
-            if buffered:
-                self._broker_backoff.reset()
-        self.stats.sent += len(sent)
-        self.store.record_publish(self.safebeat_config.namespace, sent, failed)
-        self._measure_publish(claims, sent, failed, claimed_at)
-        if sent:
-            done = set(sent)
-            self.published([claim for claim in claims if claim.id in done])
-
-    def _measure_publish(
-        self, claims: Sequence[Claim], sent: Sequence[int], failed: Mapping[int, str], at: float
-    ) -> None:
-        """Feed the metrics: dispatches and their lag on the store's clock, and what is owed."""
-        self.metrics.claims_left_unsent(len(claims) - len(sent) - len(failed))
-        if self._last_store_now is None:
-            return
-        published = self._last_store_now + timedelta(seconds=self._monotonic() - at)
-        done = set(sent)
-        for claim in claims:
-            if claim.id in done and claim.attempts == 1:
-                self.metrics.dispatched(claim.entry, claim.window, published)
-
-    def _can_batch(self) -> bool:
-        producer = self.producer
-        return hasattr(producer, "batch") and bool(
-            getattr(producer, "supports_batch_publish", False)
+        dispatched = self.dispatcher.dispatch(
+            self.store,
+            self.safebeat_config.namespace,
+            claims,
+            entries=self.entries,
+            connection=self.connection,
+            producer=lambda: self.producer,
+            claimed_at=claimed_at,
         )
-
-    def _send_chunk(
-        self,
-        chunk: Sequence[Claim],
-        failed: dict[int, str],
-        connection_errors: tuple[type[BaseException], ...],
-        publish_until: float,
-    ) -> list[int]:
-        """Send each claim; return the ids handed to the producer.
-
-        Connection errors propagate; so does `_TooLate` once `publish_until` has passed.
-        """
-        handed: list[int] = []
-        for claim in chunk:
-            left = publish_until - self._monotonic()
-            if left < 0:
-                raise _TooLate
-            entry = self.entries.get(claim.entry)
-            if entry is None:
-                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self.replica.id}"
-                continue
-            logger.info(
-                "Scheduler: Sending due task %s (%s) for window %s",
-                entry.name,
-                entry.task,
-                format_window(claim.window),
-            )
-            try:
-                self.publisher.send(
-                    self.producer, entry, claim, retry_policy=self._retry_policy(left)
-                )
-            except connection_errors:
-                raise
-            except Exception as exc:
-                self.stats.publish_errors += 1
-                self.metrics.publish_failed("message")
-                failed[claim.id] = f"{type(exc).__name__}: {exc}"
-                logger.error(
-                    "safebeat: entry %r: publishing window %s failed: %s",
-                    entry.name,
-                    format_window(claim.window),
-                    exc,
-                    exc_info=True,
-                )
-            else:
-                handed.append(claim.id)
-        return handed
-
-    def _retry_policy(self, seconds_left: float) -> dict[str, float | int]:
-        """kombu's retry for one message: one reconnect, and only if it fits in the time left.
-
-        A reconnect can take the broker's connect timeout; a publish that completes after
-        another replica has taken the claim over would be a second copy. Past one retry,
-        the claim stays unsent and safebeat's own backoff and re-publish take over.
-        """
-        connect_timeout = float(getattr(self.connection, "connect_timeout", None) or 4.0)
-        retries = 1 if seconds_left > 2 * connect_timeout else 0
-        return {"max_retries": retries, "interval_start": 0, "interval_step": 0, "interval_max": 0}
-
-    def _broker_unreachable(self, exc: BaseException, unsent: int) -> None:
-        self.publisher.forget_declarations()
-        self.stats.publish_errors += 1
-        self.metrics.publish_failed("broker")
-        pause = self._broker_backoff.next_delay()
-        self._broker_retry_at = self._monotonic() + pause
-        logger.warning(
-            "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
-            "re-published when it is back; claiming nothing for %.1fs",
-            exc,
-            unsent,
-            pause,
+        now = self._monotonic()
+        store_now = self._last_store_now
+        report_dispatch(
+            dispatched,
+            self.metrics,
+            published_at=None
+            if store_now is None
+            else store_now + timedelta(seconds=now - claimed_at),
+            broker_retry_in=self.dispatcher.backoff.until - now,
         )
-
-    def _connection_errors(self) -> tuple[type[BaseException], ...]:
-        # kombu raises OperationalError when it gives up connecting, and (5.7+)
-        # BatchPublishError when a batch flush failed with its delivery uncertain: both
-        # leave the claims unsent, to be re-published with the same ids.
-        errors: tuple[type[BaseException], ...] = (ConnectionError, OSError, OperationalError)
-        batch_error = getattr(kombu.exceptions, "BatchPublishError", None)
-        if batch_error is not None:
-            errors += (batch_error,)
-        try:
-            errors += tuple(self.connection.connection_errors)
-        except Exception:  # noqa: BLE001 - the transport could not even be loaded
-            logger.debug("safebeat: could not read the transport's connection errors")
-        return errors
+        if dispatched.sent:
+            self.published(dispatched.sent)
 
     def _heartbeat(self) -> None:
-        config = self.safebeat_config
-        self.store.heartbeat(
-            config.namespace,
+        digests = {name: entry.digest for name, entry in self.entries.items()}
+        heartbeat(
+            self.store,
+            self.safebeat_config,
             self.replica,
-            __version__,
-            {name: entry.digest for name, entry in self.entries.items()},
+            digests,
+            self.metrics,
+            interval=self.heartbeat_interval,
         )
         self._next_heartbeat = self._monotonic() + self.heartbeat_interval
-        if self._metrics_served:
-            replicas = self.store.replicas(config.namespace)
-            newest = max(r.heartbeat_at for r in replicas)
-            alive_after = newest - timedelta(seconds=3 * self.heartbeat_interval)
-            self.metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
 
     def _prune(self, now: datetime) -> None:
-        config = self.safebeat_config
-        deleted = self.store.prune(config.namespace, now - config.retention)
-        if deleted:
-            logger.info(
-                "safebeat: pruned %d row(s): dispatches older than the retention, expired "
-                "effect keys",
-                deleted,
-            )
+        prune(self.store, self.safebeat_config, now)
         self._next_prune = self._monotonic() + self.prune_interval
 
     def _sleep_time(self) -> float:
         now = self._monotonic()
         deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
-        if now < self._broker_retry_at:
-            deadlines = [self._broker_retry_at, self._next_heartbeat]
+        if self.dispatcher.backoff.waiting(now):
+            deadlines = [self.dispatcher.backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))

@@ -43,16 +43,20 @@ from typing import Any
 from celery import signals, states
 from celery.exceptions import Ignore
 
+from safebeat.backoff import Backoff
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window, task_id_for
 from safebeat.local_store import config_of, store_of
 from safebeat.overlap import running_timeout
-from safebeat.stores.base import Outcome, Start
+from safebeat.records import Outcome, Start
 from safebeat.worker_metrics import child_exited, pool_name
 from safebeat.worker_metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")
+
+#: What the hook did in this process: the always-kept totals of its metrics.
+stats = worker_metrics.totals
 
 #: Marks the `before_start` safebeat installed on a task class.
 _GUARD_MARK = "_safebeat_guard"
@@ -63,20 +67,6 @@ _OUTCOMES = {
     states.IGNORED: Outcome.SUCCESS,
 }
 
-
-@dataclass
-class WorkerStats:
-    """What the hook did in this process (read them as `safebeat.worker.stats`)."""
-
-    started: int = 0
-    taken_over: int = 0
-    duplicates: int = 0
-    untracked: int = 0
-    store_errors: int = 0
-
-
-#: Counters of this process.
-stats = WorkerStats()
 
 _installed: weakref.WeakSet[Any] = weakref.WeakSet()
 _install_mutex = threading.Lock()
@@ -259,7 +249,6 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     _backoff.succeeded()
     where = f"entry {window.entry!r} window {format_window(window.window)}"
     if verdict is Start.DUPLICATE:
-        stats.duplicates += 1
         worker_metrics.duplicate(config.namespace, window.entry)
         logger.warning(
             "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window "
@@ -278,8 +267,8 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
         )
         _untracked(task, window)
         return None
+    worker_metrics.started(config.namespace, window.entry, takeover=verdict is Start.TAKEOVER)
     if verdict is Start.TAKEOVER:
-        stats.taken_over += 1
         logger.warning(
             "safebeat: %s started more than %s ago and never finished; presumed lost with "
             "its worker, this delivery (task %s) runs it again",
@@ -287,16 +276,14 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             stale_after,
             request.id,
         )
-    stats.started += 1
     return _Execution(window, worker, retries, time.monotonic())
 
 
 def _untracked(task: Any, window: CurrentWindow) -> None:
-    stats.untracked += 1
     try:
         namespace = config_of(task.app).namespace
     except SafebeatError:
-        return
+        namespace = None
     worker_metrics.untracked(namespace, window.entry)
 
 
@@ -355,23 +342,23 @@ def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
 # --- store trouble ------------------------------------------------------------------------
 
 
-class _Backoff:
-    """After a store error, leave the store alone for a while (1 s doubling up to 30 s)."""
+class _StoreBackoff:
+    """After a store error, leave the store alone for a while (see safebeat.backoff).
+
+    Shared by the threads of a process, hence the lock.
+    """
 
     def __init__(self) -> None:
         self._mutex = threading.Lock()
-        self._failures = 0
-        self._until = 0.0
+        self._backoff = Backoff()
 
     def ready(self) -> bool:
-        return time.monotonic() >= self._until
+        return not self._backoff.waiting(time.monotonic())
 
     def failed(self, exc: Exception) -> None:
         with self._mutex:
-            delay = min(30.0, 2.0**self._failures)
-            self._failures += 1
-            self._until = time.monotonic() + delay
-        stats.store_errors += 1
+            delay = self._backoff.failed(time.monotonic())
+        worker_metrics.store_error()
         logger.warning(
             "safebeat: store error (%s); tasks run untracked (duplicates are not skipped) "
             "for the next %.0fs",
@@ -380,13 +367,13 @@ class _Backoff:
         )
 
     def succeeded(self) -> None:
-        if self._failures:
+        if self._backoff.failures:
             with self._mutex:
-                self._failures = 0
+                self._backoff.succeeded()
             logger.info("safebeat: store reachable again; tracking executions")
 
 
-_backoff = _Backoff()
+_backoff = _StoreBackoff()
 _warned: set[tuple[str, str]] = set()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import (
@@ -29,11 +30,28 @@ MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 RUNTIME_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
 
 
+@dataclass
+class WorkerTotals:
+    """What the hook did in this process since it started, counted always."""
+
+    started: int = 0  # executions whose start was recorded (takeovers included)
+    taken_over: int = 0
+    duplicates: int = 0
+    untracked: int = 0
+    store_errors: int = 0
+
+
 class WorkerMetrics:
-    """What the hook counts in this process. In multiprocess mode every child writes its
-    own files, which the serving process adds up."""
+    """The one place the hook counts what it does in this process.
+
+    `totals` always counts. The Prometheus series are recorded once `serve` was called in
+    this process or the one it forked from, or in multiprocess mode, where every child
+    writes its own files and the serving process adds them up.
+    """
 
     def __init__(self) -> None:
+        self.totals = WorkerTotals()
+        self.recording = bool(os.environ.get(MULTIPROCESS_DIR))
         self.registry = CollectorRegistry(auto_describe=True)
         # In multiprocess mode values live in files; the metrics need no registry.
         registry = None if os.environ.get(MULTIPROCESS_DIR) else self.registry
@@ -72,17 +90,31 @@ class WorkerMetrics:
             registry=registry,
         )
 
+    def started(self, namespace: str, entry: str, *, takeover: bool) -> None:
+        self.totals.started += 1
+        self.totals.taken_over += takeover
+
     def finished(self, namespace: str, entry: str, outcome: str, seconds: float) -> None:
+        if not self.recording:
+            return
         self._executions.labels(namespace, entry, outcome).inc()
         self._runtime.labels(namespace).observe(seconds)
         if outcome == "success":
             self._last_success.labels(namespace, entry).set(time.time())
 
     def duplicate(self, namespace: str, entry: str) -> None:
-        self._duplicates.labels(namespace, entry).inc()
+        self.totals.duplicates += 1
+        if self.recording:
+            self._duplicates.labels(namespace, entry).inc()
 
-    def untracked(self, namespace: str, entry: str) -> None:
-        self._untracked.labels(namespace, entry).inc()
+    def untracked(self, namespace: str | None, entry: str) -> None:
+        """A delivery ran without the duplicate check (`namespace` None: settings unreadable)."""
+        self.totals.untracked += 1
+        if self.recording and namespace is not None:
+            self._untracked.labels(namespace, entry).inc()
+
+    def store_error(self) -> None:
+        self.totals.store_errors += 1
 
     def serve(self, port: int, *, pool: str | None) -> None:
         """Serve the metrics from this (the worker's main) process."""
@@ -99,6 +131,7 @@ class WorkerMetrics:
                 MULTIPROCESS_DIR,
             )
         start_http_server(port, registry=registry)
+        self.recording = True
         logger.info("safebeat: worker metrics on port %d", port)
 
 

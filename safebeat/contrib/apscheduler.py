@@ -66,7 +66,8 @@ from safebeat.current import CurrentWindow, running
 from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.local_store import store_for
-from safebeat.stores.base import Claim, Outcome, Store
+from safebeat.records import Claim, Outcome
+from safebeat.stores.base import Store
 
 logger = logging.getLogger("safebeat.apscheduler")
 

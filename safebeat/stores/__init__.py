@@ -40,9 +40,9 @@ def open_store(
 
         return SqliteStore(url)
     if backend == "django":
-        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
-        return DjangoStore(url, lock_timeout=lock_timeout)
+        return open_django_store(url, lock_timeout=lock_timeout)
     from safebeat.stores.memory import MemoryStore  # noqa: PLC0415
 
     # One memory store per URL and process, so schedulers in one process share it.

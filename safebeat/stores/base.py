@@ -1,211 +1,86 @@
-"""The Store protocol: what every backend guarantees to the scheduler, and the records it keeps.
+"""The store's protocols: what every backend guarantees to each of its clients.
 
 A store holds only schedule state, claims, their history (including what the worker hook
-recorded about each execution) and effect keys; Celery owns tasks and results.
-Several replicas share one store. The guarantees below are what make "each window is
-dispatched once" true, and the contract suite (`tests/integration/test_store_contract.py`)
-checks them against every backend.
+recorded about each execution) and effect keys; Celery owns tasks and results. Several
+replicas share one store. Each client sees the slice it uses: beat a `TickStore`, the
+worker hook an `ExecutionStore`, `safebeat.claim` an `EffectStore`, the operator tools
+(CLI, admin, doctor) an `AdminStore`; a backend implements `Store`, their union. The
+guarantees below are what make "each window is dispatched once" true, and the contract
+suite (`tests/integration/test_store_contract.py`) checks them against every backend.
+The records these methods take and return live in `safebeat.records`.
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from safebeat.identity import Replica
 
+# The records live in safebeat.records; they are named here too for code that imported
+# them from this module.
+from safebeat.records import (
+    Claim,
+    Definition,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    NewSkip,
+    Outcome,
+    Planner,
+    Reclaim,
+    Registration,
+    ReplicaRecord,
+    Start,
+    Status,
+    TickPlan,
+    TickResult,
+    decide_start,
+    system_clock,
+)
 
-class Status(str, enum.Enum):
-    """Where a dispatch row stands."""
-
-    CLAIMED = "claimed"  # claim committed, publish not confirmed yet
-    SENT = "sent"  # published to the broker
-    FAILED = "failed"  # publishing failed for a reason retrying cannot fix (recorded error)
-    SKIPPED = "skipped"  # not dispatched, by policy (reason says which)
-
-
-class Outcome(str, enum.Enum):
-    """How one execution of a window ended, as the worker hook saw it."""
-
-    SUCCESS = "success"
-    FAILURE = "failure"
-    RETRY = "retry"  # the task asked Celery to retry; a later retry of the window may run
-
-
-class Start(str, enum.Enum):
-    """The answer of `Store.start_execution`: may this delivery of a window run?"""
-
-    RUN = "run"  # first start, or a Celery retry of the window: run the body
-    TAKEOVER = "takeover"  # the previous run never finished and is presumed lost: run the body
-    DUPLICATE = "duplicate"  # already started (and not presumed lost) or finished: skip the body
-    UNKNOWN = "unknown"  # no dispatched window with this key: run the body, untracked
+__all__ = [
+    "AdminStore",
+    "Claim",
+    "Definition",
+    "DispatchRecord",
+    "EffectStore",
+    "EntryState",
+    "ExecutionStore",
+    "NewClaim",
+    "NewSkip",
+    "Outcome",
+    "Planner",
+    "Reclaim",
+    "Registration",
+    "ReplicaRecord",
+    "Start",
+    "Status",
+    "Store",
+    "StoreCheck",
+    "StoreConnection",
+    "TickPlan",
+    "TickResult",
+    "TickStore",
+    "decide_start",
+    "system_clock",
+]
 
 
 @dataclass(frozen=True)
-class Definition:
-    """What one replica believes an entry is: its schedule text and a digest of everything."""
+class StoreCheck:
+    """A check only one backend can make, for `safebeat doctor`: `problem` is None when it
+    passed, and `found` says what was seen."""
 
     name: str
-    schedule: str
-    digest: str
+    found: str
+    problem: str | None = None
 
 
-@dataclass(frozen=True)
-class EntryState:
-    """The shared state of one entry, the same for every replica.
-
-    `anchor` is the origin of interval windows, fixed at first registration.
-    `defined_at` is when the current definition was registered: windows at or before it
-    are never dispatched, so a start or a changed definition fires nothing as a surprise.
-    `last_window` is the newest window decided (claimed or skipped) by any replica.
-    `schedule` and `digest` are the definition last registered (see Store.register).
-    `running_since` is the start of the entry's newest execution that started and has not
-    finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
-    `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry.
-    """
-
-    name: str
-    anchor: datetime
-    defined_at: datetime
-    last_window: datetime | None
-    digest: str
-    schedule: str
-    running_since: datetime | None = None
-    paused: bool = False
-
-    @property
-    def decided_until(self) -> datetime:
-        """Windows at or before this instant are already decided."""
-        if self.last_window is None or self.last_window < self.defined_at:
-            return self.defined_at
-        return self.last_window
-
-
-@dataclass(frozen=True)
-class NewClaim:
-    """A window this replica wants to dispatch."""
-
-    entry: str
-    window: datetime
-    task_id: str
-    task_name: str
-
-
-@dataclass(frozen=True)
-class NewSkip:
-    """Windows `[first, window]` of an entry not dispatched, for `reason`; keyed by `window`."""
-
-    entry: str
-    window: datetime
-    first: datetime
-    count: int | None
-    reason: str
-
-
-@dataclass(frozen=True)
-class TickPlan:
-    """What the planner decided under the tick lock."""
-
-    claims: Sequence[NewClaim] = ()
-    skips: Sequence[NewSkip] = ()
-    advances: Mapping[str, datetime] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Reclaim:
-    """Ask a tick to take over claims of `entries` left unsent for longer than `timeout`."""
-
-    entries: Collection[str]
-    timeout: timedelta
-    limit: int = 1000
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claimed window this replica now owes a publish for."""
-
-    id: int
-    entry: str
-    window: datetime
-    task_id: str
-    attempts: int
-
-
-@dataclass(frozen=True)
-class TickResult:
-    """The outcome of one locked tick."""
-
-    now: datetime
-    states: Mapping[str, EntryState]
-    claimed: Sequence[Claim]
-    reclaimed: Sequence[Claim]
-
-
-@dataclass(frozen=True)
-class Registration:
-    """The shared states after registering, and the entries whose definition changed."""
-
-    states: Mapping[str, EntryState]
-    changed: Mapping[str, str]  # entry -> digest it had before this replica's definition
-
-
-@dataclass(frozen=True)
-class DispatchRecord:
-    """One row of dispatch history."""
-
-    id: int
-    entry: str
-    window: datetime
-    status: Status
-    task_id: str | None
-    task_name: str | None
-    reason: str | None
-    skipped_from: datetime | None
-    skipped_count: int | None
-    replica: str
-    host: str
-    pid: int
-    claimed_at: datetime
-    sent_at: datetime | None
-    attempts: int
-    error: str | None
-    # Execution, as recorded by the worker hook (safebeat.worker):
-    started_at: datetime | None = None  # store time the latest execution started
-    finished_at: datetime | None = None  # store time it ended (None: running, or lost)
-    outcome: Outcome | None = None
-    runtime: timedelta | None = None  # as measured by the worker
-    worker: str | None = None  # `nodename:pid` of the process that ran it
-    retries: int | None = None  # Celery's retry number of the latest execution
-    runs: int = 0  # executions started: 1 + retries + takeovers
-    duplicates: int = 0  # deliveries skipped because the window already ran or runs
-
-
-@dataclass(frozen=True)
-class ReplicaRecord:
-    """A replica's last heartbeat."""
-
-    replica: str
-    host: str
-    pid: int
-    version: str
-    started_at: datetime
-    heartbeat_at: datetime
-    definitions: Mapping[str, str]  # entry -> digest this replica runs
-
-
-Planner = Callable[[datetime, Mapping[str, EntryState]], TickPlan]
-
-
-def system_clock() -> datetime:
-    """This host's clock, aware UTC: "now" for stores without a server clock."""
-    return datetime.now(timezone.utc)
-
-
-class Store(Protocol):
-    """The contract between the scheduler and a backend. Every method is synchronous.
+class StoreConnection(Protocol):
+    """What every client of a store may call. Every method is synchronous.
 
     Methods raise `StoreUnavailable` when the backend cannot be reached (callers retry
     with backoff) and `StoreError` for anything retrying will not fix; driver exceptions
@@ -215,16 +90,24 @@ class Store(Protocol):
     #: The store's URL with any password replaced by `***`, for banners and logs.
     display_url: str
 
+    def clock(self) -> datetime:
+        """Return the store's "now" as an aware UTC datetime (the same clock for all replicas)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store reconnects if used again."""
+        ...
+
+
+class TickStore(StoreConnection, Protocol):
+    """What beat uses: register its entries, tick, confirm publishes, heartbeat, prune."""
+
     def migrate(self) -> int:
         """Bring the schema to this version of safebeat; return the schema version.
 
         Safe to call from many replicas at once: one applies, the others wait and see
         the result.
         """
-        ...
-
-    def clock(self) -> datetime:
-        """Return the store's "now" as an aware UTC datetime (the same clock for all replicas)."""
         ...
 
     def register(
@@ -238,12 +121,6 @@ class Store(Protocol):
         does `defined_at` become store now (arguments or options do not move windows).
         Its anchor and `last_window` are always kept. An unchanged entry is left as it is.
         """
-        ...
-
-    def states(self, namespace: str) -> dict[str, EntryState]:
-        """Return the shared state of every registered entry of `namespace`, each with its
-        `running_since` (the latest `started_at` among its dispatch rows that have a start
-        and no `finished_at`, else None)."""
         ...
 
     def tick(
@@ -286,10 +163,6 @@ class Store(Protocol):
         """Record that `replica` is alive now, with the entry digests it runs."""
         ...
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
-        """Return every replica's last heartbeat, newest first."""
-        ...
-
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         """Delete `replica`'s heartbeat: it stopped cleanly and is no longer a replica.
 
@@ -298,52 +171,15 @@ class Store(Protocol):
         """
         ...
 
-    def namespaces(self) -> list[str]:
-        """Return every namespace that has a registered entry, sorted.
-
-        For operators who do not know which namespace beat used (the app's main name by
-        default); reads only, creates nothing.
-        """
+    def prune(self, namespace: str, before: datetime) -> int:
+        """Delete dispatch rows claimed before `before`, replicas silent since then, and
+        effect keys whose expiry has passed (store now); return how many dispatch rows
+        and effect keys were deleted."""
         ...
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
-        """Return dispatch rows, newest window first, optionally of one entry."""
-        ...
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        """Pause or resume `entry` for every replica; return False if it is not registered.
-
-        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
-        returns. Registering the entry again (a restart, a changed definition) keeps the
-        flag; only set_paused changes it.
-        """
-        ...
-
-    def forget_entry(self, namespace: str, entry: str) -> bool:
-        """Delete `entry`'s shared state (anchor, definition, last window, paused flag), for
-        an entry no code defines any more; return False if it is not registered.
-
-        Its dispatch history stays (pruned by age like any other), so a window it decided
-        is never claimed again. A replica that still runs the entry registers it anew.
-        """
-        ...
-
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        """Claim windows outside the schedule's tick: a run triggered by hand
-        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
-
-        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
-        key (namespace, entry, window) as a tick: a window that already has a row (sent,
-        skipped or claimed) is left alone and not returned. Does not take the tick lock and
-        does not change `last_window`. Returns the committed claims (`attempts` 1); the
-        caller publishes them and calls record_publish, and a claim it leaves unsent is
-        taken over by a tick's reclaim like any other.
-        """
-        ...
+class ExecutionStore(StoreConnection, Protocol):
+    """What the worker hook uses: record each execution of a window, skip duplicates."""
 
     def start_execution(
         self,
@@ -400,6 +236,10 @@ class Store(Protocol):
         """
         ...
 
+
+class EffectStore(StoreConnection, Protocol):
+    """What `safebeat.claim` uses: record an effect key once."""
+
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
     ) -> bool:
@@ -421,12 +261,82 @@ class Store(Protocol):
         """
         ...
 
-    def prune(self, namespace: str, before: datetime) -> int:
-        """Delete dispatch rows claimed before `before`, replicas silent since then, and
-        effect keys whose expiry has passed (store now); return how many dispatch rows
-        and effect keys were deleted."""
+
+class AdminStore(StoreConnection, Protocol):
+    """What the operator tools use (CLI, admin, doctor): read the shared state and
+    history, pause entries, claim windows outside the schedule, check the schema."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        """Return the shared state of every registered entry of `namespace`, each with its
+        `running_since` (the latest `started_at` among its dispatch rows that have a start
+        and no `finished_at`, else None)."""
         ...
 
-    def close(self) -> None:
-        """Release connections; the store reconnects if used again."""
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        """Return every replica's last heartbeat, newest first."""
         ...
+
+    def namespaces(self) -> list[str]:
+        """Return every namespace that has a registered entry, sorted.
+
+        For operators who do not know which namespace beat used (the app's main name by
+        default); reads only, creates nothing.
+        """
+        ...
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        """Return dispatch rows, newest window first, optionally of one entry."""
+        ...
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        """Pause or resume `entry` for every replica; return False if it is not registered.
+
+        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
+        returns. Registering the entry again (a restart, a changed definition) keeps the
+        flag; only set_paused changes it.
+        """
+        ...
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        """Delete `entry`'s shared state (anchor, definition, last window, paused flag), for
+        an entry no code defines any more; return False if it is not registered.
+
+        Its dispatch history stays (pruned by age like any other), so a window it decided
+        is never claimed again. A replica that still runs the entry registers it anew.
+        """
+        ...
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        """Claim windows outside the schedule's tick: a run triggered by hand
+        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
+
+        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
+        key (namespace, entry, window) as a tick: a window that already has a row (sent,
+        skipped or claimed) is left alone and not returned. Does not take the tick lock and
+        does not change `last_window`. Returns the committed claims (`attempts` 1); the
+        caller publishes them and calls record_publish, and a claim it leaves unsent is
+        taken over by a tick's reclaim like any other.
+        """
+        ...
+
+    def schema_version(self) -> int:
+        """Return the schema (or key layout) version the store is at; 0: never migrated."""
+        ...
+
+    @property
+    def expected_schema_version(self) -> int:
+        """The schema version this safebeat writes: `migrate` brings the store to it."""
+        ...
+
+    def checks(self) -> list[StoreCheck]:
+        """Run the checks only this backend can make (a Redis eviction policy that could
+        delete claims, ...); most backends have none."""
+        ...
+
+
+class Store(TickStore, ExecutionStore, EffectStore, AdminStore, Protocol):
+    """What a backend implements: every client's protocol."""

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import TypeAlias
 
 from safebeat.identity import Replica
-from safebeat.stores.base import EntryState, TickPlan
+from safebeat.records import TickPlan
 
 
 def advisory_key(*parts: str) -> int:
@@ -21,16 +19,6 @@ def advisory_key(*parts: str) -> int:
 def replica_columns(replica: Replica) -> dict[str, object]:
     """The columns that say which replica wrote a row (dispatches, heartbeats)."""
     return {"replica": replica.id, "host": replica.host, "pid": replica.pid}
-
-
-def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:
-    """Apply the plan's advances to `states` the way the stores do: the later window wins."""
-    result = dict(states)
-    for name, window in plan.advances.items():
-        state = result.get(name)
-        if state is not None and (state.last_window is None or window > state.last_window):
-            result[name] = replace(state, last_window=window)
-    return result
 
 
 #: Columns of a new dispatch row, in the order `dispatch_rows` yields them.

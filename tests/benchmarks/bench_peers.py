@@ -82,7 +82,7 @@ import redis  # noqa: E402
 
 import safebeat  # noqa: E402
 from safebeat.stores import open_store  # noqa: E402
-from safebeat.stores.django import DjangoStore  # noqa: E402
+from safebeat.stores.django.postgres import DjangoPostgresStore  # noqa: E402
 from tests import services  # noqa: E402
 from tests.benchmarks import bench_dispatch as bd  # noqa: E402
 from tests.benchmarks import peers  # noqa: E402
@@ -821,8 +821,8 @@ def steady_table(results: list[dict[str, Any]], opts: Options) -> str:
 # --- scenario 3: cost growth and the idle replica -------------------------------------------
 
 
-class MeteredDjangoStore(bd.MeteredStore, DjangoStore):
-    """A DjangoStore on an alias that goes through the round-trip proxy."""
+class MeteredDjangoStore(bd.MeteredStore, DjangoPostgresStore):
+    """A django:// store on a PostgreSQL alias that goes through the round-trip proxy."""
 
     def __init__(self, url: str, proxy: bd.RoundTripProxy) -> None:
         super().__init__(url)

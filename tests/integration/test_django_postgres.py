@@ -102,7 +102,7 @@ def test_round_trips_equal_the_postgres_stores_however_many_are_due(
     names = [f"e{i}" for i in range(2000)]
     counts: dict[str, list[tuple[int, int]]] = {}
     for store in (pg_store, DjangoStore(f"django://{connection.alias}")):
-        kind = type(store).__name__
+        kind = store.display_url.split(":")[0]
         namespace = f"rt-{uuid.uuid4().hex[:8]}"
         definitions = [Definition(n, "every 1s", "d") for n in names]
         states = store.register(namespace, definitions, REPLICA).states
@@ -123,7 +123,7 @@ def test_round_trips_equal_the_postgres_stores_however_many_are_due(
                 store.record_publish(namespace, [c.id for c in result.claimed], {})
             counts.setdefault(kind, []).append((tick_syncs[0], record_syncs[0]))
         assert {r.status for r in store.history(namespace, limit=5000)} == {Status.SENT}
-    assert counts["DjangoStore"] == counts["PostgresStore"] == [(2, 1), (2, 1)]
+    assert counts["django"] == counts["postgresql"] == [(2, 1), (2, 1)]
     assert_left_in_autocommit(connection)
 
 

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
+from safebeat.dispatch import can_batch
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
 from tests import pgconn, runscope, services
@@ -58,7 +59,7 @@ def test_store_cut_mid_run_sends_nothing_unclaimed_and_resumes(
         broker.delete(queue)
     assert before_cut >= 2
     assert during_cut == 0
-    assert scheduler.stats.store_errors >= 1
+    assert scheduler.metrics.totals.store_errors >= 1
     counts = Counter(m.window for m in messages)
     assert max(counts.values()) == 1
     store = PostgresStore(pg_url)
@@ -94,7 +95,7 @@ def test_broker_down_leaves_claims_unsent_then_republishes_them(
     messages = safebeat_messages(collected)
     claimed = {r.window for r in history if r.status in (Status.SENT, Status.CLAIMED)}
     published = Counter(m.window for m in messages)
-    assert scheduler.stats.publish_errors >= 1
+    assert scheduler.metrics.totals.publish_errors >= 1
     assert max(published.values()) == 1
     republished = [r for r in history if r.attempts > 1]
     assert republished, "claims made while the broker was down were never re-published"
@@ -119,7 +120,7 @@ def test_burst_through_redis_is_published_in_batches_once_each(
     scheduler = Scheduler(app)
     broker = redis.Redis.from_url(redis_url)
     try:
-        assert scheduler._can_batch()
+        assert can_batch(scheduler.producer)
         deadline = time.monotonic() + 10
         while broker.llen(queue) < 1200 and time.monotonic() < deadline:
             time.sleep(min(scheduler.tick(), 0.05))
@@ -143,7 +144,7 @@ def test_store_errors_never_log_the_password(caplog: pytest.LogCaptureFixture) -
     app = make_app("memory://", "q", url, "secrets")
     with caplog.at_level(logging.DEBUG):
         scheduler = Scheduler(app)
-        scheduler._retry_at = 0.0
+        scheduler._guard.backoff.until = 0.0
         scheduler.tick()
     assert "store unreachable" in caplog.text
     assert "postgresql://app:***@127.0.0.1" in caplog.text
@@ -177,9 +178,9 @@ def test_a_burst_that_outlasts_half_the_claim_timeout_is_not_published_late(
     monkeypatch.setattr(slow.publisher, "send", slow_send)
     broker = redis.Redis.from_url(redis_url)
     try:
-        assert slow._can_batch()
+        assert can_batch(slow.producer)
         deadline = time.monotonic() + 10
-        while not slow.stats.claimed and time.monotonic() < deadline:
+        while not slow.metrics.totals.claimed and time.monotonic() < deadline:
             time.sleep(min(slow.tick(), 0.05))
         published_by_a = broker.llen(queue)
         store = PostgresStore(pg_url)

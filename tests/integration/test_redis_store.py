@@ -91,7 +91,7 @@ def test_restart_without_persistence_keeps_beat_running_and_sends_no_window_twic
         scheduler.close()
         server.stop()
     windows = assert_once_each(redis_url, queue)
-    assert scheduler.stats.store_errors >= 1
+    assert scheduler.metrics.totals.store_errors >= 1
     assert "store unreachable" in caplog.text
     assert "holds no entries of namespace" in caplog.text
     assert any(w < restarted for w in windows), "nothing was sent before the restart"
@@ -118,7 +118,7 @@ def test_flush_mid_run_re_registers_and_sends_no_window_twice(
     windows = assert_once_each(redis_url, queue)
     assert "flushed or evicted" in caplog.text
     assert any(w > flushed for w in windows), "dispatch did not resume after the flush"
-    assert scheduler.stats.store_errors == 0
+    assert scheduler.metrics.totals.store_errors == 0
 
 
 def test_windows_this_replica_claimed_stay_claimed_when_redis_forgets_them(
@@ -178,7 +178,7 @@ def test_bad_credentials_or_url_are_reported_clearly_and_beat_keeps_retrying(
     try:
         with caplog.at_level(logging.DEBUG):
             for _ in range(2):
-                scheduler._retry_at = 0.0
+                scheduler._guard.backoff.until = 0.0
                 delay = scheduler.tick()
                 assert delay > 0
     finally:
@@ -187,8 +187,8 @@ def test_bad_credentials_or_url_are_reported_clearly_and_beat_keeps_retrying(
     assert expected in caplog.text
     assert "wrong-pw" not in caplog.text
     assert ":***@127.0.0.1" in caplog.text
-    assert scheduler.stats.store_errors == 3  # at startup, then each tick
-    assert scheduler.stats.claimed == 0
+    assert scheduler.metrics.totals.store_errors == 3  # at startup, then each tick
+    assert scheduler.metrics.totals.claimed == 0
 
 
 def test_an_eviction_policy_that_can_drop_claims_is_reported(

@@ -107,6 +107,14 @@ def test_migrate_is_idempotent(store: Store) -> None:
     assert store.migrate() == first
 
 
+def test_a_migrated_store_reports_the_schema_version_this_safebeat_writes(store: Store) -> None:
+    """After migrate, schema_version() is expected_schema_version, and the backend's own
+    checks answer (a list, each with what it found)."""
+    store.migrate()
+    assert store.schema_version() == store.expected_schema_version >= 1
+    assert all(check.name and check.found for check in store.checks())
+
+
 def test_clock_is_aware_utc_and_moves_forward(store: Store) -> None:
     """The store clock returns aware instants that do not go backwards."""
     first, second = store.clock(), store.clock()
@@ -171,6 +179,17 @@ def test_each_window_is_claimed_once(store: Store, namespace: str) -> None:
     assert again.claimed == []
     assert all(c.attempts == 1 for c in first.claimed)
     assert first.claimed[0].task_id == task_id_for(namespace, "a", first.claimed[0].window)
+
+
+def test_a_tick_returns_the_plan_its_planner_made(store: Store, namespace: str) -> None:
+    """The tick result carries the planner's own plan object back, so whatever the planner
+    decided besides the rows (the next windows, the entries that failed) reaches the
+    scheduler after the commit."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    plan = claim_plan("a", namespace, window_after(state, 1))
+    result = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    assert result is not None
+    assert result.plan is plan
 
 
 def test_concurrent_replicas_never_claim_a_window_twice(
@@ -500,18 +519,6 @@ def test_instants_round_trip_exactly(store: Store, namespace: str) -> None:
 # --- executions (the worker hook) -------------------------------------------------------
 
 HOUR = timedelta(hours=1)
-EXECUTION_METHODS = ("start_execution", "finish_execution", "claim_effect", "release_effect")
-
-
-@pytest.fixture(autouse=True)
-def _skip_stores_without_execution_methods(request: pytest.FixtureRequest) -> None:
-    """Skip the tests below for a backend that does not implement these methods yet."""
-    if request.node.get_closest_marker("executions") is None:
-        return
-    store = request.getfixturevalue("open_store")()
-    missing = [m for m in EXECUTION_METHODS if not hasattr(store, m)]
-    if missing:
-        pytest.skip(f"{type(store).__name__} does not implement {', '.join(missing)} yet")
 
 
 def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
@@ -545,7 +552,6 @@ def row_of(store: Store, namespace: str, window: datetime) -> object:
     return row
 
 
-@pytest.mark.executions
 def test_first_delivery_runs_and_a_second_is_a_duplicate(store: Store, namespace: str) -> None:
     """The first start of a window records it; a second delivery is counted as a duplicate."""
     window = dispatched(store, namespace)
@@ -560,7 +566,6 @@ def test_first_delivery_runs_and_a_second_is_a_duplicate(store: Store, namespace
     assert row.status is Status.CLAIMED  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
     store: Store, namespace: str
 ) -> None:
@@ -578,7 +583,6 @@ def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
     assert row_of(store, namespace, window).duplicates == 1  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_a_failed_execution_keeps_its_detail(store: Store, namespace: str) -> None:
     """finish_execution's detail (a command's exit status, an exception) lands in `error`."""
     window = dispatched(store, namespace)
@@ -596,7 +600,6 @@ def test_a_failed_execution_keeps_its_detail(store: Store, namespace: str) -> No
     assert row.error == "the command exited with 3"  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None:
     """A delivery with a higher retry number runs; a redelivery of that retry does not."""
     window = dispatched(store, namespace)
@@ -609,7 +612,6 @@ def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None
     assert (row.outcome, row.finished_at, row.runtime) == (None, None, None)  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_an_unfinished_run_older_than_stale_after_is_taken_over(
     store: Store, namespace: str
 ) -> None:
@@ -632,7 +634,6 @@ def test_an_unfinished_run_older_than_stale_after_is_taken_over(
     assert (row.worker, row.runs, row.outcome) == ("w2@host:2", 2, Outcome.SUCCESS)  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_a_window_without_a_dispatch_is_unknown(store: Store, namespace: str) -> None:
     """Windows never claimed, or skipped, are UNKNOWN and nothing is written for them."""
     state = store.register(namespace, definitions("a"), REPLICA).states["a"]
@@ -645,7 +646,6 @@ def test_a_window_without_a_dispatch_is_unknown(store: Store, namespace: str) ->
     assert (row.started_at, row.runs, row.duplicates) == (None, 0, 0)
 
 
-@pytest.mark.executions
 def test_concurrent_deliveries_start_a_window_once(
     open_store: StoreFactory, namespace: str
 ) -> None:
@@ -670,7 +670,6 @@ def test_concurrent_deliveries_start_a_window_once(
     assert (row.runs, row.duplicates) == (1, 5)  # type: ignore[attr-defined]
 
 
-@pytest.mark.executions
 def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace: str) -> None:
     """Ticks see when the entry's unfinished run started, and None once it finished."""
     window = dispatched(store, namespace)
@@ -699,7 +698,6 @@ def claim_key(store: Store, namespace: str, owner: str, keep_for: timedelta = HO
     )
 
 
-@pytest.mark.executions
 def test_an_effect_key_is_claimed_once_until_released(store: Store, namespace: str) -> None:
     """A key is claimed once; only its owner releases it, and then it can be claimed again."""
     assert claim_key(store, namespace, "owner-1") is True
@@ -711,7 +709,6 @@ def test_an_effect_key_is_claimed_once_until_released(store: Store, namespace: s
     assert claim_key(store, namespace + "-other", "owner-3") is True  # namespaces are apart
 
 
-@pytest.mark.executions
 def test_an_expired_effect_key_can_be_claimed_again(store: Store, namespace: str) -> None:
     """After keep_for, a key is free again, and its first owner can no longer release it."""
     assert claim_key(store, namespace, "owner-1", keep_for=timedelta(milliseconds=50))
@@ -721,7 +718,6 @@ def test_an_expired_effect_key_can_be_claimed_again(store: Store, namespace: str
     assert claim_key(store, namespace, "owner-3") is False
 
 
-@pytest.mark.executions
 def test_concurrent_effect_claims_have_one_winner(open_store: StoreFactory, namespace: str) -> None:
     """Claims of one key racing from several store instances: exactly one wins."""
     stores = [open_store() for _ in range(6)]
@@ -740,7 +736,6 @@ def test_concurrent_effect_claims_have_one_winner(open_store: StoreFactory, name
     assert sorted(wins) == [False] * 5 + [True]
 
 
-@pytest.mark.executions
 def test_prune_deletes_expired_effect_keys_only(store: Store, namespace: str) -> None:
     """Prune deletes effect keys past their expiry and keeps live ones claimed."""
     store.claim_effect(
@@ -867,7 +862,6 @@ LOOKALIKES = (
 )
 
 
-@pytest.mark.executions
 def test_effect_keys_differing_by_case_accent_or_trailing_space_are_distinct(
     store: Store, namespace: str
 ) -> None:

@@ -344,11 +344,13 @@ urls_with_a_password = st.builds(
 @given(url=url_strings)
 def test_any_store_url_opens_or_raises_a_safebeat_error_naming_it(url: str) -> None:
     """open_store takes any text: a store of the scheme's backend (not connected yet), or a
-    SafebeatError about the URL."""
+    SafebeatError about the URL (for django://, which picks its implementation by the
+    alias's database when opened, about the Django settings of the alias it names)."""
     redact(url)
     store, error = attempt(lambda: open_store(url), SafebeatError)
     if error is not None:
-        assert "url" in str(error).lower()
+        text = str(error).lower()
+        assert "url" in text or (backend_of(url) == "django" and text.startswith("django://"))
     else:
         assert backend_of(url) in type(store).__name__.lower()
 
@@ -545,13 +547,11 @@ def test_options_that_are_not_a_dict_are_an_entry_error(options: object) -> None
         compile_one({"task": "t", "schedule": 60, "options": options})
 
 
-@pytest.mark.parametrize("field", ["kwargs", "options"])
-def test_keys_of_mixed_types_are_an_entry_error_or_compile(field: str) -> None:
-    """`kwargs: {1: "a", "b": 2}` compiles or is an EntryError, not a TypeError."""
-    entry, error = attempt(
-        lambda: compile_one({"task": "t", "schedule": 60, field: {1: "a", "b": 2}}), EntryError
-    )
-    assert entry is not None or error is not None
+def test_kwargs_with_keys_of_mixed_types_compile_unchanged() -> None:
+    """`kwargs: {1: "a", "b": 2}` compiles (no TypeError from sorting its keys) and the
+    entry keeps the kwargs as given; the same keys in options are an EntryError (below)."""
+    entry = compile_one({"task": "t", "schedule": 60, "kwargs": {1: "a", "b": 2}})
+    assert entry.kwargs == {1: "a", "b": 2}
 
 
 def test_kwargs_with_keys_of_mixed_types_compile_to_a_stable_digest() -> None:

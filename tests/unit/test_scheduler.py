@@ -13,6 +13,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from safebeat import Scheduler
+from safebeat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
 from safebeat.identity import format_window, task_id_for
 from safebeat.stores.base import NewClaim, Status, TickPlan
@@ -226,7 +227,7 @@ def test_store_down_at_start_claims_nothing_then_recovers(
             delays.append(scheduler.tick())
             clock.advance(1)
     assert drain(app, queue) == []
-    assert scheduler.stats.store_errors >= 3
+    assert scheduler.metrics.totals.store_errors >= 3
     assert "retrying in" in caplog.text
     assert max(delays) <= scheduler.max_interval
     store.down = False
@@ -256,15 +257,29 @@ def test_store_lost_mid_run_sends_nothing_unclaimed(clock: FakeClock, queue: str
     assert skipped[0].reason == "missed"
 
 
-def test_unexpected_errors_never_escape_tick(clock: FakeClock, queue: str) -> None:
-    """Even a programming error inside the store is logged and retried, not raised."""
+def test_unexpected_errors_never_escape_tick(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Even a programming error inside the store is logged with its traceback and retried
+    after a backoff, not raised; once it is gone the next tick sends the due window."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
     store = FlakyStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     store.error = RuntimeError
     store.down = True
     clock.advance(2)
-    assert scheduler.tick() > 0
+    with caplog.at_level(logging.ERROR, "safebeat"):
+        delay = scheduler.tick()
+    assert delay > 0
+    [record] = [r for r in caplog.records if "unexpected error in tick" in r.getMessage()]
+    assert record.exc_info is not None
+    assert record.exc_info[0] is RuntimeError
+    assert drain(app, queue) == []
+    store.down = False
+    clock.advance(delay + 0.001)  # the clock keeps microseconds
+    scheduler.tick()
+    [headers] = drain(app, queue)
+    assert headers["safebeat_entry"] == "a"
 
 
 def test_unpublishable_message_is_recorded_failed_and_others_sent(
@@ -496,6 +511,6 @@ def test_kombu_retries_a_publish_only_when_a_reconnect_fits_in_the_time_left(
     """A reconnect (up to the connect timeout) must not carry a publish past the deadline."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}}, broker_connection_timeout=3)
     scheduler = memory_scheduler(app, clock)
-    assert scheduler._retry_policy(10.0)["max_retries"] == 1
-    assert scheduler._retry_policy(5.0)["max_retries"] == 0
-    assert scheduler._retry_policy(0.5)["max_retries"] == 0
+    assert retry_policy(scheduler.connection, 10.0)["max_retries"] == 1
+    assert retry_policy(scheduler.connection, 5.0)["max_retries"] == 0
+    assert retry_policy(scheduler.connection, 0.5)["max_retries"] == 0

@@ -15,6 +15,7 @@ import safebeat.worker
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.local_store import store_of
 from safebeat.stores.base import NewClaim, Outcome, Status, Store, TickPlan
+from safebeat.worker_metrics import WorkerTotals
 
 NAMESPACE = "unit"
 WINDOW = datetime(2026, 3, 2, 6, 0, tzinfo=timezone.utc)
@@ -22,13 +23,14 @@ REPLICA = Replica("beat-host", 1, "b00000")
 
 
 @pytest.fixture(autouse=True)
-def fresh_counters(monkeypatch: pytest.MonkeyPatch) -> safebeat.worker.WorkerStats:
+def fresh_counters(monkeypatch: pytest.MonkeyPatch) -> WorkerTotals:
     """Each test starts with zeroed counters and no store backoff."""
-    stats = safebeat.worker.WorkerStats()
-    monkeypatch.setattr(safebeat.worker, "stats", stats)
-    monkeypatch.setattr(safebeat.worker, "_backoff", safebeat.worker._Backoff())
+    totals = WorkerTotals()
+    monkeypatch.setattr(safebeat.worker.worker_metrics, "totals", totals)
+    monkeypatch.setattr(safebeat.worker, "stats", totals)
+    monkeypatch.setattr(safebeat.worker, "_backoff", safebeat.worker._StoreBackoff())
     monkeypatch.setattr(safebeat.worker, "_warned", set())
-    return stats
+    return totals
 
 
 @pytest.fixture
@@ -109,7 +111,7 @@ def test_second_delivery_is_skipped_counted_and_logged(
     app: Celery,
     task: Any,
     ran: list[str],
-    fresh_counters: safebeat.worker.WorkerStats,
+    fresh_counters: WorkerTotals,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A redelivery of a window that already ran is acknowledged without running the body."""
@@ -155,7 +157,7 @@ def test_postrun_states_become_outcomes(app: Celery, task: Any) -> None:
 
 
 def test_an_unfinished_run_past_the_time_limit_is_taken_over(
-    app: Celery, task: Any, ran: list[str], fresh_counters: safebeat.worker.WorkerStats
+    app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
 ) -> None:
     """A delivery after the first run's hard time limit, with no end recorded, runs again."""
     task_id = dispatch(app)
@@ -199,7 +201,7 @@ def test_a_task_id_from_another_namespace_runs_untracked(
     app: Celery,
     task: Any,
     ran: list[str],
-    fresh_counters: safebeat.worker.WorkerStats,
+    fresh_counters: WorkerTotals,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A worker whose namespace differs from beat's says so and never skips the task."""
@@ -230,7 +232,7 @@ def test_store_down_fails_open_and_backs_off(
     task: Any,
     ran: list[str],
     tmp_path: object,
-    fresh_counters: safebeat.worker.WorkerStats,
+    fresh_counters: WorkerTotals,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """With the store unreachable, tasks run untracked and the store is left alone a while."""

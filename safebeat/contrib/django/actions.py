@@ -31,7 +31,7 @@ from safebeat.identity import format_window
 from safebeat.stores.base import Store
 
 if TYPE_CHECKING:
-    from safebeat.stores.django import DjangoStore
+    from safebeat.stores.django.base import OpenedDjangoStore
 
 SUCCESS, WARNING, ERROR = messages.SUCCESS, messages.WARNING, messages.ERROR
 
@@ -101,7 +101,7 @@ def trigger(app: Any, store: Store, namespace: str, name: str) -> list[Message]:
 
 
 def backfill_preview(
-    app: Any, store: DjangoStore, namespace: str, name: str, *, start: datetime, end: datetime
+    app: Any, store: OpenedDjangoStore, namespace: str, name: str, *, start: datetime, end: datetime
 ) -> tuple[list[tuple[datetime, str | None]], list[Message]]:
     """The windows a backfill of `name` over `[start, end]` covers, each with the status
     of the row it already has (None: it would be sent), and messages to show first.

@@ -184,10 +184,10 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         self, action: str, selected: list[tuple[str, str]]
     ) -> list[actions.Message]:
         """Pause, resume or trigger each selected (namespace, entry); return the messages."""
-        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         # The database this page reads the entries from is the one the actions write to.
-        store = DjangoStore(f"django://{router.db_for_write(Entry)}")
+        store = open_django_store(f"django://{router.db_for_write(Entry)}")
         found: list[actions.Message] = []
         for namespace, name in selected:
             if action == "trigger":
@@ -201,13 +201,13 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         windows (each new or already with a row), "Send" runs `safebeat backfill` on them."""
         if not self.has_entry_action_permission(request):
             raise PermissionDenied
-        from safebeat.stores.django import DjangoStore  # noqa: PLC0415
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         form = BackfillForm(request.POST if request.method == "POST" else None, initial=request.GET)
         preview: list[tuple[Any, str | None]] = []
         if form.is_valid():
             app, data = self.get_celery_app(), form.cleaned_data
-            store = DjangoStore(f"django://{router.db_for_write(Entry)}")
+            store = open_django_store(f"django://{router.db_for_write(Entry)}")
             namespace, name = data["namespace"], data["entry"]
             span = {"start": data["start"], "end": data["end"]}
             if "send" in request.POST:

@@ -26,8 +26,8 @@ from typing import Any
 from safebeat.contrib.django.source import PeriodicTaskSource, Row, host_now
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import StoreUnavailable
+from safebeat.records import Claim
 from safebeat.scheduler import Scheduler
-from safebeat.stores.base import Claim
 
 logger = logging.getLogger("safebeat.contrib.django")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from safebeat.stores.base import Claim
+from safebeat.records import Claim
 
 
 def record_runs(rows: Sequence[tuple[int, Claim]], one_off: Collection[str]) -> None:

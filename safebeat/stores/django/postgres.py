@@ -1,7 +1,8 @@
 """The `django://` store on PostgreSQL: the `postgresql://` store's statements, Django's connection.
 
 Where the alias is PostgreSQL through psycopg 3, the store runs
-`safebeat.stores.postgres.statements` (arrays and `unnest`, one statement per step) on
+`safebeat.stores.postgres.statements.PostgresOperations` (arrays and `unnest`, one
+statement per step) over cursors of
 the alias's own connection instead of compiling ORM queries: a claiming tick is two round
 trips and recording what was published one, as with `postgresql://`, whose tables, tick
 lock key and clock these are. The statements go through Django's cursor wrapper (query
@@ -22,218 +23,83 @@ Transactions follow Django's rules, as the ORM path's do:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
+from datetime import timedelta
 from typing import Any
 
 import psycopg
 from django.db import DatabaseError, transaction
 
-from safebeat.identity import Replica
-from safebeat.stores.base import (
-    Claim,
-    Definition,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Outcome,
-    Planner,
-    Reclaim,
-    Registration,
-    ReplicaRecord,
-    Start,
-    TickResult,
-)
+from safebeat.records import TickResult
 from safebeat.stores.django import vendors
-from safebeat.stores.postgres import statements
+from safebeat.stores.django.base import DjangoStore
+from safebeat.stores.postgres.statements import Cursor, PostgresOperations, tick_limits
 
 #: The bound on each statement of a tick, as the ORM path sets it.
 STATEMENT_TIMEOUT = timedelta(seconds=60)
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
-class PostgresStatements:
-    """The Store operations of `django://` on a PostgreSQL alias, on Django's connection.
+class DjangoPostgresStore(PostgresOperations, DjangoStore):
+    """Implements `safebeat.stores.base.Store` on a PostgreSQL alias: the `postgresql://`
+    store's operations over Django's connection, inside the Django store's boundary."""
 
-    Each method takes the alias's connection (Django's `DatabaseWrapper`); the caller
-    maps `django.db` errors onto safebeat's.
-    """
+    def __init__(
+        self,
+        url: str = "django://",
+        *,
+        lock_timeout: timedelta = timedelta(seconds=5),
+        tick_lock_wait: timedelta = timedelta(milliseconds=100),
+    ) -> None:
+        DjangoStore.__init__(self, url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
+        PostgresOperations.__init__(
+            self,
+            _DjangoCursors(self._boundary),
+            limits=tick_limits(lock_timeout, STATEMENT_TIMEOUT),
+        )
 
-    def __init__(self, lock_timeout: timedelta) -> None:
-        self._limits = statements.tick_limits(lock_timeout, STATEMENT_TIMEOUT)
+
+class _DjangoCursors:
+    """Cursors of the alias's connection, with Django's transaction rules (see above)."""
+
+    def __init__(self, boundary: Callable[[str], AbstractContextManager[Any]]) -> None:
+        self._boundary = boundary
+
+    @contextmanager
+    def read(self, action: str) -> Iterator[Cursor]:
+        with self._boundary(action) as connection, _cursor(connection) as cursor:
+            yield cursor
+
+    @contextmanager
+    def statement(self, action: str) -> Iterator[Cursor]:
+        with self._boundary(action) as connection, _statement(connection) as cursor:
+            yield cursor
+
+    @contextmanager
+    def transaction(self, action: str) -> Iterator[Cursor]:
+        with (
+            self._boundary(action) as connection,
+            vendors.write(connection),
+            _cursor(connection) as cursor,
+        ):
+            yield cursor
 
     def tick(
-        self,
-        connection: Any,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None,
+        self, action: str, run: Callable[[Cursor, bool], TickResult | None]
     ) -> TickResult | None:
-        with _cursor(connection) as cursor:
+        with self._boundary(action) as connection, _cursor(connection) as cursor:
             if not _in_transaction(connection):
                 with _own_transaction(connection):
-                    return statements.tick(
-                        cursor,
-                        namespace,
-                        names,
-                        planner,
-                        replica=replica,
-                        reclaim=reclaim,
-                        limits=self._limits,
-                    )
+                    return run(cursor, True)
             try:
                 with transaction.atomic(using=connection.alias):
-                    result = statements.tick(
-                        cursor,
-                        namespace,
-                        names,
-                        planner,
-                        replica=replica,
-                        reclaim=reclaim,
-                        limits=self._limits,
-                        own_transaction=False,
-                    )
+                    result = run(cursor, False)
                     if result is None:
-                        raise vendors.LockBusy(namespace)  # rolls the savepoint back
+                        raise vendors.LockBusy(action)  # rolls the savepoint back
                     return result
             except vendors.LockBusy:
                 return None
-
-    def register(
-        self,
-        connection: Any,
-        namespace: str,
-        definitions: Sequence[Definition],
-        replica: Replica,
-    ) -> Registration:
-        with vendors.write(connection), _cursor(connection) as cursor:
-            return statements.register(cursor, namespace, definitions, replica)
-
-    def states(self, connection: Any, namespace: str) -> dict[str, EntryState]:
-        with _cursor(connection) as cursor:
-            return statements.states(cursor, namespace)
-
-    def record_publish(
-        self, connection: Any, sent: Sequence[int], failed: Mapping[int, str]
-    ) -> None:
-        with _statement(connection) as cursor:
-            statements.record_publish(cursor, sent, failed)
-
-    def heartbeat(
-        self,
-        connection: Any,
-        namespace: str,
-        replica: Replica,
-        version: str,
-        definitions: Mapping[str, str],
-    ) -> None:
-        with _statement(connection) as cursor:
-            statements.heartbeat(cursor, namespace, replica, version, definitions)
-
-    def replicas(self, connection: Any, namespace: str) -> list[ReplicaRecord]:
-        with _cursor(connection) as cursor:
-            return statements.replicas(cursor, namespace)
-
-    def history(
-        self, connection: Any, namespace: str, entry: str | None, limit: int
-    ) -> list[DispatchRecord]:
-        with _cursor(connection) as cursor:
-            return statements.history(cursor, namespace, entry, limit)
-
-    def set_paused(self, connection: Any, namespace: str, entry: str, paused: bool) -> bool:
-        with _statement(connection) as cursor:
-            return statements.set_paused(cursor, namespace, entry, paused)
-
-    def forget_entry(self, connection: Any, namespace: str, entry: str) -> bool:
-        with _statement(connection) as cursor:
-            return statements.forget_entry(cursor, namespace, entry)
-
-    def claim_extra(
-        self,
-        connection: Any,
-        namespace: str,
-        claims: Sequence[NewClaim],
-        *,
-        replica: Replica,
-        reason: str,
-    ) -> list[Claim]:
-        with vendors.write(connection), _cursor(connection) as cursor:
-            return statements.claim_extra(cursor, namespace, claims, replica=replica, reason=reason)
-
-    def start_execution(
-        self,
-        connection: Any,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        stale_after: timedelta,
-    ) -> Start:
-        with _statement(connection) as cursor:
-            return statements.start_execution(
-                cursor,
-                namespace,
-                entry,
-                window,
-                worker=worker,
-                retries=retries,
-                stale_after=stale_after,
-            )
-
-    def finish_execution(
-        self,
-        connection: Any,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None,
-    ) -> None:
-        with _statement(connection) as cursor:
-            statements.finish_execution(
-                cursor,
-                namespace,
-                entry,
-                window,
-                worker=worker,
-                retries=retries,
-                outcome=outcome,
-                runtime=runtime,
-                detail=detail,
-            )
-
-    def claim_effect(
-        self,
-        connection: Any,
-        namespace: str,
-        key: str,
-        *,
-        owner: str,
-        keep_for: timedelta,
-        task_id: str | None,
-    ) -> bool:
-        with _statement(connection) as cursor:
-            return statements.claim_effect(
-                cursor, namespace, key, owner=owner, keep_for=keep_for, task_id=task_id
-            )
-
-    def release_effect(self, connection: Any, namespace: str, key: str, *, owner: str) -> bool:
-        with _statement(connection) as cursor:
-            return statements.release_effect(cursor, namespace, key, owner=owner)
-
-    def prune(self, connection: Any, namespace: str, before: datetime) -> int:
-        with vendors.write(connection), _cursor(connection) as cursor:
-            return statements.prune(cursor, namespace, before)
 
 
 @contextmanager

@@ -1,7 +1,13 @@
-"""What the Django store needs from the project: Django set up, the app installed, USE_TZ on."""
+"""What the Django store needs from the project: Django set up, the app installed, USE_TZ on.
+
+The app's models and migrations are found through Django's app registry (by the app's
+label), so the store does not import `safebeat.contrib.django`: the app depends on the
+store's package, never the other way round.
+"""
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 from types import ModuleType
 from typing import Any
@@ -22,8 +28,9 @@ def django_models(alias: str) -> ModuleType:
     if alias not in _checked:
         _check(alias)
         _checked.add(alias)
-    from safebeat.contrib.django import models  # noqa: PLC0415
+    from django.apps import apps  # noqa: PLC0415
 
+    models: ModuleType = apps.get_app_config(APP_LABEL).models_module
     return models
 
 
@@ -57,15 +64,22 @@ def _check(alias: str) -> None:
         )
 
 
+def known_migrations(alias: str) -> list[str]:
+    """The names of the app's migrations, in order."""
+    from django.apps import apps  # noqa: PLC0415
+
+    django_models(alias)
+    migrations = importlib.import_module(f"{apps.get_app_config(APP_LABEL).name}.migrations")
+    return sorted(
+        info.name for info in pkgutil.iter_modules(migrations.__path__) if info.name[:4].isdigit()
+    )
+
+
 def migration_state(connection: Any) -> tuple[set[str], list[str]]:
     """Return (applied, known) migration names of the app on `connection`."""
     from django.db.migrations.recorder import MigrationRecorder  # noqa: PLC0415
 
-    from safebeat.contrib.django import migrations  # noqa: PLC0415
-
-    known = sorted(
-        info.name for info in pkgutil.iter_modules(migrations.__path__) if info.name[:4].isdigit()
-    )
+    known = known_migrations(connection.alias)
     recorder = MigrationRecorder(connection)
     applied = (
         {name for app, name in recorder.applied_migrations() if app == APP_LABEL}

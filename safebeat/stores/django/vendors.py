@@ -24,10 +24,12 @@ from typing import Any
 from django.db import DatabaseError, OperationalError, transaction
 
 from safebeat.errors import StoreError
-from safebeat.stores.base import system_clock
+from safebeat.records import system_clock
 from safebeat.stores.sql_common import advisory_key
+from safebeat.stores.sqlfiles import load_queries
 
 VENDORS = ("postgresql", "mysql", "sqlite")
+Q = load_queries(__package__ or "safebeat.stores.django")
 
 
 class LockBusy(Exception):
@@ -68,9 +70,8 @@ def clock(connection: Any) -> datetime:
     vendor = connection.vendor
     if vendor == "sqlite":
         return system_clock()
-    sql = "SELECT clock_timestamp()" if vendor == "postgresql" else "SELECT UTC_TIMESTAMP(6)"
     with connection.cursor() as cursor:
-        cursor.execute(sql)
+        cursor.execute(Q["postgres_clock" if vendor == "postgresql" else "mysql_clock"])
         (now,) = cursor.fetchone()
     return _utc(now)
 
@@ -154,15 +155,8 @@ def tick_transaction(
 def _postgres_lock(connection: Any, namespace: str, lock_timeout: timedelta) -> datetime:
     bound = f"{int(lock_timeout.total_seconds() * 1000)}ms"
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config('idle_in_transaction_session_timeout', %s, true), "
-            "set_config('lock_timeout', %s, true), set_config('statement_timeout', '60s', true)",
-            [bound, bound],
-        )
-        cursor.execute(
-            "SELECT pg_try_advisory_xact_lock(%s), clock_timestamp()",
-            [advisory_key("tick", namespace)],
-        )
+        cursor.execute(Q["postgres_tick_limits"], [bound, bound])
+        cursor.execute(Q["postgres_try_tick_lock"], [advisory_key("tick", namespace)])
         locked, now = cursor.fetchone()
     if not locked:
         raise LockBusy(namespace)
@@ -179,10 +173,9 @@ def _mysql_lock_name(connection: Any, namespace: str) -> str:
 def _mysql_lock(connection: Any, name: str, lock_timeout: timedelta) -> tuple[bool, datetime]:
     with connection.cursor() as cursor:
         if connection.mysql_is_mariadb:
-            # Ends the session (and frees the lock) of a replica frozen inside its tick.
             seconds = max(1, math.ceil(lock_timeout.total_seconds()))
-            cursor.execute(f"SET SESSION idle_transaction_timeout = {seconds}")
-        cursor.execute("SELECT GET_LOCK(%s, 0), UTC_TIMESTAMP(6)", [name])
+            cursor.execute(Q["mariadb_idle_timeout"], [seconds])
+        cursor.execute(Q["mysql_try_tick_lock"], [name])
         locked, now = cursor.fetchone()
     return locked == 1, _utc(now)
 
@@ -192,6 +185,6 @@ def _mysql_release(connection: Any, name: str, *, locked: bool) -> None:
     # gone has released it already.
     with suppress(DatabaseError), connection.cursor() as cursor:
         if locked:
-            cursor.execute("SELECT RELEASE_LOCK(%s)", [name])
+            cursor.execute(Q["mysql_release_tick_lock"], [name])
         if connection.mysql_is_mariadb:
-            cursor.execute("SET SESSION idle_transaction_timeout = DEFAULT")
+            cursor.execute(Q["mariadb_default_idle_timeout"])

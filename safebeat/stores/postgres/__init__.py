@@ -10,16 +10,16 @@ replica can hold the lock, after a plain ReadyForQuery. The lock is
 `pg_try_advisory_xact_lock`, released with the transaction, so it also works behind
 PgBouncer in transaction mode.
 
-This class owns the connection, its error boundary and the migrations; the statements
-and what they return live in `statements`, which the `django://` store also runs, on
+This module owns the connection, its error boundary and the migrations; the operations
+live in `statements.PostgresOperations`, which the `django://` store also runs, on
 Django's connection, where the alias is PostgreSQL.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from datetime import datetime, timedelta
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, suppress
+from datetime import timedelta
 from typing import Any
 
 try:
@@ -31,23 +31,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     ) from exc
 
 from safebeat.errors import StoreError, StoreUnavailable
-from safebeat.identity import Replica
-from safebeat.stores.base import (
-    Claim,
-    Definition,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Outcome,
-    Planner,
-    Reclaim,
-    Registration,
-    ReplicaRecord,
-    Start,
-    TickResult,
-)
-from safebeat.stores.postgres import statements
-from safebeat.stores.postgres.statements import Q
+from safebeat.records import TickResult
+from safebeat.stores.base import StoreCheck
+from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
 from safebeat.stores.sql_common import advisory_key
 from safebeat.stores.sqlfiles import load_migrations
 from safebeat.urls import redact, scrub
@@ -56,7 +42,7 @@ MIGRATIONS = load_migrations(__name__)
 _MIGRATION_LOCK = advisory_key("migrate")
 
 
-class PostgresStore:
+class PostgresStore(PostgresOperations):
     """Implements `safebeat.stores.base.Store` on PostgreSQL. One connection, one thread."""
 
     def __init__(
@@ -69,9 +55,10 @@ class PostgresStore:
     ) -> None:
         self._url = url
         self.display_url = redact(url)
-        self._limits = statements.tick_limits(lock_timeout, statement_timeout)
         self._connect_timeout = connect_timeout
         self._conn: psycopg.Connection[Any] | None = None
+        limits = tick_limits(lock_timeout, statement_timeout)
+        super().__init__(_Cursors(self._boundary, limits), limits=limits)
 
     # --- connection and error boundary ----------------------------------------------------
 
@@ -165,6 +152,11 @@ class PostgresStore:
                     version = migration.version
             return version
 
+    expected_schema_version = len(MIGRATIONS)
+
+    def checks(self) -> list[StoreCheck]:
+        return []
+
     def schema_version(self) -> int:
         """Return the applied schema version (0: never migrated)."""
         with self._boundary("read the schema version") as conn:
@@ -176,152 +168,34 @@ class PostgresStore:
         row = conn.execute(Q["schema_version"]).fetchone()
         return int(row[0]) if row else 0
 
-    # --- the protocol: the statements live in `statements`, shared with django:// ------
 
-    def clock(self) -> datetime:
-        with self._boundary("read the clock") as conn:
-            return statements.clock(conn.cursor())
+class _Cursors:
+    """The cursor source of `PostgresStore`: its connection, inside its error boundary."""
 
-    def register(
-        self, namespace: str, definitions: Sequence[Definition], replica: Replica
-    ) -> Registration:
-        with self._boundary("register entries") as conn, conn.transaction():
+    def __init__(
+        self,
+        boundary: Callable[[str], AbstractContextManager[psycopg.Connection[Any]]],
+        limits: Mapping[str, str],
+    ) -> None:
+        self._boundary = boundary
+        self._limits = limits
+
+    @contextmanager
+    def read(self, action: str) -> Iterator[Cursor]:
+        with self._boundary(action) as conn:
+            yield conn.cursor()
+
+    statement = read  # in autocommit, one statement commits by itself
+
+    @contextmanager
+    def transaction(self, action: str) -> Iterator[Cursor]:
+        with self._boundary(action) as conn, conn.transaction():
             # Bounded like a tick: a replica frozen here loses its session after lock_timeout.
             conn.execute(Q["bound_transaction"], self._limits)
-            return statements.register(conn.cursor(), namespace, definitions, replica)
-
-    def states(self, namespace: str) -> dict[str, EntryState]:
-        with self._boundary("load entry states") as conn:
-            return statements.states(conn.cursor(), namespace)
+            yield conn.cursor()
 
     def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
+        self, action: str, run: Callable[[Cursor, bool], TickResult | None]
     ) -> TickResult | None:
-        with self._boundary("tick") as conn:
-            return statements.tick(
-                psycopg.ClientCursor(conn),
-                namespace,
-                names,
-                planner,
-                replica=replica,
-                reclaim=reclaim,
-                limits=self._limits,
-            )
-
-    def record_publish(
-        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
-    ) -> None:
-        if not sent and not failed:
-            return
-        with self._boundary("record publishing") as conn:
-            statements.record_publish(conn.cursor(), sent, failed)
-
-    def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
-        with self._boundary("heartbeat") as conn:
-            statements.heartbeat(conn.cursor(), namespace, replica, version, definitions)
-
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
-        with self._boundary("list replicas") as conn:
-            return statements.replicas(conn.cursor(), namespace)
-
-    def forget_replica(self, namespace: str, replica: Replica) -> None:
-        with self._boundary("forget a replica") as conn:
-            statements.forget_replica(conn.cursor(), namespace, replica)
-
-    def namespaces(self) -> list[str]:
-        with self._boundary("list namespaces") as conn:
-            return statements.namespaces(conn.cursor())
-
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
-        with self._boundary("read history") as conn:
-            return statements.history(conn.cursor(), namespace, entry, limit)
-
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        with self._boundary("pause an entry") as conn:
-            return statements.set_paused(conn.cursor(), namespace, entry, paused)
-
-    def forget_entry(self, namespace: str, entry: str) -> bool:
-        with self._boundary("forget an entry") as conn:
-            return statements.forget_entry(conn.cursor(), namespace, entry)
-
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        if not claims:
-            return []
-        with self._boundary("claim windows") as conn, conn.transaction():
-            return statements.claim_extra(
-                conn.cursor(), namespace, claims, replica=replica, reason=reason
-            )
-
-    def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        stale_after: timedelta,
-    ) -> Start:
-        with self._boundary("record the start of an execution") as conn:
-            return statements.start_execution(
-                conn.cursor(),
-                namespace,
-                entry,
-                window,
-                worker=worker,
-                retries=retries,
-                stale_after=stale_after,
-            )
-
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
-        with self._boundary("record the end of an execution") as conn:
-            statements.finish_execution(
-                conn.cursor(),
-                namespace,
-                entry,
-                window,
-                worker=worker,
-                retries=retries,
-                outcome=outcome,
-                runtime=runtime,
-                detail=detail,
-            )
-
-    def claim_effect(
-        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
-    ) -> bool:
-        with self._boundary("claim an effect key") as conn:
-            return statements.claim_effect(
-                conn.cursor(), namespace, key, owner=owner, keep_for=keep_for, task_id=task_id
-            )
-
-    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
-        with self._boundary("release an effect key") as conn:
-            return statements.release_effect(conn.cursor(), namespace, key, owner=owner)
-
-    def prune(self, namespace: str, before: datetime) -> int:
-        with self._boundary("prune") as conn, conn.transaction():
-            return statements.prune(conn.cursor(), namespace, before)
+        with self._boundary(action) as conn:
+            return run(psycopg.ClientCursor(conn), True)

@@ -1,13 +1,14 @@
-"""The PostgreSQL store's statements, run on a cursor of a connection someone else owns.
+"""The PostgreSQL store's operations, run on cursors of a connection someone else owns.
 
-`PostgresStore` runs them on its own psycopg connection; the `django://` store runs them
-on Django's connection when the alias is PostgreSQL through psycopg 3. Each function
-sends the statements of one store operation and turns the rows into safebeat's types;
-the caller owns the connection, maps driver errors, and decides where a transaction
-begins and ends: `tick` sends its own `BEGIN` and `COMMIT` inside its two messages
-unless told that the caller holds a transaction already; `register`, `claim_extra` and
-`prune` must run inside one the caller opened; every other function is one statement
-(two for `record_publish` with both outcomes) that needs none.
+`PostgresOperations` implements the store's operations as statements over a
+`CursorSource`: `PostgresStore` gives it cursors of its own psycopg connection, the
+`django://` store cursors of Django's connection when the alias is PostgreSQL through
+psycopg 3. Each operation sends the statements of one store operation and turns the rows
+into safebeat's records; the source owns the connection, maps driver errors, and decides
+where a transaction begins and ends: the tick sends its own `BEGIN` and `COMMIT` inside
+its two messages unless the source holds a transaction already; `register`,
+`claim_extra` and `prune` run inside one the source opens; every other operation is one
+statement (two for `record_publish` with both outcomes) that needs none.
 
 The tick's two messages are several statements each, so its cursor must bind
 parameters client-side (`psycopg.ClientCursor`, or Django's default cursor, which is
@@ -17,12 +18,13 @@ one); the other functions work with either kind of cursor.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from safebeat.identity import Replica
-from safebeat.stores.base import (
+from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
@@ -36,6 +38,7 @@ from safebeat.stores.base import (
     Start,
     Status,
     TickResult,
+    states_after,
 )
 from safebeat.stores.sql_common import (
     DispatchRow,
@@ -43,7 +46,6 @@ from safebeat.stores.sql_common import (
     as_columns,
     dispatch_rows,
     replica_columns,
-    states_after,
 )
 from safebeat.stores.sqlfiles import load_queries
 
@@ -85,62 +87,17 @@ def _ms(value: timedelta) -> str:
     return f"{int(value.total_seconds() * 1000)}ms"
 
 
-def clock(cursor: Cursor) -> datetime:
-    cursor.execute(Q["clock"])
-    row = cursor.fetchone()
-    assert row is not None  # noqa: S101 - SELECT always returns one row
-    now: datetime = row[0]
-    return now
-
-
 #: Definitions per statement when registering: a schedule of 100,000 entries is sent in
 #: slices, so neither side builds every parameter of it at once.
 REGISTER_SLICE = 5000
 
 
-def register(
-    cursor: Cursor, namespace: str, definitions: Sequence[Definition], replica: Replica
-) -> Registration:
-    """Insert new entries, update changed ones; inside the caller's transaction."""
-    now = clock(cursor)
-    states: dict[str, EntryState] = {}
-    changed: dict[str, str] = {}
-    for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
-        part = definitions[start : start + REGISTER_SLICE]
-        names = [d.name for d in part]
-        cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
-        before = dict(cursor.fetchall())
-        cursor.execute(
-            Q["register"],
-            {
-                "namespace": namespace,
-                "now": now,
-                "replica": replica.id,
-                "names": names,
-                "schedules": [d.schedule for d in part],
-                "digests": [d.digest for d in part],
-            },
-        )
-        states.update(load(cursor, namespace, names))
-        changed.update(
-            (d.name, before[d.name])
-            for d in part
-            if d.name in before and before[d.name] != d.digest
-        )
-    return Registration(states, changed)
-
-
-def states(cursor: Cursor, namespace: str) -> dict[str, EntryState]:
-    cursor.execute(Q["all_states"], {"namespace": namespace})
-    return {row[0]: EntryState(*row) for row in cursor.fetchall()}
-
-
-def load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
+def _load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
     cursor.execute(Q["load_states"], {"namespace": namespace, "names": list(names)})
     return {row[0]: EntryState(*row) for row in cursor.fetchall()}
 
 
-def tick(
+def _tick(
     cursor: Cursor,
     namespace: str,
     names: Collection[str],
@@ -202,179 +159,15 @@ def tick(
         if row[4] == Status.CLAIMED.value
     ]
     reclaimed = [Claim(*row) for row in stale]
-    return TickResult(now, states_after(states, plan), claimed, reclaimed)
+    return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
 
-def record_publish(cursor: Cursor, sent: Sequence[int], failed: Mapping[int, str]) -> None:
-    """Mark claims sent (at the store's clock) or failed with their error; one statement each."""
-    if sent:
-        cursor.execute(Q["mark_sent"], {"ids": list(sent)})
-    if failed:
-        cursor.execute(Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())})
-
-
-def heartbeat(
-    cursor: Cursor,
-    namespace: str,
-    replica: Replica,
-    version: str,
-    definitions: Mapping[str, str],
-) -> None:
-    cursor.execute(
-        Q["heartbeat"],
-        {
-            "namespace": namespace,
-            **replica_columns(replica),
-            "version": version,
-            "definitions": json.dumps(dict(definitions), sort_keys=True),
-        },
-    )
-
-
-def replicas(cursor: Cursor, namespace: str) -> list[ReplicaRecord]:
-    cursor.execute(Q["replicas"], {"namespace": namespace})
-    records = []
-    for replica, host, pid, version, started_at, heartbeat_at, definitions in cursor.fetchall():
-        loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
-        # (Django's connections load jsonb as text; psycopg's own, as Python values.)
-        records.append(ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded))
-    return records
-
-
-def forget_replica(cursor: Cursor, namespace: str, replica: Replica) -> None:
-    cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
-
-
-def namespaces(cursor: Cursor) -> list[str]:
-    cursor.execute(Q["namespaces"])
-    return [str(row[0]) for row in cursor.fetchall()]
-
-
-def history(
-    cursor: Cursor, namespace: str, entry: str | None = None, limit: int = 100
-) -> list[DispatchRecord]:
-    cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
-    return [_record(row) for row in cursor.fetchall()]
-
-
-def set_paused(cursor: Cursor, namespace: str, entry: str, paused: bool) -> bool:
-    cursor.execute(Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused})
-    return cursor.rowcount == 1
-
-
-def forget_entry(cursor: Cursor, namespace: str, entry: str) -> bool:
-    cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
-    return cursor.rowcount == 1
-
-
-def claim_extra(
-    cursor: Cursor,
-    namespace: str,
-    claims: Sequence[NewClaim],
-    *,
-    replica: Replica,
-    reason: str,
-) -> list[Claim]:
-    """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
-    rows: list[DispatchRow] = [
-        (c.entry, c.window, Status.CLAIMED.value, c.task_id, c.task_name, reason, None, None)
-        for c in claims
-    ]
-    now = clock(cursor)
-    cursor.execute(
-        Q["insert_dispatches"],
-        {"namespace": namespace, "now": now, **replica_columns(replica), **as_columns(rows)},
-    )
-    return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
-
-
-def start_execution(
-    cursor: Cursor,
-    namespace: str,
-    entry: str,
-    window: datetime,
-    *,
-    worker: str,
-    retries: int,
-    stale_after: timedelta,
-) -> Start:
-    cursor.execute(
-        Q["start_execution"],
-        {
-            "namespace": namespace,
-            "entry": entry,
-            "window": window,
-            "worker": worker,
-            "retries": retries,
-            "stale_after": stale_after,
-        },
-    )
+def _now(cursor: Cursor) -> datetime:
+    cursor.execute(Q["clock"])
     row = cursor.fetchone()
-    return Start.UNKNOWN if row is None else Start(row[0])
-
-
-def finish_execution(
-    cursor: Cursor,
-    namespace: str,
-    entry: str,
-    window: datetime,
-    *,
-    worker: str,
-    retries: int,
-    outcome: Outcome,
-    runtime: timedelta,
-    detail: str | None = None,
-) -> None:
-    cursor.execute(
-        Q["finish_execution"],
-        {
-            "namespace": namespace,
-            "entry": entry,
-            "window": window,
-            "worker": worker,
-            "retries": retries,
-            "outcome": outcome.value,
-            "runtime": runtime,
-            "detail": detail,
-        },
-    )
-
-
-def claim_effect(
-    cursor: Cursor,
-    namespace: str,
-    key: str,
-    *,
-    owner: str,
-    keep_for: timedelta,
-    task_id: str | None,
-) -> bool:
-    cursor.execute(
-        Q["claim_effect"],
-        {
-            "namespace": namespace,
-            "key": key,
-            "owner": owner,
-            "task_id": task_id,
-            "keep_for": keep_for,
-        },
-    )
-    return cursor.fetchone() is not None
-
-
-def release_effect(cursor: Cursor, namespace: str, key: str, *, owner: str) -> bool:
-    cursor.execute(Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner})
-    return bool(cursor.rowcount)
-
-
-def prune(cursor: Cursor, namespace: str, before: datetime) -> int:
-    """Delete old dispatch rows and replicas, and expired effect keys; in the caller's
-    transaction. Returns the dispatch rows and effect keys deleted."""
-    cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
-    deleted = cursor.rowcount
-    cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
-    cursor.execute(Q["prune_effects"], {"namespace": namespace})
-    return deleted + cursor.rowcount
+    assert row is not None  # noqa: S101 - SELECT always returns one row
+    now: datetime = row[0]
+    return now
 
 
 def _record(row: Sequence[Any]) -> DispatchRecord:
@@ -394,3 +187,314 @@ def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> 
             results.append(cursor.fetchall())
         if not cursor.nextset():
             return results
+
+
+class CursorSource(Protocol):
+    """Where the operations get their cursors: a connection someone else owns, inside its
+    error boundary (driver errors become StoreUnavailable or StoreError there). `action`
+    names the operation in those errors."""
+
+    def read(self, action: str) -> AbstractContextManager[Cursor]:
+        """A cursor for statements that need no transaction of their own (reads)."""
+        ...
+
+    def statement(self, action: str) -> AbstractContextManager[Cursor]:
+        """A cursor for one write statement (two for record_publish), committed alone."""
+        ...
+
+    def transaction(self, action: str) -> AbstractContextManager[Cursor]:
+        """A cursor inside one transaction, committed when the block ends."""
+        ...
+
+    def tick(
+        self, action: str, run: Callable[[Cursor, bool], TickResult | None]
+    ) -> TickResult | None:
+        """Return `run(cursor, own_transaction)` on a cursor that binds parameters
+        client-side; `own_transaction` is False where the caller holds a transaction
+        (see `_tick`)."""
+        ...
+
+
+class PostgresOperations:
+    """The store operations on PostgreSQL: statements over a `CursorSource`.
+
+    Shared by `postgresql://` (its own psycopg connection) and `django://` on a
+    PostgreSQL alias (Django's connection): the same tables, lock keys and clock.
+    """
+
+    def __init__(self, cursors: CursorSource, *, limits: Mapping[str, str]) -> None:
+        self._cursors = cursors
+        self._limits = limits
+
+    def tick(
+        self,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        reclaim: Reclaim | None = None,
+    ) -> TickResult | None:
+        return self._cursors.tick(
+            "tick",
+            lambda cursor, own: _tick(
+                cursor,
+                namespace,
+                names,
+                planner,
+                replica=replica,
+                reclaim=reclaim,
+                limits=self._limits,
+                own_transaction=own,
+            ),
+        )
+
+    def clock(self) -> datetime:
+        with self._cursors.read("read the clock") as cursor:
+            return _now(cursor)
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        """Insert new entries, update changed ones; inside the caller's transaction."""
+        with self._cursors.transaction("register entries") as cursor:
+            now = _now(cursor)
+            states: dict[str, EntryState] = {}
+            changed: dict[str, str] = {}
+            for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
+                part = definitions[start : start + REGISTER_SLICE]
+                names = [d.name for d in part]
+                cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
+                before = dict(cursor.fetchall())
+                cursor.execute(
+                    Q["register"],
+                    {
+                        "namespace": namespace,
+                        "now": now,
+                        "replica": replica.id,
+                        "names": names,
+                        "schedules": [d.schedule for d in part],
+                        "digests": [d.digest for d in part],
+                    },
+                )
+                states.update(_load(cursor, namespace, names))
+                changed.update(
+                    (d.name, before[d.name])
+                    for d in part
+                    if d.name in before and before[d.name] != d.digest
+                )
+            return Registration(states, changed)
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._cursors.read("load entry states") as cursor:
+            cursor.execute(Q["all_states"], {"namespace": namespace})
+            return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        """Mark claims sent (at the store's clock) or failed with their error: one statement
+        each."""
+        if not sent and not failed:
+            return
+        with self._cursors.statement("record publishing") as cursor:
+            if sent:
+                cursor.execute(Q["mark_sent"], {"ids": list(sent)})
+            if failed:
+                cursor.execute(
+                    Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
+                )
+
+    def heartbeat(
+        self,
+        namespace: str,
+        replica: Replica,
+        version: str,
+        definitions: Mapping[str, str],
+    ) -> None:
+        with self._cursors.statement("heartbeat") as cursor:
+            cursor.execute(
+                Q["heartbeat"],
+                {
+                    "namespace": namespace,
+                    **replica_columns(replica),
+                    "version": version,
+                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                },
+            )
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._cursors.read("list replicas") as cursor:
+            cursor.execute(Q["replicas"], {"namespace": namespace})
+            records = []
+            for (
+                replica,
+                host,
+                pid,
+                version,
+                started_at,
+                heartbeat_at,
+                definitions,
+            ) in cursor.fetchall():
+                loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
+                # (Django's connections load jsonb as text; psycopg's own, as Python values.)
+                records.append(
+                    ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded)
+                )
+            return records
+
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._cursors.statement("forget a replica") as cursor:
+            cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
+
+    def namespaces(self) -> list[str]:
+        with self._cursors.read("list namespaces") as cursor:
+            cursor.execute(Q["namespaces"])
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._cursors.read("read history") as cursor:
+            cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
+            return [_record(row) for row in cursor.fetchall()]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._cursors.statement("pause an entry") as cursor:
+            cursor.execute(
+                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused}
+            )
+            return cursor.rowcount == 1
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._cursors.statement("forget an entry") as cursor:
+            cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+            return cursor.rowcount == 1
+
+    def claim_extra(
+        self,
+        namespace: str,
+        claims: Sequence[NewClaim],
+        *,
+        replica: Replica,
+        reason: str,
+    ) -> list[Claim]:
+        """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
+        if not claims:
+            return []
+        with self._cursors.transaction("claim windows") as cursor:
+            rows: list[DispatchRow] = [
+                (
+                    c.entry,
+                    c.window,
+                    Status.CLAIMED.value,
+                    c.task_id,
+                    c.task_name,
+                    reason,
+                    None,
+                    None,
+                )
+                for c in claims
+            ]
+            now = _now(cursor)
+            cursor.execute(
+                Q["insert_dispatches"],
+                {
+                    "namespace": namespace,
+                    "now": now,
+                    **replica_columns(replica),
+                    **as_columns(rows),
+                },
+            )
+            return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
+
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        with self._cursors.statement("record the start of an execution") as cursor:
+            cursor.execute(
+                Q["start_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": window,
+                    "worker": worker,
+                    "retries": retries,
+                    "stale_after": stale_after,
+                },
+            )
+            row = cursor.fetchone()
+            return Start.UNKNOWN if row is None else Start(row[0])
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+        detail: str | None = None,
+    ) -> None:
+        with self._cursors.statement("record the end of an execution") as cursor:
+            cursor.execute(
+                Q["finish_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": window,
+                    "worker": worker,
+                    "retries": retries,
+                    "outcome": outcome.value,
+                    "runtime": runtime,
+                    "detail": detail,
+                },
+            )
+
+    def claim_effect(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        owner: str,
+        keep_for: timedelta,
+        task_id: str | None,
+    ) -> bool:
+        with self._cursors.statement("claim an effect key") as cursor:
+            cursor.execute(
+                Q["claim_effect"],
+                {
+                    "namespace": namespace,
+                    "key": key,
+                    "owner": owner,
+                    "task_id": task_id,
+                    "keep_for": keep_for,
+                },
+            )
+            return cursor.fetchone() is not None
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        with self._cursors.statement("release an effect key") as cursor:
+            cursor.execute(
+                Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
+            )
+            return bool(cursor.rowcount)
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        """Delete old dispatch rows and replicas, and expired effect keys; in the caller's
+        transaction. Returns the dispatch rows and effect keys deleted."""
+        with self._cursors.transaction("prune") as cursor:
+            cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
+            deleted = cursor.rowcount
+            cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+            cursor.execute(Q["prune_effects"], {"namespace": namespace})
+            return deleted + cursor.rowcount

@@ -1,0 +1,209 @@
+"""Publishing claimed windows, the one way beat and the operator tools both use.
+
+A `Dispatcher` publishes claims (with their deterministic task ids) and records the
+outcome in the store in one call. It owns the rules of publishing: nothing is handed to
+the broker once a claim is too old to publish safely, messages go out in batches where
+the transport can batch, kombu's reconnect-and-retry is bounded to fit the time left,
+and "the broker is down" (`safebeat.broker`) leaves the claims unsent, to be
+re-published with the same ids, and starts the broker backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from safebeat.backoff import Backoff
+from safebeat.broker import connection_errors
+from safebeat.entries import Entry
+from safebeat.identity import format_window
+from safebeat.publishing import Publisher
+from safebeat.records import Claim
+from safebeat.stores.base import TickStore
+
+# Beat's log lines, under the logger docs/operations.md names for them.
+logger = logging.getLogger("safebeat.scheduler")
+
+
+class _TooLate(Exception):
+    """The claims left are too old to publish safely from this process."""
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What one dispatch did with its claims, in their order.
+
+    `sent`: published and recorded sent; `failed`: claim id -> error of messages that
+    cannot be published (recorded failed); `unsent`: left claimed (the broker was down,
+    or they grew too old), for a beat replica to re-publish after safebeat_claim_timeout;
+    `broker_error`: what the broker raised, if it was down.
+    """
+
+    sent: Sequence[Claim] = ()
+    failed: Mapping[int, str] = field(default_factory=dict)
+    unsent: Sequence[Claim] = ()
+    broker_error: BaseException | None = None
+
+
+def can_batch(producer: Any) -> bool:
+    """Whether the producer's transport buffers publishes (kombu's Redis transport does)."""
+    return hasattr(producer, "batch") and bool(getattr(producer, "supports_batch_publish", False))
+
+
+def retry_policy(connection: Any, seconds_left: float) -> dict[str, float | int]:
+    """kombu's retry for one message: one reconnect, and only if it fits in the time left.
+
+    A reconnect can take the broker's connect timeout; a publish that completes after
+    another replica has taken the claim over would be a second copy. Past one retry,
+    the claim stays unsent and the backoff and re-publish take over.
+    """
+    connect_timeout = float(getattr(connection, "connect_timeout", None) or 4.0)
+    retries = 1 if seconds_left > 2 * connect_timeout else 0
+    return {"max_retries": retries, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+
+
+class Dispatcher:
+    """Publishes claimed windows for one process and records what became of them.
+
+    `claim_timeout` is the store's `safebeat_claim_timeout`: past it another replica
+    re-publishes an unsent claim, so nothing is handed to the broker after half of it
+    from the claim. `monotonic` measures that (pair it with the store's clock in tests).
+    """
+
+    #: Messages buffered per flush where the transport can batch publishes.
+    chunk = 500
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        claim_timeout: timedelta,
+        replica: str,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.publisher = Publisher(app)
+        self.backoff = Backoff()
+        self._claim_timeout = claim_timeout
+        self._replica = replica
+        self._monotonic = monotonic
+
+    def dispatch(
+        self,
+        store: TickStore,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        producer: Callable[[], Any],
+        claimed_at: float,
+    ) -> Dispatched:
+        """Publish `claims` (claimed at monotonic `claimed_at`) and record the outcome.
+
+        Where the transport can batch, claims go out in chunks of `chunk`, each flushed
+        before its claims count as sent; a chunk that fails to flush stays claimed.
+        `producer` is called inside the broker-error boundary (getting it may connect).
+        """
+        if not claims:
+            return Dispatched()
+        sent: list[int] = []
+        failed: dict[int, str] = {}
+        broker_down = connection_errors(connection)
+        broker_error: BaseException | None = None
+        publish_until = claimed_at + self._claim_timeout.total_seconds() / 2
+        start = 0
+        while start < len(claims):
+            try:
+                current = producer()
+                batching = can_batch(current)
+                chunk = claims[start : start + (self.chunk if batching else 1)]
+                with current.batch(max_size=len(chunk) + 1) if batching else nullcontext():
+                    handed = self._send_chunk(
+                        chunk,
+                        current,
+                        entries=entries,
+                        connection=connection,
+                        failed=failed,
+                        broker_down=broker_down,
+                        publish_until=publish_until,
+                    )
+                    if self._monotonic() > publish_until:
+                        raise _TooLate  # discards the buffered chunk unsent
+            except _TooLate:
+                logger.warning(
+                    "safebeat: %d claim(s) are too old to publish safely from here; "
+                    "they will be re-published by the next replica that ticks",
+                    len(claims) - start,
+                )
+                break
+            except broker_down as exc:
+                broker_error = exc
+                self.publisher.forget_declarations()
+                self.backoff.failed(self._monotonic())
+                break
+            start += len(chunk)
+            sent.extend(handed)
+            if handed:
+                self.backoff.succeeded()
+        store.record_publish(namespace, sent, failed)
+        done = set(sent)
+        return Dispatched(
+            sent=[claim for claim in claims if claim.id in done],
+            failed=failed,
+            unsent=[claim for claim in claims if claim.id not in done and claim.id not in failed],
+            broker_error=broker_error,
+        )
+
+    def _send_chunk(
+        self,
+        chunk: Sequence[Claim],
+        producer: Any,
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        failed: dict[int, str],
+        broker_down: tuple[type[BaseException], ...],
+        publish_until: float,
+    ) -> list[int]:
+        """Send each claim; return the ids handed to the producer.
+
+        Broker errors propagate; so does `_TooLate` once `publish_until` has passed.
+        """
+        handed: list[int] = []
+        for claim in chunk:
+            left = publish_until - self._monotonic()
+            if left < 0:
+                raise _TooLate
+            entry = entries.get(claim.entry)
+            if entry is None:
+                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self._replica}"
+                continue
+            logger.info(
+                "Scheduler: Sending due task %s (%s) for window %s",
+                entry.name,
+                entry.task,
+                format_window(claim.window),
+            )
+            try:
+                self.publisher.send(
+                    producer, entry, claim, retry_policy=retry_policy(connection, left)
+                )
+            except broker_down:
+                raise
+            except Exception as exc:
+                failed[claim.id] = f"{type(exc).__name__}: {exc}"
+                logger.error(
+                    "safebeat: entry %r: publishing window %s failed: %s",
+                    entry.name,
+                    format_window(claim.window),
+                    exc,
+                    exc_info=True,
+                )
+            else:
+                handed.append(claim.id)
+        return handed

@@ -1,0 +1,71 @@
+"""Beat's error boundary: nothing raised in a tick escapes into Celery's loop.
+
+Store trouble becomes a backoff (claiming nothing meanwhile: fail closed) with a log
+line and a metric; anything else is logged with its traceback and retried the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from safebeat.backoff import Backoff
+from safebeat.errors import StoreError, StoreUnavailable
+from safebeat.metrics import BeatMetrics
+
+logger = logging.getLogger("safebeat.scheduler")
+
+
+class TickGuard:
+    """Runs one step of beat's work and returns the seconds to sleep, never raising.
+
+    After a failure, `backoff.waiting(now)` says the store is being left alone; a step
+    that succeeds again resets the backoff and says the store is back.
+    """
+
+    def __init__(
+        self,
+        metrics: BeatMetrics,
+        *,
+        monotonic: Callable[[], float],
+        max_sleep: float,
+        store_url: Callable[[], str],
+    ) -> None:
+        self.backoff = Backoff()
+        self._metrics = metrics
+        self._monotonic = monotonic
+        self._max_sleep = max_sleep
+        self._store_url = store_url
+        self._failures = 0
+
+    def run(self, step: Callable[[], float]) -> float:
+        """Run `step`; turn store trouble into a backoff and anything else into a log line."""
+        try:
+            delay = step()
+        except StoreUnavailable as exc:
+            self._metrics.store_error("unavailable")
+            return self._failed(exc, "store unreachable", logging.WARNING)
+        except StoreError as exc:
+            self._metrics.store_error("error")
+            return self._failed(exc, "store error", logging.ERROR)
+        except Exception as exc:
+            logger.exception("safebeat: unexpected error in tick: %s", exc)
+            return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
+        if self._failures:
+            logger.info(
+                "safebeat: store %s reachable again after %d failed attempt(s)",
+                self._store_url(),
+                self._failures,
+            )
+            self._failures = 0
+        self.backoff.succeeded()
+        return delay
+
+    def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
+        if counted:
+            self._failures += 1
+        delay = self.backoff.failed(self._monotonic())
+        logger.log(
+            level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
+        )
+        return min(delay, self._max_sleep)

@@ -1,0 +1,96 @@
+"""The tick's decision, as a pure function: due entries + shared states + now -> a plan.
+
+`plan_tick` is what the scheduler hands a store to run under the tick lock. It reads no
+clock, writes nothing, logs nothing and counts nothing: everything it decided comes back
+in the returned `Planned`, which the store returns in its `TickResult`, and the scheduler
+logs and counts from there once the store has committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from safebeat import windows
+from safebeat.entries import Entry, undecided_after
+from safebeat.identity import task_id_for
+from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan
+from safebeat.windows import Overlap
+
+
+@dataclass(frozen=True)
+class Planned(TickPlan):
+    """A tick plan, with what the scheduler needs to know afterwards.
+
+    `upcoming`: per planned entry, when to plan it next: its next window after `now`, or
+    later by the entry's jitter (None: it has no more);
+    `errors`: entries whose windows could not be computed, with the error (they get no
+    claim, no skip and no advance, and are planned again at `upcoming`).
+    """
+
+    upcoming: Mapping[str, datetime | None] = field(default_factory=dict)
+    errors: Mapping[str, Exception] = field(default_factory=dict)
+
+
+def plan_tick(
+    entries: Mapping[str, Entry],
+    states: Mapping[str, EntryState],
+    now: datetime,
+    *,
+    namespace: str,
+    overlap_timeouts: Mapping[str, timedelta],
+    retry_after: timedelta,
+) -> Planned:
+    """Decide the windows of every entry in `states` that this replica defines.
+
+    For each: the windows after `entries.undecided_after` up to `now`
+    follow its missed-window policy (`windows.due`); a paused entry skips them all; an
+    entry with `overlap="forbid"` skips them while its previous run is alive, by the
+    timeout in `overlap_timeouts`. Dispatched windows become claims with their
+    deterministic task ids, skipped spans become skips, and the entry's decided-until
+    advances to the last window decided. An entry whose windows cannot be computed is
+    reported in `errors` and retried `retry_after` from `now`; the others are unaffected.
+    """
+    claims: list[NewClaim] = []
+    skips: list[NewSkip] = []
+    advances: dict[str, datetime] = {}
+    upcoming: dict[str, datetime | None] = {}
+    errors: dict[str, Exception] = {}
+    for name, state in states.items():
+        entry = entries.get(name)
+        if entry is None:
+            continue
+        try:
+            decision = windows.due(
+                entry.rule,
+                after=undecided_after(entry, state),
+                now=now,
+                policy=entry.policy,
+                anchor=state.anchor,
+            )
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
+            errors[name] = exc
+            upcoming[name] = now + retry_after
+            continue
+        if state.paused:
+            decision = windows.paused(decision)
+        elif entry.overlap is Overlap.FORBID:
+            decision = windows.forbid_overlap(
+                decision,
+                running_since=state.running_since,
+                now=now,
+                timeout=overlap_timeouts[name],
+            )
+        claims.extend(
+            NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
+            for window in decision.dispatch
+        )
+        skips.extend(
+            NewSkip(name, span.last, span.first, span.count, span.reason.value)
+            for span in decision.skipped
+        )
+        if decision.last_window is not None:
+            advances[name] = decision.last_window
+        upcoming[name] = decision.wake_at  # the next send time, after any jitter
+    return Planned(claims, skips, advances, upcoming, errors)

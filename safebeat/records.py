@@ -1,0 +1,244 @@
+"""The records safebeat keeps about a schedule, and the pure rules over them.
+
+These are what a store holds and returns (entry states, claims, dispatch rows, replicas)
+and what the scheduler and the worker hook decide from them. Nothing here does I/O: the
+stores (`safebeat.stores`) read and write these records, and every backend applies the
+same rules (`decide_start`) to them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+
+
+class Status(str, enum.Enum):
+    """Where a dispatch row stands."""
+
+    CLAIMED = "claimed"  # claim committed, publish not confirmed yet
+    SENT = "sent"  # published to the broker
+    FAILED = "failed"  # publishing failed for a reason retrying cannot fix (recorded error)
+    SKIPPED = "skipped"  # not dispatched, by policy (reason says which)
+
+
+class Outcome(str, enum.Enum):
+    """How one execution of a window ended, as the worker hook saw it."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    RETRY = "retry"  # the task asked Celery to retry; a later retry of the window may run
+
+
+class Start(str, enum.Enum):
+    """The answer of `Store.start_execution`: may this delivery of a window run?"""
+
+    RUN = "run"  # first start, or a Celery retry of the window: run the body
+    TAKEOVER = "takeover"  # the previous run never finished and is presumed lost: run the body
+    DUPLICATE = "duplicate"  # already started (and not presumed lost) or finished: skip the body
+    UNKNOWN = "unknown"  # no dispatched window with this key: run the body, untracked
+
+
+@dataclass(frozen=True)
+class Definition:
+    """What one replica believes an entry is: its schedule text and a digest of everything."""
+
+    name: str
+    schedule: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """The shared state of one entry, the same for every replica.
+
+    `anchor` is the origin of interval windows, fixed at first registration.
+    `defined_at` is when the current definition was registered: windows at or before it
+    are never dispatched, so a start or a changed definition fires nothing as a surprise.
+    `last_window` is the newest window decided (claimed or skipped) by any replica.
+    `schedule` and `digest` are the definition last registered (see Store.register).
+    `running_since` is the start of the entry's newest execution that started and has not
+    finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
+    `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry.
+    """
+
+    name: str
+    anchor: datetime
+    defined_at: datetime
+    last_window: datetime | None
+    digest: str
+    schedule: str
+    running_since: datetime | None = None
+    paused: bool = False
+
+    @property
+    def decided_until(self) -> datetime:
+        """Windows at or before this instant are already decided."""
+        if self.last_window is None or self.last_window < self.defined_at:
+            return self.defined_at
+        return self.last_window
+
+
+@dataclass(frozen=True)
+class NewClaim:
+    """A window this replica wants to dispatch."""
+
+    entry: str
+    window: datetime
+    task_id: str
+    task_name: str
+
+
+@dataclass(frozen=True)
+class NewSkip:
+    """Windows `[first, window]` of an entry not dispatched, for `reason`; keyed by `window`."""
+
+    entry: str
+    window: datetime
+    first: datetime
+    count: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TickPlan:
+    """What the planner decided under the tick lock."""
+
+    claims: Sequence[NewClaim] = ()
+    skips: Sequence[NewSkip] = ()
+    advances: Mapping[str, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """Ask a tick to take over claims of `entries` left unsent for longer than `timeout`."""
+
+    entries: Collection[str]
+    timeout: timedelta
+    limit: int = 1000
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed window this replica now owes a publish for."""
+
+    id: int
+    entry: str
+    window: datetime
+    task_id: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """The outcome of one locked tick: `states` after the plan, and the plan itself."""
+
+    now: datetime
+    states: Mapping[str, EntryState]
+    claimed: Sequence[Claim]
+    reclaimed: Sequence[Claim]
+    plan: TickPlan = field(default_factory=TickPlan)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The shared states after registering, and the entries whose definition changed."""
+
+    states: Mapping[str, EntryState]
+    changed: Mapping[str, str]  # entry -> digest it had before this replica's definition
+
+
+@dataclass(frozen=True)
+class DispatchRecord:
+    """One row of dispatch history."""
+
+    id: int
+    entry: str
+    window: datetime
+    status: Status
+    task_id: str | None
+    task_name: str | None
+    reason: str | None
+    skipped_from: datetime | None
+    skipped_count: int | None
+    replica: str
+    host: str
+    pid: int
+    claimed_at: datetime
+    sent_at: datetime | None
+    attempts: int
+    error: str | None
+    # Execution, as recorded by the worker hook (safebeat.worker):
+    started_at: datetime | None = None  # store time the latest execution started
+    finished_at: datetime | None = None  # store time it ended (None: running, or lost)
+    outcome: Outcome | None = None
+    runtime: timedelta | None = None  # as measured by the worker
+    worker: str | None = None  # `nodename:pid` of the process that ran it
+    retries: int | None = None  # Celery's retry number of the latest execution
+    runs: int = 0  # executions started: 1 + retries + takeovers
+    duplicates: int = 0  # deliveries skipped because the window already ran or runs
+
+
+@dataclass(frozen=True)
+class ReplicaRecord:
+    """A replica's last heartbeat."""
+
+    replica: str
+    host: str
+    pid: int
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    definitions: Mapping[str, str]  # entry -> digest this replica runs
+
+
+Planner = Callable[[datetime, Mapping[str, EntryState]], TickPlan]
+
+
+def system_clock() -> datetime:
+    """This host's clock, aware UTC: "now" for stores without a server clock."""
+    return datetime.now(timezone.utc)
+
+
+def decide_start(
+    *,
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    recorded_retries: int | None,
+    retries: int,
+    now: datetime,
+    stale_after: timedelta,
+) -> Start:
+    """May this delivery of a dispatched window run? The rule of `start_execution`.
+
+    From the window's dispatch row (`started_at`, `finished_at`, `recorded_retries`) and
+    this delivery (its Celery `retries`), at store time `now`:
+
+    - the row never started, or `retries` is greater than the recorded one (a Celery
+      retry of the window): RUN;
+    - it started before `now - stale_after` and never finished (its worker is presumed
+      lost): TAKEOVER;
+    - otherwise (started within `stale_after` and not finished, or finished, with
+      `retries` not greater than recorded): DUPLICATE.
+
+    A store calls it under the row's lock and records the start for RUN and TAKEOVER, or
+    counts the duplicate. (PostgreSQL's `start_execution` statement and Redis's
+    `start_execution` script decide inside the server, in one round trip, by this same
+    rule; the contract suite holds every backend to it.)
+    """
+    if started_at is None or retries > (recorded_retries or 0):
+        return Start.RUN
+    if finished_at is None and started_at < now - stale_after:
+        return Start.TAKEOVER
+    return Start.DUPLICATE
+
+
+def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:
+    """Apply the plan's advances to `states` the way the stores do: the later window wins."""
+    result = dict(states)
+    for name, window in plan.advances.items():
+        state = result.get(name)
+        if state is not None and (state.last_window is None or window > state.last_window):
+            result[name] = replace(state, last_window=window)
+    return result

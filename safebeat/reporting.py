@@ -1,0 +1,169 @@
+"""What beat logs and counts about a tick, from what the store and the dispatcher returned.
+
+Nothing here decides anything: the planner (`safebeat.planning`) and the dispatcher
+(`safebeat.dispatch`) return what they did, and these functions turn it into log lines
+and metrics once the store has committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from safebeat.dispatch import Dispatched
+from safebeat.entries import Entry
+from safebeat.errors import EntryError
+from safebeat.identity import format_window
+from safebeat.metrics import BeatMetrics
+from safebeat.planning import Planned
+from safebeat.records import Claim, EntryState, NewSkip
+from safebeat.windows import SkipReason, typical_period
+
+logger = logging.getLogger("safebeat.scheduler")
+
+
+def report_plan(planned: Planned, metrics: BeatMetrics) -> None:
+    """Log and count a committed plan's failed entries and skipped windows."""
+    for name, exc in planned.errors.items():
+        metrics.entry_error(name)
+        logger.error(
+            "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
+            "the other entries run",
+            name,
+            exc,
+            exc_info=exc,
+        )
+    for skip in planned.skips:
+        metrics.skipped(skip.entry, skip.reason, skip.count or 1)
+        logger.debug(
+            "safebeat: entry %r: skipped %s window(s) %s..%s (%s)",
+            skip.entry,
+            "many" if skip.count is None else skip.count,
+            format_window(skip.first),
+            format_window(skip.window),
+            skip.reason,
+        )
+    # Windows of paused entries are skipped on purpose: recorded, not warned about.
+    unexpected = [s for s in planned.skips if s.reason != SkipReason.PAUSED.value]
+    if unexpected:
+        _summarize_skips(unexpected)
+
+
+def _summarize_skips(skips: Sequence[NewSkip]) -> None:
+    """One line per tick, however many entries skipped windows (details at DEBUG)."""
+    by_reason: dict[str, int] = {}
+    for skip in skips:
+        by_reason[skip.reason] = by_reason.get(skip.reason, 0) + (skip.count or 1)
+    names = sorted({skip.entry for skip in skips})
+    shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    reasons = ", ".join(f"{count} {reason}" for reason, count in sorted(by_reason.items()))
+    logger.warning(
+        "safebeat: skipped windows of %d entr%s (%s): %s; see the dispatch history",
+        len(names),
+        "y" if len(names) == 1 else "ies",
+        reasons,
+        shown,
+    )
+
+
+def report_claims(
+    claimed: Sequence[Claim], reclaimed: Sequence[Claim], metrics: BeatMetrics
+) -> None:
+    """Count this tick's claims, and say so when stale claims are taken over."""
+    metrics.claimed(len(claimed))
+    if reclaimed:
+        for claim in reclaimed:
+            metrics.republished(claim.entry)
+        logger.warning(
+            "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
+            "(same task ids)",
+            len(reclaimed),
+        )
+
+
+def report_dispatch(
+    dispatched: Dispatched,
+    metrics: BeatMetrics,
+    *,
+    published_at: datetime | None,
+    broker_retry_in: float,
+) -> None:
+    """Count what was published (with its lag, on the store's clock) and what is owed.
+
+    `published_at`: the store-clock instant of the publish, when known.
+    `broker_retry_in`: seconds until the next claim, if the broker was down.
+    """
+    if dispatched.failed:
+        metrics.publish_failed("message", len(dispatched.failed))
+    if dispatched.broker_error is not None:
+        metrics.publish_failed("broker")
+        logger.warning(
+            "safebeat: broker unreachable (%s); %d claim(s) stay unsent and will be "
+            "re-published when it is back; claiming nothing for %.1fs",
+            dispatched.broker_error,
+            len(dispatched.unsent),
+            broker_retry_in,
+        )
+    metrics.claims_left_unsent(len(dispatched.unsent))
+    if published_at is None:
+        return
+    for claim in dispatched.sent:
+        if claim.attempts == 1:
+            metrics.dispatched(claim.entry, claim.window, published_at)
+
+
+def report_entries(
+    entries: Mapping[str, Entry],
+    broken: Mapping[str, EntryError],
+    reported: Mapping[str, EntryError],
+    metrics: BeatMetrics,
+) -> None:
+    """Log each broken entry once (`reported`: those already said), and export the
+    entries' count and periods."""
+    for name, error in broken.items():
+        previous = reported.get(name)
+        if previous is None or str(previous) != str(error):
+            metrics.entry_error(name)
+            logger.error("safebeat: %s; this entry is skipped, the others run", error)
+    metrics.entries(len(entries))
+    for name, entry in entries.items() if metrics.recording else ():
+        period = typical_period(entry.rule)
+        if period is not None:
+            metrics.entry_period(name, period.total_seconds())
+
+
+def serve_metrics(metrics: BeatMetrics, port: int) -> bool:
+    """Serve the metrics on `port`; a port that is taken costs the metrics, not beat."""
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        logger.error(
+            "safebeat: cannot serve metrics on port %d (%s); beat runs without them", port, exc
+        )
+        return False
+    return True
+
+
+def report_registration(changed: Mapping[str, str], entries: Mapping[str, Entry]) -> None:
+    """Say which entries this replica defines otherwise than the store had them."""
+    for name, previous in changed.items():
+        logger.warning(
+            "safebeat: entry %r: this replica's definition (digest %s) differs from the "
+            "one registered before (%s); during a rolling deploy this is expected, and "
+            "each window is still claimed once",
+            name,
+            entries[name].digest,
+            previous,
+        )
+
+
+def report_unregistered(due: Sequence[str], states: Mapping[str, EntryState]) -> bool:
+    """Say so when due entries have no state in the store (deleted rows, a flushed Redis);
+    return whether any had none."""
+    missing = sorted(name for name in due if name not in states)
+    if missing:
+        logger.warning(
+            "safebeat: entries %s are not registered in the store; registering again", missing
+        )
+    return bool(missing)

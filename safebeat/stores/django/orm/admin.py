@@ -1,0 +1,125 @@
+"""The ORM store's reads and changes for operators: states, history, pauses, extra claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    ReplicaRecord,
+)
+from safebeat.stores.django import vendors
+from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
+from safebeat.stores.django.setup import django_models
+from safebeat.stores.sql_common import replica_columns
+
+
+class DjangoOrmAdmin(DjangoOrmRows):
+    """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoStore`'s)."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._boundary("load entry states"):
+            return self._load(namespace, None)
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        m = django_models(self.alias)
+        with self._boundary("list replicas"):
+            rows = list(
+                m.Replica.objects.using(self.alias)
+                .filter(namespace=namespace)
+                .order_by("-heartbeat_at")
+                .values_list(
+                    "replica", "host", "pid", "version", "started_at", "heartbeat_at", "definitions"
+                )
+            )
+        return [ReplicaRecord(*row) for row in rows]
+
+    def namespaces(self) -> list[str]:
+        m = django_models(self.alias)
+        with self._boundary("list namespaces"):
+            found = m.Entry.objects.using(self.alias).order_by().values_list("namespace", flat=True)
+            return sorted({str(name) for name in found.distinct()})
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        m = django_models(self.alias)
+        with self._boundary("read history"):
+            rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
+            if entry is not None:
+                rows = rows.filter(entry=entry)
+            values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
+        return [_record(row) for row in values]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        action = "pause an entry" if paused else "resume an entry"
+        m = django_models(self.alias)
+        with self._boundary(action) as connection, vendors.write(connection):
+            # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
+            updated = (
+                m.Entry.objects.using(self.alias)
+                .filter(namespace=namespace, name=entry)
+                .update(paused=paused)
+            )
+        return bool(updated)
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        m = django_models(self.alias)
+        with self._boundary("forget an entry") as connection, vendors.write(connection):
+            deleted, _ = (
+                m.Entry.objects.using(self.alias).filter(namespace=namespace, name=entry).delete()
+            )
+        return bool(deleted)
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        if not claims:
+            return []
+        m = django_models(self.alias)
+        self._check_lengths(namespace, [c.entry for c in claims])
+        who = replica_columns(replica)
+        with self._boundary("claim windows") as connection, vendors.write(connection):
+            now = vendors.clock(connection)
+            dispatches = m.Dispatch.objects.using(self.alias)
+            dispatches.bulk_create(
+                [
+                    m.Dispatch(
+                        namespace=namespace,
+                        entry=c.entry,
+                        window_at=c.window,
+                        status="claimed",
+                        task_id=c.task_id,
+                        task_name=c.task_name,
+                        reason=reason,
+                        claimed_at=now,
+                        **who,
+                    )
+                    for c in claims
+                ],
+                ignore_conflicts=True,
+                batch_size=1000,
+            )
+            # The rows this call inserted, as a tick reads its own back: this replica's id
+            # and this call's instant. A window that had a row keeps it and is not returned.
+            ours = {
+                (entry, window): (row_id, task_id)
+                for row_id, entry, window, task_id in dispatches.filter(
+                    namespace=namespace,
+                    status="claimed",
+                    claimed_at=now,
+                    replica=replica.id,
+                    reason=reason,
+                    entry__in=sorted({c.entry for c in claims}),
+                ).values_list("id", "entry", "window_at", "task_id")
+            }
+        inserted: list[Claim] = []
+        for c in claims:
+            found = ours.pop((c.entry, c.window), None)
+            if found is not None:
+                inserted.append(Claim(found[0], c.entry, c.window, found[1], 1))
+        return inserted

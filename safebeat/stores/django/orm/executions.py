@@ -1,0 +1,129 @@
+"""The ORM store's execution records and effect keys (the worker hook, `safebeat.claim`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from safebeat.errors import StoreError
+from safebeat.records import (
+    Outcome,
+)
+from safebeat.stores.django import vendors
+from safebeat.stores.django.orm.rows import DjangoOrmRows
+from safebeat.stores.django.setup import django_models
+from safebeat.stores.executions import DecidedStart, ExecutionRow
+
+
+class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
+    """`ExecutionStore` and `EffectStore` with Django's ORM."""
+
+    @contextmanager
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> Iterator[ExecutionRow | None]:
+        from django.db.models import F  # noqa: PLC0415
+
+        m = django_models(self.alias)
+        with (
+            self._boundary("record the start of an execution") as connection,
+            vendors.write(connection),
+        ):
+            rows = m.Dispatch.objects.using(self.alias)
+            found = (
+                rows.select_for_update()
+                .filter(namespace=namespace, entry=entry, window_at=window, task_id__isnull=False)
+                .values_list("id", "started_at", "finished_at", "retries")
+                .first()
+            )
+            if found is None:
+                yield None
+                return
+            row_id, started_at, finished_at, recorded_retries = found
+            now = vendors.clock(connection)
+            yield ExecutionRow(
+                now,
+                started_at,
+                finished_at,
+                recorded_retries,
+                start=lambda worker, retries: rows.filter(id=row_id).update(
+                    started_at=now,
+                    worker=worker,
+                    retries=retries,
+                    finished_at=None,
+                    outcome=None,
+                    runtime=None,
+                    runs=F("runs") + 1,
+                ),
+                duplicate=lambda: rows.filter(id=row_id).update(duplicates=F("duplicates") + 1),
+            )
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+        detail: str | None = None,
+    ) -> None:
+        m = django_models(self.alias)
+        changes: dict[str, object] = {}
+        if detail is not None:
+            changes["error"] = detail
+        with (
+            self._boundary("record the end of an execution") as connection,
+            vendors.write(connection),
+        ):
+            now = vendors.clock(connection)
+            m.Dispatch.objects.using(self.alias).filter(
+                namespace=namespace,
+                entry=entry,
+                window_at=window,
+                worker=worker,
+                retries=retries,
+                finished_at__isnull=True,
+            ).update(finished_at=now, outcome=outcome.value, runtime=runtime, **changes)
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        m = django_models(self.alias)
+        with self._boundary("claim an effect key") as connection:
+            if connection.vendor == "mysql" and len(key) > m.EFFECT_KEY_LENGTH:
+                raise StoreError(
+                    f"Django store {self.display_url}: effect key of {len(key)} characters; "
+                    f"MySQL/MariaDB hold at most {m.EFFECT_KEY_LENGTH}: use a shorter key"
+                )
+            with vendors.write(connection):
+                now = vendors.clock(connection)
+                effects = m.Effect.objects.using(self.alias)
+                record = {"owner": owner, "task_id": task_id, "claimed_at": now}
+                record["expires_at"] = now + keep_for
+                # An expired key is taken over (a row lock straight away, never an upgrade
+                # of a shared one, so concurrent claims queue instead of deadlocking)...
+                taken = effects.filter(namespace=namespace, key=key, expires_at__lte=now).update(
+                    **record
+                )
+                if taken:
+                    return True
+                # ...a new one inserted; a live one (someone else's) wins silently.
+                effects.bulk_create(
+                    [m.Effect(namespace=namespace, key=key, **record)], ignore_conflicts=True
+                )
+                mine = effects.filter(namespace=namespace, key=key, owner=owner, claimed_at=now)
+                return bool(mine.exists())
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        m = django_models(self.alias)
+        with self._boundary("release an effect key") as connection, vendors.write(connection):
+            deleted, _ = (
+                m.Effect.objects.using(self.alias)
+                .filter(namespace=namespace, key=key, owner=owner)
+                .delete()
+            )
+        return bool(deleted > 0)

@@ -1,0 +1,37 @@
+-- Named queries of the Django store's vendor code (the tick lock and the clock), run on
+-- Django's cursor. Parameters are Django's %s placeholders, in order. The rest of the
+-- store is ORM queries, or, on PostgreSQL through psycopg 3, the postgresql:// store's
+-- own statements (safebeat/stores/postgres/queries.sql).
+
+-- name: postgres_clock
+SELECT clock_timestamp();
+
+-- name: mysql_clock
+-- UTC_TIMESTAMP is naive; the caller makes it aware UTC.
+SELECT UTC_TIMESTAMP(6);
+
+-- name: postgres_tick_limits
+-- Bounds the tick transaction: a replica frozen while holding the lock loses its
+-- session (and the lock) after the idle timeout. Parameters: idle, lock timeout.
+SELECT set_config('idle_in_transaction_session_timeout', %s, true),
+       set_config('lock_timeout', %s, true),
+       set_config('statement_timeout', '60s', true);
+
+-- name: postgres_try_tick_lock
+-- Transaction-scoped, so PgBouncer in transaction mode keeps working; never waits.
+SELECT pg_try_advisory_xact_lock(%s), clock_timestamp();
+
+-- name: mariadb_idle_timeout
+-- Ends the session (and frees the lock) of a replica frozen inside its tick. MariaDB only.
+SET SESSION idle_transaction_timeout = %s;
+
+-- name: mariadb_default_idle_timeout
+SET SESSION idle_transaction_timeout = DEFAULT;
+
+-- name: mysql_try_tick_lock
+-- GET_LOCK names are server-wide; the lock outlives the transaction, so it is released
+-- explicitly (mysql_release_tick_lock) whatever happens.
+SELECT GET_LOCK(%s, 0), UTC_TIMESTAMP(6);
+
+-- name: mysql_release_tick_lock
+SELECT RELEASE_LOCK(%s);

@@ -1,0 +1,74 @@
+"""`start_execution` written once for the stores that decide it in Python.
+
+The rule is `records.decide_start`; the flow around it is here: under the window's row
+lock, no dispatched row means UNKNOWN, a duplicate is counted, a run or a takeover is
+recorded as started. The memory, SQLite and Django ORM stores give `DecidedStart` the
+row (`_execution_row`); PostgreSQL and Redis decide inside the server in one round trip
+by the same rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from safebeat.records import Start, decide_start
+
+
+@dataclass(frozen=True)
+class ExecutionRow:
+    """A dispatched window's execution columns, read under its row's lock at store `now`.
+
+    `start(worker, retries)` records a start (started_at = now, finished_at, outcome and
+    runtime cleared, runs + 1); `duplicate()` adds one to its duplicates.
+    """
+
+    now: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    retries: int | None
+    start: Callable[[str, int], object]
+    duplicate: Callable[[], object]
+
+
+class _LocksExecutionRows(Protocol):
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> AbstractContextManager[ExecutionRow | None]:
+        """Lock the dispatch row of (namespace, entry, window) that carries a task id and
+        yield it (None: there is none) inside a transaction committed at the end."""
+        ...
+
+
+class DecidedStart:
+    """`ExecutionStore.start_execution` for a store that provides `_execution_row`."""
+
+    def start_execution(
+        self: _LocksExecutionRows,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        with self._execution_row(namespace, entry, window) as row:
+            if row is None:
+                return Start.UNKNOWN
+            verdict = decide_start(
+                started_at=row.started_at,
+                finished_at=row.finished_at,
+                recorded_retries=row.retries,
+                retries=retries,
+                now=row.now,
+                stale_after=stale_after,
+            )
+            if verdict is Start.DUPLICATE:
+                row.duplicate()
+            else:
+                row.start(worker, retries)
+            return verdict

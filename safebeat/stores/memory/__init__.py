@@ -1,0 +1,226 @@
+"""The reference store: the Store contract in plain Python, for one process (tests, examples).
+
+`memory://` is shared by every scheduler in the process that opens the same URL, so
+several schedulers in one test behave like replicas. Nothing survives the process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, TypeVar
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    Definition,
+    EntryState,
+    Reclaim,
+    Registration,
+    ReplicaRecord,
+    Status,
+    TickPlan,
+)
+from safebeat.stores.base import StoreCheck
+from safebeat.stores.memory.admin import MemoryAdmin
+from safebeat.stores.memory.executions import MemoryExecutions
+from safebeat.stores.memory.state import _Namespace
+from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
+
+T = TypeVar("T")
+
+
+class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
+    """Implements `safebeat.stores.base.Store` in memory; `clock` makes time controllable.
+
+    The state is `state.py`'s; operator reads are `admin.py`'s, executions and effects
+    `executions.py`'s; beat's side (register, tick, heartbeat, prune) is here.
+    """
+
+    expected_schema_version = 1
+
+    def migrate(self) -> int:
+        return 1
+
+    def schema_version(self) -> int:
+        return 1
+
+    def checks(self) -> list[StoreCheck]:
+        return []
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            changed: dict[str, str] = {}
+            for definition in definitions:
+                state = ns.entries.get(definition.name)
+                if state is None:
+                    ns.entries[definition.name] = EntryState(
+                        name=definition.name,
+                        anchor=now.replace(microsecond=0),
+                        defined_at=now,
+                        last_window=None,
+                        digest=definition.digest,
+                        schedule=definition.schedule,
+                    )
+                elif state.digest != definition.digest:
+                    changed[definition.name] = state.digest
+                    moved = state.schedule != definition.schedule
+                    ns.entries[definition.name] = replace(
+                        state,
+                        digest=definition.digest,
+                        schedule=definition.schedule,
+                        defined_at=now if moved else state.defined_at,
+                    )
+            names = {d.name for d in definitions}
+            states = {n: s for n, s in ns.entries.items() if n in names}
+            return Registration(states, changed)
+
+    @contextmanager
+    def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:
+        with self._mutex:
+            ns = self._ns(namespace)
+        if not ns.tick_lock.acquire(blocking=False):
+            raise TickLockBusy(namespace)
+        try:
+            now = self.clock()
+            yield TickSteps(
+                now=now,
+                load=lambda names: self._locked(self._load, ns, names),
+                insert=lambda plan: self._locked(self._insert, ns, plan, replica, now),
+                advance=lambda advances: self._locked(self._advance, ns, advances),
+                reclaim=lambda reclaim: self._locked(self._reclaim, ns, reclaim, replica, now),
+            )
+        finally:
+            ns.tick_lock.release()
+
+    def _locked(self, step: Callable[..., T], *args: Any) -> T:
+        with self._mutex:
+            return step(*args)
+
+    def _load(self, ns: _Namespace, names: Collection[str]) -> dict[str, EntryState]:
+        wanted = set(names)
+        return self._with_running(ns, {n: s for n, s in ns.entries.items() if n in wanted})
+
+    @staticmethod
+    def _advance(ns: _Namespace, advances: Mapping[str, datetime]) -> None:
+        for name, window in advances.items():
+            state = ns.entries.get(name)
+            if state is not None and (state.last_window is None or window > state.last_window):
+                ns.entries[name] = replace(state, last_window=window)
+
+    def _insert(
+        self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime
+    ) -> list[Claim]:
+        inserted: list[Claim] = []
+        for claim in plan.claims:
+            record = self._new_row(
+                ns,
+                replica,
+                now,
+                entry=claim.entry,
+                window=claim.window,
+                status=Status.CLAIMED,
+                task_id=claim.task_id,
+                task_name=claim.task_name,
+            )
+            if record is not None:
+                inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+        for skip in plan.skips:
+            self._new_row(
+                ns,
+                replica,
+                now,
+                entry=skip.entry,
+                window=skip.window,
+                status=Status.SKIPPED,
+                reason=skip.reason,
+                skipped_from=skip.first,
+                skipped_count=skip.count,
+            )
+        return inserted
+
+    def _reclaim(
+        self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
+    ) -> list[Claim]:
+        reclaimed: list[Claim] = []
+        names, stale_before = set(reclaim.entries), now - reclaim.timeout
+        stale = sorted(
+            (
+                r
+                for r in ns.dispatches.values()
+                if r.status is Status.CLAIMED and r.entry in names and r.claimed_at < stale_before
+            ),
+            key=lambda r: r.claimed_at,
+        )
+        for record in stale[: reclaim.limit]:
+            taken = replace(
+                record,
+                claimed_at=now,
+                attempts=record.attempts + 1,
+                replica=replica.id,
+                host=replica.host,
+                pid=replica.pid,
+            )
+            ns.dispatches[(record.entry, record.window)] = taken
+            assert taken.task_id is not None  # noqa: S101 - claims always carry a task id
+            reclaimed.append(
+                Claim(taken.id, taken.entry, taken.window, taken.task_id, taken.attempts)
+            )
+        return reclaimed
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            wanted = set(sent) | set(failed)
+            for key, record in list(ns.dispatches.items()):
+                if record.id not in wanted or record.status is not Status.CLAIMED:
+                    continue
+                if record.id in failed:
+                    ns.dispatches[key] = replace(
+                        record, status=Status.FAILED, error=failed[record.id]
+                    )
+                else:
+                    ns.dispatches[key] = replace(record, status=Status.SENT, sent_at=now)
+
+    def heartbeat(
+        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
+    ) -> None:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            previous = ns.replicas.get(replica.id)
+            ns.replicas[replica.id] = ReplicaRecord(
+                replica=replica.id,
+                host=replica.host,
+                pid=replica.pid,
+                version=version,
+                started_at=previous.started_at if previous else now,
+                heartbeat_at=now,
+                definitions=dict(definitions),
+            )
+
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._mutex:
+            self._ns(namespace).replicas.pop(replica.id, None)
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            old = [k for k, r in ns.dispatches.items() if r.claimed_at < before]
+            for key in old:
+                del ns.dispatches[key]
+            for replica_id in [k for k, r in ns.replicas.items() if r.heartbeat_at < before]:
+                del ns.replicas[replica_id]
+            expired = [k for k, e in ns.effects.items() if e.expires_at <= now]
+            for effect_key in expired:
+                del ns.effects[effect_key]
+            return len(old) + len(expired)
+
+
+__all__ = ["MemoryStore"]

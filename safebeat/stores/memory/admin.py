@@ -1,0 +1,82 @@
+"""The memory store's reads and changes for operators: states, history, pauses, extra claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    ReplicaRecord,
+    Status,
+)
+from safebeat.stores.memory.state import MemoryState
+
+
+class MemoryAdmin(MemoryState):
+    """`AdminStore` in memory (`schema_version` and `checks` are `MemoryStore`'s)."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._mutex:
+            ns = self._ns(namespace)
+            return self._with_running(ns, ns.entries)
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._mutex:
+            records = list(self._ns(namespace).replicas.values())
+        return sorted(records, key=lambda r: r.heartbeat_at, reverse=True)
+
+    def namespaces(self) -> list[str]:
+        with self._mutex:
+            return sorted(name for name, ns in self._namespaces.items() if ns.entries)
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._mutex:
+            records = [
+                r
+                for r in self._ns(namespace).dispatches.values()
+                if entry is None or r.entry == entry
+            ]
+        records.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return records[:limit]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._mutex:
+            ns = self._ns(namespace)
+            state = ns.entries.get(entry)
+            if state is None:
+                return False
+            ns.entries[entry] = replace(state, paused=paused)
+            return True
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._mutex:
+            return self._ns(namespace).entries.pop(entry, None) is not None
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            inserted = []
+            for claim in claims:
+                record = self._new_row(
+                    ns,
+                    replica,
+                    now,
+                    entry=claim.entry,
+                    window=claim.window,
+                    status=Status.CLAIMED,
+                    task_id=claim.task_id,
+                    task_name=claim.task_name,
+                    reason=reason,
+                )
+                if record is not None:
+                    inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+            return inserted

@@ -1,0 +1,101 @@
+"""The Redis store's reads and changes for operators: states, history, pauses, extra claims."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    ReplicaRecord,
+)
+from safebeat.stores.redis.base import (
+    NAMESPACE_PATTERN,
+    RedisBase,
+    _instant,
+    _record,
+    _states,
+    _us,
+    key_prefix,
+)
+
+
+class RedisAdmin(RedisBase):
+    """`AdminStore` on Redis (`schema_version` and `checks` are `RedisStore`'s)."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        prefix = key_prefix(namespace)
+        with self._boundary("load entry states"):
+            names, *columns = self._run("states", [f"{prefix}:digest"], [prefix])
+        return _states(names, columns)
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        prefix = key_prefix(namespace)
+        with self._boundary("list replicas"):
+            rows = self._run("replicas", [f"{prefix}:heartbeats"], [prefix])
+        records = []
+        for replica_id, description, started, beat in rows:
+            if description is None:
+                continue
+            info = json.loads(description)
+            records.append(
+                ReplicaRecord(
+                    replica=replica_id,
+                    host=info["host"],
+                    pid=int(info["pid"]),
+                    version=info["version"],
+                    started_at=_instant(started or beat),
+                    heartbeat_at=_instant(beat),
+                    definitions=info["definitions"],
+                )
+            )
+        return records
+
+    def namespaces(self) -> list[str]:
+        """Found by SCAN over every node (no index to keep up to date in the tick's path)."""
+        found: set[str] = set()
+        with self._boundary("list namespaces") as client:
+            for key in client.scan_iter(match=NAMESPACE_PATTERN, count=1000):
+                text = key.decode() if isinstance(key, bytes) else str(key)
+                found.add(text[len("safebeat:{") : -len("}:digest")])
+        return sorted(found)
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        prefix = key_prefix(namespace)
+        index = f"{prefix}:history" if entry is None else f"{prefix}:history:{entry}"
+        with self._boundary("read history"):
+            rows = self._run("history", [index], [prefix, limit])
+        records = [_record(int(row_id), fields) for row_id, fields in rows if fields]
+        records.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return records
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("pause an entry"):
+            done = self._run("set_paused", [f"{prefix}:paused"], [prefix, entry, int(paused)])
+        return bool(done)
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("forget an entry"):
+            done = self._run("forget_entry", [f"{prefix}:digest"], [prefix, entry])
+        return bool(done)
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        if not claims:
+            return []
+        prefix = key_prefix(namespace)
+        args: list[object] = [prefix, replica.id, replica.host, replica.pid, reason]
+        for claim in claims:
+            args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
+        with self._boundary("claim windows"):
+            rows = self._run("claim_extra", [f"{prefix}:seq"], args)
+        return [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in rows]

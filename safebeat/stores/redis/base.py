@@ -1,0 +1,247 @@
+"""The Redis store's client, its error boundary, its scripts and key names, and the
+conversions between Redis's strings and safebeat's records, which every part uses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import redis
+import redis.exceptions
+
+from safebeat.config import RedisEviction
+from safebeat.errors import ConfigError, StoreError, StoreUnavailable
+from safebeat.records import (
+    DispatchRecord,
+    EntryState,
+    Outcome,
+    Status,
+)
+from safebeat.stores.redis.checks import check_eviction
+from safebeat.stores.redis.connection import Client, Timeouts, connect
+from safebeat.stores.sqlfiles import load_queries
+from safebeat.urls import password_of, redact, scrub
+
+_BLOCKS = load_queries(__package__ or "safebeat.stores.redis", "scripts.lua")
+
+_PRELUDE = _BLOCKS.pop("prelude")
+
+#: Each server-side step, with the helpers they share in front (Lua scripts cannot import).
+SCRIPTS = {name: f"{_PRELUDE}\n\n{body}" for name, body in _BLOCKS.items()}
+
+#: The layout of safebeat's keys; `migrate` records it, a newer one is refused.
+LAYOUT_VERSION = 1
+
+LAYOUT_KEY = "safebeat:layout"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+#: How Redis reports an ACL denial inside a Lua script (not as a NOPERM error).
+_SCRIPT_DENIED = "can't run this command"
+
+_REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+
+#: The key every namespace with a registered entry has (its entries' digests).
+NAMESPACE_PATTERN = "safebeat:{*}:digest"
+
+
+def _us(instant: datetime) -> str:
+    return str((instant - _EPOCH) // timedelta(microseconds=1))
+
+
+def _instant(micros: str | int | float) -> datetime:
+    # Scores come back as text of a double: exact for microsecond instants (< 2**53).
+    return _EPOCH + timedelta(microseconds=int(float(micros)))
+
+
+def _maybe_instant(micros: str | None) -> datetime | None:
+    return None if micros is None or micros == "" else _instant(micros)
+
+
+def key_prefix(namespace: str) -> str:
+    """The prefix of every key of `namespace`; the braces make it Redis Cluster's hash tag."""
+    return f"safebeat:{{{namespace}}}"
+
+
+def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> dict[str, EntryState]:
+    """Build states from the scripts' columns: anchor, defined, last, digest, schedule,
+    running_since and paused."""
+    anchors, defined, lasts, digests, schedules, running, paused = columns
+    states = {}
+    for i, name in enumerate(names):
+        anchor, defined_at, digest = anchors[i], defined[i], digests[i]
+        if anchor is None or defined_at is None or digest is None:
+            continue  # not registered (or only partly, after an eviction)
+        states[name] = EntryState(
+            name=name,
+            anchor=_instant(anchor),
+            defined_at=_instant(defined_at),
+            last_window=_maybe_instant(lasts[i]),
+            digest=digest,
+            schedule=schedules[i] or "",
+            running_since=_maybe_instant(running[i]),
+            paused=bool(paused[i]),
+        )
+    return states
+
+
+def _claim_key(prefix: str, entry: str, window: datetime) -> str:
+    """The key whose existence is the claim of `window` (see scripts.lua)."""
+    return f"{prefix}:claim:{_us(window)}:{entry}"
+
+
+def _micros(duration: timedelta) -> int:
+    return duration // timedelta(microseconds=1)
+
+
+def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
+    fields = dict(zip(flat[::2], flat[1::2], strict=True))
+
+    def number(name: str) -> int | None:
+        value = fields.get(name)
+        return None if value is None else int(value)
+
+    runtime = number("runtime")
+    outcome = fields.get("outcome")
+    return DispatchRecord(
+        id=row_id,
+        entry=fields["entry"],
+        window=_instant(fields["window"]),
+        status=Status(fields["status"]),
+        task_id=fields.get("task_id"),
+        task_name=fields.get("task_name"),
+        reason=fields.get("reason"),
+        skipped_from=_maybe_instant(fields.get("skipped_from")),
+        skipped_count=number("skipped_count"),
+        replica=fields["replica"],
+        host=fields["host"],
+        pid=int(fields["pid"]),
+        claimed_at=_instant(fields["claimed_at"]),
+        sent_at=_maybe_instant(fields.get("sent_at")),
+        attempts=int(fields["attempts"]),
+        error=fields.get("error"),
+        started_at=_maybe_instant(fields.get("started_at")),
+        finished_at=_maybe_instant(fields.get("finished_at")),
+        outcome=None if outcome is None else Outcome(outcome),
+        runtime=None if runtime is None else timedelta(microseconds=runtime),
+        worker=fields.get("worker"),
+        retries=number("retries"),
+        runs=number("runs") or 0,
+        duplicates=number("duplicates") or 0,
+    )
+
+
+logger = logging.getLogger("safebeat.stores.redis")
+
+
+class RedisBase:
+    """The server (one, Sentinel or Cluster), the client to it and the boundary around
+    every call; each step runs as one of `SCRIPTS`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        lock_timeout: timedelta = timedelta(seconds=5),
+        eviction: RedisEviction = "warn",
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self._url = url
+        self.display_url = redact(url)
+        self._lock_ttl_ms = max(100, int(lock_timeout.total_seconds() * 1000))
+        self._eviction = eviction
+        self._timeouts = timeouts or Timeouts(reply=max(5.0, lock_timeout.total_seconds()))
+        self._client: Client | None = None
+        self._scripts: dict[str, Any] = {}
+        self._checked = False
+        # The newest window this process claimed per (namespace, entry): if Redis comes back
+        # without them (a restart from an old snapshot), this replica still never claims
+        # them twice.
+        self._claimed_until: dict[tuple[str, str], datetime] = {}
+
+    def _connection(self) -> Client:
+        if self._client is None:
+            client = connect(self._url, self._timeouts)
+            self._scripts = {name: client.register_script(src) for name, src in SCRIPTS.items()}
+            self._client = client
+        if not self._checked:
+            check_eviction(self._client, self._eviction, self.display_url)
+            self._checked = True
+        return self._client
+
+    @contextmanager
+    def _boundary(self, action: str) -> Iterator[Client]:
+        """Yield the client; map redis-py's errors onto safebeat's, without passwords."""
+        try:
+            client = self._connection()
+        except ConfigError as exc:  # a URL redis-py cannot read: retrying will not help
+            raise StoreError(f"Redis store {self.display_url}: {exc}") from exc
+        except _REDIS_ERRORS as exc:
+            raise self._translate(action, exc) from exc
+        try:
+            yield client
+        except _REDIS_ERRORS as exc:
+            raise self._translate(action, exc) from exc
+
+    def _translate(self, action: str, exc: Exception) -> StoreError:
+        """The safebeat error for a redis-py error; a connection error drops the client."""
+        if isinstance(exc, redis.exceptions.AuthenticationError):
+            return StoreError(self._refused(action, exc))
+        message = self._message(action, exc)
+        if isinstance(
+            exc,
+            redis.exceptions.ConnectionError
+            | redis.exceptions.TimeoutError
+            | redis.exceptions.BusyLoadingError
+            | redis.exceptions.ReadOnlyError
+            | redis.exceptions.ClusterDownError
+            # No cluster node reachable, or a slot without a node.
+            | redis.exceptions.RedisClusterException,
+        ):
+            self._drop()
+            return StoreUnavailable(message)
+        if isinstance(exc, redis.exceptions.NoPermissionError) or _SCRIPT_DENIED in str(exc):
+            return StoreError(
+                f"{message}; the Redis ACL user lacks a command or key pattern that "
+                "docs/redis.md lists"
+            )
+        return StoreError(message)
+
+    def _refused(self, action: str, exc: BaseException) -> str:
+        """Why Redis refused us, in words: no password given, or a wrong one."""
+        text = str(exc)
+        if password_of(self._url) is None and ("NOAUTH" in text or "HELLO must be called" in text):
+            # Redis's own words ("HELLO must be called with the client already
+            # authenticated...") name a protocol step, not the fix.
+            return (
+                f"Redis store {self.display_url}: {action} failed: the server requires a "
+                "password and the URL gives none; write redis://:PASSWORD@host:port/db "
+                "(or redis://USER:PASSWORD@...)"
+            )
+        return f"{self._message(action, exc)}; check the user name and password in the store URL"
+
+    def _message(self, action: str, exc: BaseException) -> str:
+        detail = scrub(str(exc).strip() or type(exc).__name__, self._url)
+        return f"Redis store {self.display_url}: {action} failed: {detail}"
+
+    def _drop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except redis.exceptions.RedisError:
+                logger.debug("safebeat: closing the Redis client failed", exc_info=True)
+
+    def close(self) -> None:
+        self._drop()
+
+    def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
+        return self._scripts[script](keys=list(keys), args=list(args))
+
+    def clock(self) -> datetime:
+        with self._boundary("read the clock") as client:
+            seconds, micros = client.time()
+        return _EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))

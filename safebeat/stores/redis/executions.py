@@ -1,0 +1,72 @@
+"""The Redis store's execution records and effect keys (the worker hook, `safebeat.claim`)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from safebeat.records import (
+    Outcome,
+    Start,
+)
+from safebeat.stores.redis.base import RedisBase, _claim_key, _micros, key_prefix
+
+
+class RedisExecutions(RedisBase):
+    """`ExecutionStore` and `EffectStore` on Redis, one script each."""
+
+    def start_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        stale_after: timedelta,
+    ) -> Start:
+        prefix = key_prefix(namespace)
+        with self._boundary("record an execution's start"):
+            verdict = self._run(
+                "start_execution",
+                [_claim_key(prefix, entry, window)],
+                [prefix, entry, worker, retries, _micros(stale_after)],
+            )
+        return Start(verdict)
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+        detail: str | None = None,
+    ) -> None:
+        prefix = key_prefix(namespace)
+        with self._boundary("record an execution's end"):
+            self._run(
+                "finish_execution",
+                [_claim_key(prefix, entry, window)],
+                [prefix, entry, worker, retries, outcome.value, _micros(runtime), detail or ""],
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("claim an effect key"):
+            recorded = self._run(
+                "claim_effect",
+                [f"{prefix}:effect:{key}"],
+                [prefix, owner, _micros(keep_for), task_id or ""],
+            )
+        return bool(recorded)
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("release an effect key"):
+            released = self._run("release_effect", [f"{prefix}:effect:{key}"], [prefix, owner])
+        return bool(released)

@@ -1,0 +1,94 @@
+"""The SQLite store's reads and changes for operators (CLI, admin): states, history, pauses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    ReplicaRecord,
+    Status,
+)
+from safebeat.stores.sql_common import replica_columns
+from safebeat.stores.sqlite.connection import (
+    Q,
+    SqliteConnection,
+    _instant,
+    _record,
+    _state,
+    _us,
+)
+
+
+class SqliteAdmin(SqliteConnection):
+    """`AdminStore` on SQLite (`schema_version` and `checks` are `SqliteStore`'s)."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._boundary("load entry states") as conn:
+            rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
+        return {row[0]: _state(row) for row in rows}
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._boundary("list replicas") as conn:
+            rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
+        return [
+            ReplicaRecord(r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6]))
+            for r in rows
+        ]
+
+    def namespaces(self) -> list[str]:
+        with self._boundary("list namespaces") as conn:
+            return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._boundary("read history") as conn:
+            rows = conn.execute(
+                Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
+            ).fetchall()
+        return [_record(r) for r in rows]
+
+    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+        with self._write("pause an entry") as conn:
+            cursor = conn.execute(
+                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": int(paused)}
+            )
+            return cursor.rowcount == 1
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._write("forget an entry") as conn:
+            cursor = conn.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+            return cursor.rowcount == 1
+
+    def claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
+    ) -> list[Claim]:
+        inserted = []
+        with self._write("claim windows") as conn:
+            now = _us(self.clock())
+            for claim in claims:
+                row = conn.execute(
+                    Q["insert_dispatch"],
+                    {
+                        "namespace": namespace,
+                        "entry": claim.entry,
+                        "window": _us(claim.window),
+                        "status": Status.CLAIMED.value,
+                        "task_id": claim.task_id,
+                        "task_name": claim.task_name,
+                        "reason": reason,
+                        "skipped_from": None,
+                        "skipped_count": None,
+                        "now": now,
+                        **replica_columns(replica),
+                    },
+                ).fetchone()
+                if row is not None:
+                    inserted.append(Claim(row[0], claim.entry, claim.window, claim.task_id, 1))
+        return inserted

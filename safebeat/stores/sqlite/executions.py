@@ -1,0 +1,99 @@
+"""The SQLite store's execution records and effect keys (the worker hook, `safebeat.claim`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+from safebeat.records import (
+    Outcome,
+)
+from safebeat.stores.executions import DecidedStart, ExecutionRow
+from safebeat.stores.sqlite.connection import (
+    Q,
+    SqliteConnection,
+    _maybe_instant,
+    _us,
+)
+
+
+class SqliteExecutions(DecidedStart, SqliteConnection):
+    """`ExecutionStore` and `EffectStore` on SQLite."""
+
+    @contextmanager
+    def _execution_row(
+        self, namespace: str, entry: str, window: datetime
+    ) -> Iterator[ExecutionRow | None]:
+        key = {"namespace": namespace, "entry": entry, "window": _us(window)}
+        with self._write("record the start of an execution") as conn:
+            row = conn.execute(Q["execution_of"], key).fetchone()
+            if row is None:
+                yield None
+                return
+            row_id, started_at, finished_at, recorded_retries = row
+            now = self.clock()
+            yield ExecutionRow(
+                now,
+                _maybe_instant(started_at),
+                _maybe_instant(finished_at),
+                recorded_retries,
+                start=lambda worker, retries: conn.execute(
+                    Q["start_execution"],
+                    {"id": row_id, "now": _us(now), "worker": worker, "retries": retries},
+                ),
+                duplicate=lambda: conn.execute(Q["count_duplicate"], {"id": row_id}),
+            )
+
+    def finish_execution(
+        self,
+        namespace: str,
+        entry: str,
+        window: datetime,
+        *,
+        worker: str,
+        retries: int,
+        outcome: Outcome,
+        runtime: timedelta,
+        detail: str | None = None,
+    ) -> None:
+        with self._write("record the end of an execution") as conn:
+            conn.execute(
+                Q["finish_execution"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": _us(window),
+                    "worker": worker,
+                    "retries": retries,
+                    "outcome": outcome.value,
+                    "runtime": runtime // timedelta(microseconds=1),
+                    "detail": detail,
+                    "now": _us(self.clock()),
+                },
+            )
+
+    def claim_effect(
+        self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
+    ) -> bool:
+        with self._write("claim an effect key") as conn:
+            now = self.clock()
+            row = conn.execute(
+                Q["claim_effect"],
+                {
+                    "namespace": namespace,
+                    "key": key,
+                    "owner": owner,
+                    "task_id": task_id,
+                    "now": _us(now),
+                    "expires_at": _us(now + keep_for),
+                },
+            ).fetchone()
+        return row is not None
+
+    def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
+        with self._write("release an effect key") as conn:
+            deleted = conn.execute(
+                Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
+            ).rowcount
+        return bool(deleted)
