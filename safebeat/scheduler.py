@@ -281,7 +281,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if result is None:
             return None
         self._last_store_now = result.now
-        planned = result.plan if isinstance(result.plan, Planned) else Planned()
+        planned = result.plan
+        if not isinstance(planned, Planned):  # a store outside the contract: never spin
+            logger.error(
+                "safebeat: store %s returned a tick result without the plan its planner made "
+                "(TickResult.plan, see safebeat.stores.base.TickStore.tick); its entries are "
+                "looked at every %.0fs instead",
+                self.store.display_url,
+                self.max_interval,
+            )
+            retry_at = result.now + timedelta(seconds=self.max_interval)
+            planned = Planned(upcoming=dict.fromkeys(due, retry_at))
         report_plan(planned, self.metrics)
         for name in due:
             self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)

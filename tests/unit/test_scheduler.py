@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -514,3 +515,24 @@ def test_kombu_retries_a_publish_only_when_a_reconnect_fits_in_the_time_left(
     assert retry_policy(scheduler.connection, 10.0)["max_retries"] == 1
     assert retry_policy(scheduler.connection, 5.0)["max_retries"] == 0
     assert retry_policy(scheduler.connection, 0.5)["max_retries"] == 0
+
+
+def test_a_store_that_drops_the_plan_is_reported_and_beat_does_not_spin(
+    clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store whose tick result lacks the planner's plan (outside the contract) still gets
+    its claims published; beat says so and looks again after max_interval, not at once."""
+
+    class PlanDropping(MemoryStore):
+        def tick(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().tick(*args, **kwargs)
+            return None if result is None else replace(result, plan=TickPlan())
+
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    scheduler = memory_scheduler(app, clock, PlanDropping(clock=clock.now))
+    clock.advance(1)
+    with caplog.at_level(logging.ERROR, "safebeat"):
+        delay = scheduler.tick()
+    assert [h["safebeat_entry"] for h in drain(app, queue)] == ["a"]
+    assert "without the plan its planner made" in caplog.text
+    assert delay == pytest.approx(scheduler.max_interval, abs=0.01)
