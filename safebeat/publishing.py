@@ -150,23 +150,39 @@ class Publisher:
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
+        if not (sentry.monitoring() or opentelemetry.tracing()):
+            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+            return
         headers = options["headers"]
-        sentry.check_in(entry, claim, headers)
-        with opentelemetry.publish_span(
-            entry.name,
-            claim,
-            headers,
-            destination=_destination(options, self.app),
-            transport=_transport(producer),
+        with (
+            sentry.window(entry, claim, headers),
+            opentelemetry.publish_span(
+                entry.name,
+                claim,
+                headers,
+                destination=_destination(options, self.app),
+                transport=_transport(producer),
+            ),
         ):
-            task = self.app.tasks.get(entry.task)
-            plan = self._plan(entry, task, options)
-            if self.direct and plan.direct:
-                self._send_direct(producer, plan, task, args=args, kwargs=kwargs, options=options)
-            elif task is not None:
-                task.apply_async(args, kwargs, producer=producer, **options)
-            else:
-                self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
+            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+
+    def _send(
+        self,
+        producer: Any,
+        entry: Entry,
+        *,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:
+        task = self.app.tasks.get(entry.task)
+        plan = self._plan(entry, task, options)
+        if self.direct and plan.direct:
+            self._send_direct(producer, plan, task, args=args, kwargs=kwargs, options=options)
+        elif task is not None:
+            task.apply_async(args, kwargs, producer=producer, **options)
+        else:
+            self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
 
     def _plan(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> _EntryPlan:
         plan = self._plans.get(entry.name)

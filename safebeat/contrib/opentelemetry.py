@@ -36,6 +36,20 @@ _SCOPE = "safebeat"
 _SYSTEMS = {"amqp": "rabbitmq", "redis": "redis", "sqs": "aws_sqs"}
 
 
+_provider: Any = None
+
+
+def use_tracer_provider(provider: Any) -> None:
+    """Trace with `provider` instead of the global tracer provider (None: the global one
+    again), as OpenTelemetry's instrumentations take `tracer_provider=`."""
+    global _provider  # noqa: PLW0603 - one setting per process, like the global provider
+    _provider = provider
+
+
+def _tracer(trace: Any) -> Any:
+    return trace.get_tracer(_SCOPE, __version__, tracer_provider=_provider)
+
+
 def _trace() -> Any:
     """The OpenTelemetry trace API if the application loaded it, else None."""
     if "opentelemetry.trace" not in sys.modules:
@@ -43,6 +57,11 @@ def _trace() -> Any:
     from opentelemetry import trace  # noqa: PLC0415 - only where the application uses it
 
     return trace
+
+
+def tracing() -> bool:
+    """Whether the application loaded OpenTelemetry's trace API (spans may be recorded)."""
+    return "opentelemetry.trace" in sys.modules
 
 
 @dataclass
@@ -72,7 +91,7 @@ def tick_span(namespace: str, replica: str) -> Iterator[TickSpan]:
     if trace is None:
         yield TickSpan()
         return
-    tracer = trace.get_tracer(_SCOPE, __version__)
+    tracer = _tracer(trace)
     with tracer.start_as_current_span(
         "safebeat tick",
         kind=trace.SpanKind.INTERNAL,
@@ -108,7 +127,7 @@ def publish_span(
     }
     if destination:
         attributes["messaging.destination.name"] = destination
-    tracer = trace.get_tracer(_SCOPE, __version__)
+    tracer = _tracer(trace)
     with tracer.start_as_current_span(
         f"send {destination or entry}", kind=trace.SpanKind.PRODUCER, attributes=attributes
     ):

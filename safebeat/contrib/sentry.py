@@ -27,7 +27,8 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -92,55 +93,77 @@ def _integration() -> Any:
     return integration
 
 
-def check_in(entry: Entry, claim: Claim, headers: MutableMapping[str, Any]) -> bool:
-    """Send the window's "in progress" check-in and add Sentry's headers to `headers`.
+def monitoring() -> bool:
+    """Whether Sentry's Celery integration monitors beat tasks in this process."""
+    return _integration() is not None
 
-    Does nothing (returns False) unless Sentry's Celery integration is active with
-    `monitor_beat_tasks=True` and the entry is monitored. Never raises: a Sentry problem
-    costs the check-in, not the publish.
+
+@contextmanager
+def window(entry: Entry, claim: Claim, headers: MutableMapping[str, Any]) -> Iterator[None]:
+    """Around one window's publish: its own trace, its "in progress" check-in first, and
+    Sentry's headers added to `headers` (as Sentry's `apply_entry` wrapper does).
+
+    Does nothing unless Sentry's Celery integration is active with `monitor_beat_tasks=True`
+    and the entry is monitored. A Sentry problem costs the check-in, never the publish.
     """
+    config = None
     try:
         integration = _integration()
-        if integration is None:
-            return False
-        from sentry_sdk.utils import match_regex_list  # noqa: PLC0415
-
-        if match_regex_list(entry.name, integration.exclude_beat_tasks):
-            return False
-        config = monitor_config(entry)
-        if config is None:
-            _warn_unmonitored(entry)
-            return False
-        _add_headers(entry, claim, config, headers)
+        if integration is not None:
+            config = _monitored(entry, integration)
     except Exception:  # a monitoring problem must never stop a publish (logged)
         logger.exception("safebeat: entry %r: Sentry check-in failed; publishing", entry.name)
-        return False
-    return True
-
-
-def _add_headers(
-    entry: Entry, claim: Claim, config: dict[str, Any], headers: MutableMapping[str, Any]
-) -> None:
+    if config is None:
+        yield
+        return
     import sentry_sdk  # noqa: PLC0415
-    from sentry_sdk.crons import MonitorStatus, capture_checkin  # noqa: PLC0415
 
     with sentry_sdk.isolation_scope() as scope:
-        # Each window starts its own trace, as Sentry's apply_entry patch does.
+        # Each window starts its own trace, as Sentry's apply_entry wrapper does; the mark
+        # is the one Sentry's apply_async wrapper looks for on beat's publishes.
         scope.set_new_propagation_context()
-        scope._name = "celery-beat"  # Sentry's own mark for beat's publishes
-        capture_checkin(
-            monitor_slug=entry.name,
-            monitor_config=config,  # type: ignore[arg-type]  # Sentry's TypedDict
-            check_in_id=check_in_id(claim),
-            status=MonitorStatus.IN_PROGRESS,
-        )
-        sentry: dict[str, Any] = {
-            SLUG_HEADER: entry.name,
-            CONFIG_HEADER: config,
-            CHECK_IN_HEADER: check_in_id(claim),
-            START_HEADER: f"{time.time():.9f}",
-        }
-        sentry.update(scope.iter_trace_propagation_headers())
+        scope._name = "celery-beat"
+        try:
+            _check_in(entry, claim, config, scope, headers)
+        except Exception:  # a monitoring problem must never stop a publish (logged)
+            logger.exception("safebeat: entry %r: Sentry check-in failed; publishing", entry.name)
+        yield
+
+
+def _monitored(entry: Entry, integration: Any) -> dict[str, Any] | None:
+    """The entry's monitor config, or None when it is excluded or cannot be described."""
+    from sentry_sdk.utils import match_regex_list  # noqa: PLC0415
+
+    if match_regex_list(entry.name, integration.exclude_beat_tasks):
+        return None
+    config = monitor_config(entry)
+    if config is None:
+        _warn_unmonitored(entry)
+    return config
+
+
+def _check_in(
+    entry: Entry,
+    claim: Claim,
+    config: dict[str, Any],
+    scope: Any,
+    headers: MutableMapping[str, Any],
+) -> None:
+    from sentry_sdk.crons import MonitorStatus, capture_checkin  # noqa: PLC0415
+
+    capture_checkin(
+        monitor_slug=entry.name,
+        monitor_config=config,  # type: ignore[arg-type]  # Sentry's TypedDict
+        check_in_id=check_in_id(claim),
+        status=MonitorStatus.IN_PROGRESS,
+    )
+    sentry: dict[str, Any] = {
+        SLUG_HEADER: entry.name,
+        CONFIG_HEADER: config,
+        CHECK_IN_HEADER: check_in_id(claim),
+        START_HEADER: f"{time.time():.9f}",
+    }
+    sentry.update(scope.iter_trace_propagation_headers())
     headers.update(sentry)
     # Celery hands the worker only a nested "headers" mapping as request.headers
     # (celery#4875); Sentry's worker side reads its keys from there.

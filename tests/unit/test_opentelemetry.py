@@ -14,11 +14,12 @@ from celery.contrib.testing.worker import start_worker
 from opentelemetry import trace
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import safebeat.worker
 from safebeat.config import Config
+from safebeat.contrib import opentelemetry as safebeat_otel
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.local_store import store_of
@@ -29,33 +30,23 @@ from safebeat.testing import FakeClock, memory_scheduler
 from tests.unit.test_scheduler import START, drain, make_app, run
 
 
-class _Exporter(InMemorySpanExporter):
-    """Keeps spans only while a test of this module runs (the provider outlives it)."""
-
-    recording = False
-
-    def export(self, spans: Any) -> Any:
-        if not self.recording:
-            return SpanExportResult.SUCCESS
-        return super().export(spans)
-
-
-_EXPORTER = _Exporter()
+@pytest.fixture
+def provider() -> Iterator[TracerProvider]:
+    """A tracer provider of the test's own, for safebeat (the global one stays
+    OpenTelemetry's no-op, for the other tests)."""
+    provider = TracerProvider()
+    safebeat_otel.use_tracer_provider(provider)
+    yield provider
+    safebeat_otel.use_tracer_provider(None)
+    provider.shutdown()
 
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The SDK's spans of this test (one tracer provider per process, as OpenTelemetry has)."""
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    _EXPORTER.clear()
-    _EXPORTER.recording = True
-    yield _EXPORTER
-    _EXPORTER.recording = False
-    _EXPORTER.clear()
+def spans(provider: TracerProvider) -> InMemorySpanExporter:
+    """The spans recorded during the test."""
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
 
 
 @pytest.fixture
@@ -127,7 +118,7 @@ def test_the_tick_span_counts_skipped_windows(
 
 
 def test_the_workers_span_continues_the_trace_and_carries_the_window(
-    spans: InMemorySpanExporter,
+    provider: TracerProvider, spans: InMemorySpanExporter
 ) -> None:
     """A window published by safebeat runs on a real (embedded) worker instrumented by
     opentelemetry-instrumentation-celery: its span is a child of the publish span and has
@@ -155,7 +146,7 @@ def test_the_workers_span_continues_the_trace_and_carries_the_window(
     raw: dict[str, Any] = {"task": "otel.report", "schedule": 60.0}
     entry = compile_entry("report", raw, app_timezone=timezone.utc, config=Config())
     instrumentor = CeleryInstrumentor()
-    instrumentor.instrument()
+    instrumentor.instrument(tracer_provider=provider)
     try:
         with start_worker(app, pool="solo", perform_ping_check=False):
             with app.producer_or_acquire() as producer:
