@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta, timezone
+from typing import Any
 
 import pytest
 import sentry_sdk
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
 from celery.schedules import crontab
 from sentry_sdk.integrations.celery import CeleryIntegration
 
+import safebeat.worker
 from safebeat.config import Config
 from safebeat.contrib.sentry import monitor_config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
+from safebeat.local_store import store_of
+from safebeat.publishing import Publisher
 from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
@@ -156,3 +163,45 @@ def test_without_monitor_beat_tasks_nothing_is_checked_in(clock: FakeClock, queu
     [message] = drain(app, queue)
     assert CheckIns.seen == []
     assert "sentry-monitor-slug" not in message
+
+
+def test_a_duplicate_delivery_sends_no_second_ok(sentry: list[dict[str, object]]) -> None:
+    """On a real (embedded) worker with the worker hook, a window delivered twice runs once:
+    Sentry's worker side sends one "ok", under the window's check-in id."""
+    app = Celery("sentry", broker="memory://", set_as_current=False)
+    app.conf.update(
+        safebeat_url=f"memory://sentry-{uuid.uuid4().hex}",
+        safebeat_namespace="unit",
+        task_default_queue=f"q-{uuid.uuid4().hex[:8]}",
+    )
+    runs: list[str] = []
+
+    @app.task(name="sentry.hourly", bind=True, shared=False)
+    def hourly(self: Any) -> None:
+        runs.append(self.request.id)
+
+    safebeat.worker.install(app)
+    store = store_of(app)[1]
+    window = store.clock().replace(minute=0, second=0, microsecond=0)
+    task_id = task_id_for("unit", "hourly", window)
+    plan = TickPlan(claims=[NewClaim("hourly", window, task_id, "sentry.hourly")])
+    result = store.tick("unit", [], lambda n, s: plan, replica=Replica("h", 1, "r00000"))
+    assert result is not None
+    [claim] = result.claimed
+    raw: dict[str, Any] = {"task": "sentry.hourly", "schedule": 3600.0}
+    hourly_entry = compile_entry("hourly", raw, app_timezone=timezone.utc, config=Config())
+    with start_worker(app, pool="solo", perform_ping_check=False):
+        with app.producer_or_acquire() as producer:
+            for _ in range(2):  # a broker redelivery, or a re-publish of the same claim
+                Publisher(app).send(producer, hourly_entry, claim)
+        deadline = time.monotonic() + 20
+        while store.history("unit", "hourly")[0].duplicates < 1:
+            assert time.monotonic() < deadline, "the second delivery never arrived"
+            time.sleep(0.05)
+    assert runs == [task_id]
+    check_in = uuid.UUID(task_id).hex
+    assert [(c["status"], c["check_in_id"]) for c in sentry] == [
+        ("in_progress", check_in),
+        ("in_progress", check_in),
+        ("ok", check_in),
+    ]
