@@ -426,21 +426,27 @@ def describe(rule: Rule) -> str:
         every = f"every {_seconds_text(rule.every)}s"
         return every if rule.anchor is None else f"{every} from {format_window(rule.anchor)}"
     if isinstance(rule, CrontabRule):
-        fields = " ".join(
-            (
-                _cron_field(rule.minutes, 0, 59),
-                _cron_field(rule.hours, 0, 23),
-                _cron_field(rule.days_of_month, 1, 31),
-                _cron_field(rule.months_of_year, 1, 12),
-                _cron_field(rule.days_of_week, 0, 6),
-            )
-        )
+        fields = crontab_fields(rule)
         if rule.seconds != (0,):  # six fields, seconds first; five as before otherwise
             fields = f"{_cron_field(rule.seconds, 0, 59)} {fields}"
-        return f"crontab {fields} in {_zone_name(rule.tz)}"
+        return f"crontab {fields} in {zone_name(rule.tz)}"
     if isinstance(rule, SolarRule):
         return f"solar {rule.event} at {_number_text(rule.lat)},{_number_text(rule.lon)}"
     return f"once at {format_window(rule.at)}"
+
+
+def crontab_fields(rule: CrontabRule) -> str:
+    """The five cron fields of a crontab rule (minute hour day month weekday, Sunday 0),
+    without its seconds and zone."""
+    return " ".join(
+        (
+            _cron_field(rule.minutes, 0, 59),
+            _cron_field(rule.hours, 0, 23),
+            _cron_field(rule.days_of_month, 1, 31),
+            _cron_field(rule.months_of_year, 1, 12),
+            _cron_field(rule.days_of_week, 0, 6),
+        )
+    )
 
 
 def _seconds_text(duration: timedelta) -> str:
@@ -482,7 +488,8 @@ def zone_of(schedule: str) -> tzinfo | None:
 _CRONTAB_ZONE = re.compile(r"\bcrontab (?:\S+ ){5,6}in (\S+)")
 
 
-def _zone_name(zone: tzinfo) -> str:
+def zone_name(zone: tzinfo) -> str:
+    """A zone's IANA name where it has one (`Europe/Moscow`), `UTC` for any zero offset."""
     key = getattr(zone, "key", None)
     if isinstance(key, str):
         return key

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from safebeat import signals
 from safebeat.backoff import Backoff
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.metrics import BeatMetrics
@@ -20,7 +21,8 @@ class TickGuard:
     """Runs one step of beat's work and returns the seconds to sleep, never raising.
 
     After a failure, `backoff.waiting(now)` says the store is being left alone; a step
-    that succeeds again resets the backoff and says the store is back.
+    that succeeds again resets the backoff and says the store is back. Each failure is
+    also sent as `safebeat.signals.tick_failed`, from `sender`.
     """
 
     def __init__(
@@ -30,6 +32,7 @@ class TickGuard:
         monotonic: Callable[[], float],
         max_sleep: float,
         store_url: Callable[[], str],
+        sender: object = None,
     ) -> None:
         self.backoff = Backoff()
         self._metrics = metrics
@@ -37,6 +40,7 @@ class TickGuard:
         self._max_sleep = max_sleep
         self._store_url = store_url
         self._failures = 0
+        self._sender = sender
 
     def run(self, step: Callable[[], float]) -> float:
         """Run `step`; turn store trouble into a backoff and anything else into a log line."""
@@ -68,4 +72,5 @@ class TickGuard:
         logger.log(
             level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
         )
+        signals.send(signals.tick_failed, self._sender, exception=exc, reason=what, retry_in=delay)
         return min(delay, self._max_sleep)

@@ -26,6 +26,7 @@ from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from celery.utils.time import subtract_datetimes
 
+from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
 from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
 from safebeat.records import Claim
@@ -83,6 +84,23 @@ def _evaluate(value: object) -> object:
     return value() if isinstance(value, BeatLazyFunc) else value
 
 
+def _destination(options: Mapping[str, Any], app: Any) -> str | None:
+    """The queue a message is meant for, as far as its options say (before routing)."""
+    queue = options.get("queue")
+    if queue is not None:
+        return queue if isinstance(queue, str) else str(getattr(queue, "name", queue))
+    routing_key = options.get("routing_key")
+    return str(routing_key) if routing_key else str(app.conf.task_default_queue)
+
+
+def _transport(producer: Any) -> str | None:
+    """The kombu transport's driver type (`amqp`, `redis`...), without connecting."""
+    connection = getattr(producer, "connection", None)
+    transport = getattr(connection, "transport", None)
+    driver = getattr(transport, "driver_type", None)
+    return driver if isinstance(driver, str) else None
+
+
 @dataclass
 class _EntryPlan:
     """What the publisher worked out once for one compiled entry."""
@@ -122,11 +140,41 @@ class Publisher:
         *,
         retry_policy: Mapping[str, Any] | None = None,
     ) -> None:
-        """Publish one window. `retry_policy` bounds kombu's reconnect-and-retry."""
+        """Publish one window. `retry_policy` bounds kombu's reconnect-and-retry.
+
+        With Sentry's Celery integration monitoring beat tasks, the window's check-in goes
+        out first (`safebeat.contrib.sentry`); with OpenTelemetry, the publish has its
+        producer span (`safebeat.contrib.opentelemetry`).
+        """
         args, kwargs, options = message_for(entry, claim)
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
+        if not (sentry.monitoring() or opentelemetry.tracing()):
+            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+            return
+        headers = options["headers"]
+        with (
+            sentry.window(entry, claim, headers),
+            opentelemetry.publish_span(
+                entry.name,
+                claim,
+                headers,
+                destination=_destination(options, self.app),
+                transport=_transport(producer),
+            ),
+        ):
+            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+
+    def _send(
+        self,
+        producer: Any,
+        entry: Entry,
+        *,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:
         task = self.app.tasks.get(entry.task)
         plan = self._plan(entry, task, options)
         if self.direct and plan.direct:

@@ -11,13 +11,14 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
+from safebeat import signals
 from safebeat.dispatch import Dispatched
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 from safebeat.identity import format_window
 from safebeat.metrics import BeatMetrics
 from safebeat.planning import Planned
-from safebeat.records import Claim, EntryState, NewSkip
+from safebeat.records import Claim, EntryState, NewSkip, TickResult
 from safebeat.windows import SkipReason, typical_period
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -50,6 +51,11 @@ def report_plan(planned: Planned, metrics: BeatMetrics) -> None:
         _summarize_skips(unexpected)
 
 
+def skipped_windows(skips: Sequence[NewSkip]) -> int:
+    """How many windows `skips` stand for (a span too long to count counts as one)."""
+    return sum(skip.count or 1 for skip in skips)
+
+
 def _summarize_skips(skips: Sequence[NewSkip]) -> None:
     """One line per tick, however many entries skipped windows (details at DEBUG)."""
     by_reason: dict[str, int] = {}
@@ -79,6 +85,43 @@ def report_claims(
             "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
             "(same task ids)",
             len(reclaimed),
+        )
+
+
+def announce_tick(sender: object, result: TickResult, namespace: str, replica: str) -> None:
+    """Send the signals of a committed tick: windows claimed, taken over and skipped."""
+    for claim in result.claimed:
+        signals.send(
+            signals.window_claimed,
+            sender,
+            namespace=namespace,
+            entry=claim.entry,
+            window=claim.window,
+            task_id=claim.task_id,
+            replica=replica,
+        )
+    for claim in result.reclaimed:
+        signals.send(
+            signals.window_republished,
+            sender,
+            namespace=namespace,
+            entry=claim.entry,
+            window=claim.window,
+            task_id=claim.task_id,
+            attempts=claim.attempts,
+            replica=replica,
+        )
+    for skip in result.plan.skips:
+        signals.send(
+            signals.window_skipped,
+            sender,
+            namespace=namespace,
+            entry=skip.entry,
+            window=skip.window,
+            first=skip.first,
+            count=skip.count,
+            reason=skip.reason,
+            replica=replica,
         )
 
 

@@ -21,6 +21,7 @@ from celery import beat
 
 from safebeat.app_schedule import settings_source
 from safebeat.config import Config, config_from_app
+from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError
@@ -34,6 +35,7 @@ from safebeat.planning import Planned, plan_tick
 from safebeat.publishing import Publisher
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
 from safebeat.reporting import (
+    announce_tick,
     report_claims,
     report_dispatch,
     report_entries,
@@ -41,6 +43,7 @@ from safebeat.reporting import (
     report_registration,
     report_unregistered,
     serve_metrics,
+    skipped_windows,
 )
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
@@ -103,6 +106,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             monotonic=self._monotonic,
             max_sleep=self.max_interval,
             store_url=lambda: self.store.display_url,
+            sender=self,
         )
         self.dispatcher = Dispatcher(
             app,
@@ -254,7 +258,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             # follow the missed-window policy, and other replicas may still send them.
             due, reclaim = [], False
         if due or reclaim:
-            result = self._locked_tick(due, reclaim=reclaim)
+            with opentelemetry.tick_span(self.safebeat_config.namespace, self.replica.id) as span:
+                result = self._locked_tick(due, reclaim=reclaim)
+                span.done(
+                    claimed=0 if result is None else len(result.claimed),
+                    skipped=0 if result is None else skipped_windows(result.plan.skips),
+                    republished=0 if result is None else len(result.reclaimed),
+                    busy=result is None,
+                )
             if result is None:
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
@@ -300,6 +311,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if reclaim:
             self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
         report_claims(result.claimed, result.reclaimed, self.metrics)
+        announce_tick(self, result, config.namespace, self.replica.id)
         self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
         return result
 

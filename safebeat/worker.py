@@ -43,7 +43,9 @@ from typing import Any
 from celery import signals, states
 from celery.exceptions import Ignore
 
+from safebeat import signals as safebeat_signals
 from safebeat.backoff import Backoff
+from safebeat.contrib import opentelemetry
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window, task_id_for
@@ -177,6 +179,7 @@ class _Execution:
     worker: str
     retries: int
     started: float
+    start: Start = Start.RUN  # the store's verdict: run, or take over
 
 
 def _check_delivery(task: Any) -> None:
@@ -193,6 +196,7 @@ def _check_delivery(task: Any) -> None:
     try:
         execution = begin(task, request, window)
     except Ignore:
+        _annotate(window, Start.DUPLICATE.value)
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
@@ -200,6 +204,15 @@ def _check_delivery(task: Any) -> None:
         return
     if execution is not None:
         request._safebeat_execution = execution
+    _annotate(window, None if execution is None else execution.start.value)
+
+
+def _annotate(window: CurrentWindow, delivery: str | None) -> None:
+    """Put the window on the task's trace span (OpenTelemetry, when the app uses it)."""
+    try:
+        opentelemetry.annotate_task_span(window.entry, format_window(window.window), delivery)
+    except Exception:  # tracing must never fail the task (logged)
+        logger.exception("safebeat: annotating the task's span failed")
 
 
 def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
@@ -257,6 +270,15 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             request.id,
             retries,
         )
+        safebeat_signals.send(
+            safebeat_signals.execution_duplicate,
+            task,
+            namespace=config.namespace,
+            entry=window.entry,
+            window=window.window,
+            task_id=request.id,
+            retries=retries,
+        )
         raise Ignore()
     if verdict is Start.UNKNOWN:
         _warn_once(
@@ -276,7 +298,17 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             stale_after,
             request.id,
         )
-    return _Execution(window, worker, retries, time.monotonic())
+        safebeat_signals.send(
+            safebeat_signals.execution_taken_over,
+            task,
+            namespace=config.namespace,
+            entry=window.entry,
+            window=window.window,
+            task_id=request.id,
+            retries=retries,
+            stale_after=stale_after,
+        )
+    return _Execution(window, worker, retries, time.monotonic(), verdict)
 
 
 def _untracked(task: Any, window: CurrentWindow) -> None:

@@ -277,3 +277,56 @@ def test_history_keeps_the_dispatch_status(app: Celery, task: Any) -> None:
     task_id = dispatch(app)
     deliver(task, task_id)
     assert row(app).status is Status.CLAIMED
+
+
+def test_duplicate_and_takeover_are_sent_as_signals(app: Celery, task: Any) -> None:
+    """A skipped duplicate sends execution_duplicate; a takeover sends execution_taken_over."""
+    from safebeat import signals
+
+    received: list[tuple[str, str, datetime]] = []
+
+    def receiver(signal: Any = None, sender: Any = None, **arguments: Any) -> None:
+        received.append((signal.name, arguments["task_id"], arguments["window"]))
+
+    signals.execution_duplicate.connect(receiver, weak=False)
+    signals.execution_taken_over.connect(receiver, weak=False)
+    try:
+        task_id = dispatch(app)
+        deliver(task, task_id)
+        deliver(task, task_id)
+        later = WINDOW + timedelta(days=7)
+        other = dispatch(app, later)
+        task.push_request(id=other, headers=None, is_eager=False)
+        store(app).start_execution(
+            NAMESPACE, "weekly", later, worker="dead@host:9", retries=0, stale_after=timedelta(0)
+        )
+        task.pop_request()
+        deliver(task, other, window=later, timelimit=(1e-6, None))
+    finally:
+        signals.execution_duplicate.disconnect(receiver)
+        signals.execution_taken_over.disconnect(receiver)
+    assert received == [
+        ("safebeat.execution_duplicate", task_id, WINDOW),
+        ("safebeat.execution_taken_over", other, later),
+    ]
+
+
+def test_a_signal_receiver_that_raises_never_fails_the_task(
+    app: Celery, task: Any, ran: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver of execution_duplicate that raises is logged; the duplicate is still skipped."""
+    from safebeat import signals
+
+    def broken(sender: Any = None, **arguments: Any) -> None:
+        raise RuntimeError("plugin bug")
+
+    signals.execution_duplicate.connect(broken, weak=False)
+    try:
+        task_id = dispatch(app)
+        deliver(task, task_id)
+        with caplog.at_level(logging.ERROR):
+            assert deliver(task, task_id) == "IGNORED"
+    finally:
+        signals.execution_duplicate.disconnect(broken)
+    assert ran == [task_id]
+    assert "plugin bug" in caplog.text
