@@ -62,9 +62,9 @@ entry's windows are recorded as skipped with reason `paused`, and resuming never
 the windows that passed meanwhile. `pause --until 2026-03-01T09:00:00Z` ends the pause by
 itself at that instant: the windows before it are skipped, the ones from it on are sent,
 by every replica and with no `resume`; `status` shows `paused until ... (note)`.
-`trigger` and `backfill` claim their windows under the same unique key as beat, then publish them from this process with the app given by
-`-A`: a window already sent is never sent again, and every extra run is recorded with
-reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
+`trigger` and `backfill` claim their windows under the same unique key as beat, then
+publish them from this process with the app given by `-A`: a window already sent is never
+sent again, and every extra run is recorded with reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
 run. `trigger` and `backfill` find the entry in the schedule beat runs, django-celery-beat
 rows included.
 
