@@ -64,9 +64,9 @@ itself at that instant: the windows before it are skipped, the ones from it on a
 by every replica and with no `resume`; `status` shows `paused until ... (note)`.
 `trigger` and `backfill` claim their windows under the same unique key as beat, then
 publish them from this process with the app given by `-A`: a window already sent is never
-sent again, and every extra run is recorded with reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
-run. `trigger` and `backfill` find the entry in the schedule beat runs, django-celery-beat
-rows included.
+sent again, and every extra run is recorded with reason `trigger` or `backfill`. A paused
+entry can still be triggered: that is an explicit run. `trigger` and `backfill` find the
+entry in the schedule beat runs, django-celery-beat rows included.
 
 Every `pause`, `resume`, `trigger`, `backfill`, `prune` and `migrate`, from this command,
 the Django admin or the web console, is recorded in the store's audit trail: who (here
