@@ -455,7 +455,11 @@ def test_audit_lists_actions_newest_first_by_entry_and_as_json(
     store = registered(sqlite_url, namespace)
     store.register(namespace, [Definition("other", "every 60s", "d")], REPLICA)
     args = ("--url", sqlite_url, "--namespace", namespace)
-    for command in (("pause", "report", "--note", "first"), ("pause", "other"), ("resume", "report")):
+    for command in (
+        ("pause", "report", "--note", "first"),
+        ("pause", "other"),
+        ("resume", "report"),
+    ):
         assert cli(*args, *command).exit_code == 0
     table = cli(*args, "audit").output.splitlines()
     assert table[0].split() == ["when", "who", "action", "entry", "windows", "note"]

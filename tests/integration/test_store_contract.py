@@ -854,9 +854,7 @@ def test_the_audit_trail_records_actions_at_store_time_newest_first(
     assert other.audit(namespace + "-other") == []
 
 
-def test_prune_deletes_audit_records_made_before_the_cutoff(
-    store: Store, namespace: str
-) -> None:
+def test_prune_deletes_audit_records_made_before_the_cutoff(store: Store, namespace: str) -> None:
     """Prune drops audit records older than its cutoff (safebeat_retention) and keeps newer
     ones, without counting them among the rows it reports."""
     old = store.record_audit(namespace, AuditEvent("a", AuditAction.TRIGGER, "x"))
