@@ -509,12 +509,13 @@ def prune(options: Options, older_than: str | None, orphans: bool) -> None:
 
 def _prune_orphans(options: Options) -> None:
     _require_app(options, "prune --orphans", "compares the store with the app's schedule")
+    actor = operations.cli_actor()
     with _opened(options) as (config, store):
         changes = _changes(options, config, store)
         forgotten = [
             c.name
             for c in planning.orphans(changes)
-            if store.forget_entry(config.namespace, c.name)
+            if operations.forget_entry(store, config.namespace, c.name, actor=actor)
         ]
     for name in forgotten:
         click.echo(f"forgot {name!r}: no code defines it")

@@ -84,8 +84,8 @@ def set_paused(
         now = store.clock()
         if until <= now:
             raise OperationError(
-                f"--until {until.isoformat()} is not in the future (store time "
-                f"{now.isoformat()}); give a later instant, or resume instead"
+                f"the pause of {entry!r} would end at {until.isoformat()}, which is not in "
+                f"the future (store time {now.isoformat()}); give a later end, or resume"
             )
     note = note or None
     if not store.set_paused(namespace, entry, paused, until=until, note=note):
@@ -102,6 +102,16 @@ def prune(store: Store, namespace: str, *, before: datetime, actor: str) -> int:
     note = f"before {before.isoformat()}: {deleted} row(s)"
     store.record_audit(namespace, AuditEvent(actor, AuditAction.PRUNE, note=note))
     return deleted
+
+
+def forget_entry(store: Store, namespace: str, entry: str, *, actor: str) -> bool:
+    """Forget `entry`'s shared state (see Store.forget_entry: `prune --orphans`); return
+    whether it was registered. Recorded as a prune of that entry."""
+    if not store.forget_entry(namespace, entry):
+        return False
+    note = "forgot its state: no code defines it"
+    store.record_audit(namespace, AuditEvent(actor, AuditAction.PRUNE, entry, note=note))
+    return True
 
 
 def migrate(store: Store, namespace: str, *, actor: str) -> int:
