@@ -40,7 +40,7 @@ from safebeat.overview import (
     replica_statuses,
 )
 from safebeat.plan import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
-from safebeat.records import DispatchRecord
+from safebeat.records import AuditRecord, DispatchRecord
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 
@@ -212,9 +212,9 @@ def main(
 @click.pass_obj
 def migrate(options: Options) -> None:
     """Create or upgrade safebeat's tables in the store (safe to run from many places)."""
-    _, store = open_store(options, create=True)
+    config, store = open_store(options, create=True)
     try:
-        version = store.migrate()
+        version = operations.migrate(store, config.namespace, actor=operations.cli_actor())
     finally:
         store.close()
     click.echo(f"{store.display_url}: schema at version {version}")
@@ -234,6 +234,8 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
         "running_since": s.running_since,
         "skipped_recently": s.skipped_recently,
         "paused": s.paused,
+        "paused_until": s.paused_until,
+        "pause_note": s.pause_note,
     }
 
 
@@ -282,7 +284,7 @@ def status(options: Options, as_json: bool) -> None:
              "last success", "running since"],
             [
                 [
-                    s.name + (" (paused)" if s.paused else ""),
+                    s.name + (f" ({s.pause_text})" if s.paused else ""),
                     s.schedule,
                     _next_cell(s, schedule),
                     when(None if s.last_sent is None else s.last_sent.window),
@@ -499,18 +501,21 @@ def prune(options: Options, older_than: str | None, orphans: bool) -> None:
         keep = (
             config.retention if older_than is None else parse_duration(older_than, "--older-than")
         )
-        deleted = store.prune(config.namespace, store.clock() - keep)
+        deleted = operations.prune(
+            store, config.namespace, before=store.clock() - keep, actor=operations.cli_actor()
+        )
     click.echo(f"{store.display_url}: pruned {deleted} row(s) older than {span(keep)}")
 
 
 def _prune_orphans(options: Options) -> None:
     _require_app(options, "prune --orphans", "compares the store with the app's schedule")
+    actor = operations.cli_actor()
     with _opened(options) as (config, store):
         changes = _changes(options, config, store)
         forgotten = [
             c.name
             for c in planning.orphans(changes)
-            if store.forget_entry(config.namespace, c.name)
+            if operations.forget_entry(store, config.namespace, c.name, actor=actor)
         ]
     for name in forgotten:
         click.echo(f"forgot {name!r}: no code defines it")
@@ -618,28 +623,99 @@ def _plan_line(change: Change) -> str:
     return f"{change.after} (arguments, options or policy changed)"
 
 
+_NOTE = click.option("--note", help="Why, for the audit trail (`safebeat audit`).", metavar="TEXT")
+
+
 @main.command()
 @click.argument("entry")
+@click.option(
+    "--until",
+    "until_text",
+    help="End the pause by itself at this instant (ISO 8601, with zone).",
+    metavar="ISO",
+)
+@_NOTE
 @_store_options
 @click.pass_obj
-def pause(options: Options, entry: str) -> None:
-    """Pause ENTRY for every replica: its windows are skipped (reason `paused`) until resumed."""
+def pause(options: Options, entry: str, until_text: str | None, note: str | None) -> None:
+    """Pause ENTRY for every replica: its windows are skipped (reason `paused`) until resumed,
+    or with --until until that instant, when every replica resumes it by itself."""
+    until = None if until_text is None else _instant(until_text, "--until")
     with _opened(options) as (config, store):
-        operations.set_paused(store, config.namespace, entry, True)
+        operations.set_paused(
+            store,
+            config.namespace,
+            entry,
+            True,
+            actor=operations.cli_actor(),
+            until=until,
+            note=note,
+        )
+    ends = "until resumed" if until is None else f"until {when(until)}, then resumes by itself"
     click.echo(
-        f"paused {entry!r} in namespace {config.namespace!r}; every replica skips its windows"
+        f"paused {entry!r} in namespace {config.namespace!r}; "
+        f"every replica skips its windows {ends}"
     )
 
 
 @main.command()
 @click.argument("entry")
+@_NOTE
 @_store_options
 @click.pass_obj
-def resume(options: Options, entry: str) -> None:
+def resume(options: Options, entry: str, note: str | None) -> None:
     """Resume ENTRY: its next window is dispatched; windows that passed while paused are not."""
     with _opened(options) as (config, store):
-        operations.set_paused(store, config.namespace, entry, False)
+        operations.set_paused(
+            store, config.namespace, entry, False, actor=operations.cli_actor(), note=note
+        )
     click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
+
+
+def _audit_row(r: AuditRecord) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "at": r.at,
+        "actor": r.actor,
+        "action": r.action,
+        "entry": r.entry,
+        "windows": list(r.windows),
+        "note": r.note,
+    }
+
+
+def _windows_cell(found: Sequence[datetime]) -> str:
+    shown = ", ".join(when(w) for w in found[:2])
+    return f"{shown} (+{len(found) - 2})" if len(found) > 2 else (shown or "-")
+
+
+@main.command()
+@click.option("--entry", help="Only the actions on this entry.", metavar="NAME")
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1, 100_000),
+    help="How many of the newest actions to show.",
+)  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@_store_options
+@click.pass_obj
+def audit(options: Options, entry: str | None, limit: int, as_json: bool) -> None:
+    """Who paused, resumed, triggered, backfilled, pruned or migrated, when and with what
+    note: the operator actions from the CLI, the Django admin and the web console."""
+    with _opened(options) as (config, store):
+        records = store.audit(config.namespace, entry, limit=limit)
+    if as_json:
+        _emit_json([_audit_row(r) for r in records])
+        return
+    click.echo(
+        _table(
+            ["when", "who", "action", "entry", "windows", "note"],
+            [
+                [when(r.at), r.actor, r.action.value, r.entry or "-", _windows_cell(r.windows),
+                 r.note or "-"]
+                for r in records
+            ],
+        )
+    )  # fmt: skip
 
 
 def _require_app(options: Options, command: str, why: str = "publishes the task") -> None:
@@ -675,14 +751,17 @@ def _report(published: operations.Published, what: str) -> None:
 
 @main.command()
 @click.argument("entry")
+@_NOTE
 @_store_options
 @click.pass_obj
-def trigger(options: Options, entry: str) -> None:
+def trigger(options: Options, entry: str, note: str | None) -> None:
     """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
     _require_app(options, "trigger")
     with _opened(options) as (config, store):
         compiled = _compiled_entry(options, config, entry)
-        published = operations.trigger(options.app, store, config.namespace, compiled)
+        published = operations.trigger(
+            options.app, store, config.namespace, compiled, actor=operations.cli_actor(), note=note
+        )
     _report(published, f"triggered {entry!r}")
 
 
@@ -704,9 +783,12 @@ def _instant(value: str, name: str) -> datetime:
     type=click.IntRange(1, 100_000),
     help="Refuse ranges with more windows than this.",
 )
+@_NOTE
 @_store_options
 @click.pass_obj
-def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> None:
+def backfill(
+    options: Options, *, entry: str, start: str, end: str, limit: int, note: str | None
+) -> None:
     """Dispatch ENTRY's windows between --from and --to that were never sent. Needs -A.
 
     Windows already sent, skipped or claimed are left alone; each new one is recorded with
@@ -717,7 +799,15 @@ def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> 
     with _opened(options) as (config, store):
         compiled = _compiled_entry(options, config, entry)
         published = operations.backfill(
-            options.app, store, config.namespace, compiled, start=first, end=last, limit=limit
+            options.app,
+            store,
+            config.namespace,
+            compiled,
+            start=first,
+            end=last,
+            limit=limit,
+            actor=operations.cli_actor(),
+            note=note,
         )
     _report(published, f"backfilled {entry!r}")
 

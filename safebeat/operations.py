@@ -1,14 +1,19 @@
-"""What an operator does to a running schedule: pause, resume, trigger and backfill.
+"""What an operator does to a running schedule: pause, resume, trigger, backfill, prune
+and migrate, each recorded in the store's audit trail.
 
-Used by the `safebeat` CLI, the Django admin and the web console. Pausing only sets a
-flag in the store; every replica reads it at its next tick. Triggering and backfilling
+Used by the `safebeat` CLI, the Django admin and the web console, which each pass who acts
+(`actor`: the signed-in user, or `cli_actor()`). Pausing only sets a flag (and an optional
+end) in the store; every replica reads it at its next tick. Triggering and backfilling
 claim windows under the same unique key as the scheduler does, then publish them from
-this process, so a window already sent is never sent again.
+this process, so a window already sent is never sent again. Each operation records its
+audit line once it has done its work, so the trail holds what was done.
 """
 
 from __future__ import annotations
 
+import getpass
 import itertools
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +29,7 @@ from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
 from safebeat.local_store import config_of
-from safebeat.records import Claim, NewClaim
+from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim
 from safebeat.stores.base import Store
 
 #: Most windows one backfill claims unless asked for more.
@@ -51,13 +56,78 @@ class Published:
     already_claimed: int
 
 
-def set_paused(store: Store, namespace: str, entry: str, paused: bool) -> None:
-    """Pause (or resume) `entry` for every replica, from their next tick on."""
-    if not store.set_paused(namespace, entry, paused):
+def cli_actor() -> str:
+    """Who acts from a shell: the OS user at this host (`alice@web-1`)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in the environment or the password database
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def set_paused(
+    store: Store,
+    namespace: str,
+    entry: str,
+    paused: bool,
+    *,
+    actor: str,
+    until: datetime | None = None,
+    note: str | None = None,
+) -> None:
+    """Pause (or resume) `entry` for every replica, from their next tick on.
+
+    A pause with `until` ends by itself there: every replica dispatches the entry's windows
+    from that instant on, with no resume needed. `until` must be in the future (store time).
+    """
+    if paused and until is not None:
+        now = store.clock()
+        if until <= now:
+            raise OperationError(
+                f"the pause of {entry!r} would end at {until.isoformat()}, which is not in "
+                f"the future (store time {now.isoformat()}); give a later end, or resume"
+            )
+    note = note or None
+    if not store.set_paused(namespace, entry, paused, until=until, note=note):
         raise OperationError(f"no entry {entry!r} is registered in namespace {namespace!r}")
+    action = AuditAction.PAUSE if paused else AuditAction.RESUME
+    windows_ = (until,) if paused and until is not None else ()
+    store.record_audit(namespace, AuditEvent(actor, action, entry, windows_, note))
 
 
-def trigger(app: Any, store: Store, namespace: str, entry: Entry) -> Published:
+def prune(store: Store, namespace: str, *, before: datetime, actor: str) -> int:
+    """Delete history, silent replicas and audit records older than `before`, and expired
+    effect keys (see Store.prune); return the dispatch rows and effect keys deleted."""
+    deleted = store.prune(namespace, before)
+    note = f"before {before.isoformat()}: {deleted} row(s)"
+    store.record_audit(namespace, AuditEvent(actor, AuditAction.PRUNE, note=note))
+    return deleted
+
+
+def forget_entry(store: Store, namespace: str, entry: str, *, actor: str) -> bool:
+    """Forget `entry`'s shared state (see Store.forget_entry: `prune --orphans`); return
+    whether it was registered. Recorded as a prune of that entry."""
+    if not store.forget_entry(namespace, entry):
+        return False
+    note = "forgot its state: no code defines it"
+    store.record_audit(namespace, AuditEvent(actor, AuditAction.PRUNE, entry, note=note))
+    return True
+
+
+def migrate(store: Store, namespace: str, *, actor: str) -> int:
+    """Bring the store's schema to this safebeat's (see Store.migrate); return its version.
+
+    Recorded in `namespace`'s audit trail, since the trail lives in the schema it makes.
+    """
+    version = store.migrate()
+    note = f"schema at version {version}"
+    store.record_audit(namespace, AuditEvent(actor, AuditAction.MIGRATE, note=note))
+    return version
+
+
+def trigger(
+    app: Any, store: Store, namespace: str, entry: Entry, *, actor: str, note: str | None = None
+) -> Published:
     """Run `entry` once now, outside its schedule: a window at the store's current instant.
 
     The window keeps its microseconds, so it never coincides with a scheduled window,
@@ -66,9 +136,19 @@ def trigger(app: Any, store: Store, namespace: str, entry: Entry) -> Published:
     _require_registered(store, namespace, entry.name)
     now = store.clock()
     window = now if now.microsecond else now + _MICROSECOND
-    return _claim_and_publish(
+    published = _claim_and_publish(
         app, store, namespace, entry, windows_to_claim=[window], reason="trigger"
     )
+    _record(
+        store,
+        namespace,
+        action=AuditAction.TRIGGER,
+        entry=entry.name,
+        published=published,
+        actor=actor,
+        note=note,
+    )
+    return published
 
 
 def backfill(
@@ -80,6 +160,8 @@ def backfill(
     start: datetime,
     end: datetime,
     limit: int = BACKFILL_LIMIT,
+    actor: str,
+    note: str | None = None,
 ) -> Published:
     """Dispatch the windows of `entry` in `[start, end]` that have no row yet.
 
@@ -87,9 +169,37 @@ def backfill(
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
     found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
-    return _claim_and_publish(
+    published = _claim_and_publish(
         app, store, namespace, entry, windows_to_claim=found, reason="backfill"
     )
+    _record(
+        store,
+        namespace,
+        action=AuditAction.BACKFILL,
+        entry=entry.name,
+        published=published,
+        actor=actor,
+        note=note,
+    )
+    return published
+
+
+def _record(
+    store: Store,
+    namespace: str,
+    *,
+    action: AuditAction,
+    entry: str,
+    published: Published,
+    actor: str,
+    note: str | None,
+) -> None:
+    """Record a trigger or backfill with the windows it claimed (a window that already had
+    a row is not the operator's doing)."""
+    claimed = [c.window for c in (*published.sent, *published.unsent)]
+    claimed += [datetime.fromisoformat(w) for w in published.failed]
+    event = AuditEvent(actor, action, entry, tuple(sorted(claimed)), note or None)
+    store.record_audit(namespace, event)
 
 
 def backfill_windows(

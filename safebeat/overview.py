@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from safebeat import windows
+from safebeat.display import when
 from safebeat.entries import Entry
 from safebeat.liveness import is_live
 from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
@@ -33,10 +34,20 @@ class EntryStatus:
     last_success: datetime | None
     running_since: datetime | None
     skipped_recently: int
-    paused: bool
+    paused: bool  # paused at the store's now (a pause whose end passed is over)
     #: The oldest window that is due (at or before the store's now) and not decided yet:
     #: beat is behind on it. None when nothing is due, or without the entry's schedule.
     overdue_window: datetime | None = None
+    paused_until: datetime | None = None  # where a pause in force ends by itself
+    pause_note: str | None = None
+
+    @property
+    def pause_text(self) -> str:
+        """`paused`, `paused until <instant>`, each with ` (note)`; empty when not paused."""
+        if not self.paused:
+            return ""
+        text = "paused" if self.paused_until is None else f"paused until {when(self.paused_until)}"
+        return f"{text} ({self.pause_note})" if self.pause_note else text
 
     @property
     def sent_by(self) -> str | None:
@@ -89,8 +100,10 @@ def entry_status(
         last_success=None if success is None else success.finished_at,
         running_since=state.running_since,
         skipped_recently=sum(r.skipped_count or 1 for r in rows if r.status is Status.SKIPPED),
-        paused=state.paused,
+        paused=state.paused_at(now),
         overdue_window=overdue,
+        paused_until=state.paused_until if state.paused_at(now) else None,
+        pause_note=state.pause_note if state.paused_at(now) else None,
     )
 
 

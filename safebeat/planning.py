@@ -9,14 +9,16 @@ logs and counts from there once the store has committed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from safebeat import windows
 from safebeat.entries import Entry, undecided_after
 from safebeat.identity import task_id_for
-from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan
-from safebeat.windows import Overlap
+from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan, pause_ends
+from safebeat.windows import Due, Overlap
+
+_MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ def plan_tick(
     """Decide the windows of every entry in `states` that this replica defines.
 
     For each: the windows after `entries.undecided_after` up to `now`
-    follow its missed-window policy (`windows.due`); a paused entry skips them all; an
+    follow its missed-window policy (`windows.due`); a paused entry skips them all (a
+    pause with an end only those before `paused_until`, `records.pause_ends`); an
     entry with `overlap="forbid"` skips them while its previous run is alive, by the
     timeout in `overlap_timeouts`. Dispatched windows become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
@@ -62,18 +65,12 @@ def plan_tick(
         if entry is None:
             continue
         try:
-            decision = windows.due(
-                entry.rule,
-                after=undecided_after(entry, state),
-                now=now,
-                policy=entry.policy,
-                anchor=state.anchor,
-            )
+            decision, held = _decide(entry, state, now)
         except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
             errors[name] = exc
             upcoming[name] = now + retry_after
             continue
-        if state.paused:
+        if state.paused_at(now):
             decision = windows.paused(decision)
         elif entry.overlap is Overlap.FORBID:
             decision = windows.forbid_overlap(
@@ -88,9 +85,49 @@ def plan_tick(
         )
         skips.extend(
             NewSkip(name, span.last, span.first, span.count, span.reason.value)
-            for span in decision.skipped
+            for span in (*held, *decision.skipped)
         )
-        if decision.last_window is not None:
-            advances[name] = decision.last_window
+        last = max(
+            (w for w in (decision.last_window, *(s.last for s in held)) if w is not None),
+            default=None,
+        )
+        if last is not None:
+            advances[name] = last
         upcoming[name] = decision.wake_at  # the next send time, after any jitter
     return Planned(claims, skips, advances, upcoming, errors)
+
+
+def _decide(
+    entry: Entry, state: EntryState, now: datetime
+) -> tuple[Due, tuple[windows.SkippedSpan, ...]]:
+    """The entry's windows up to `now`, and the spans a pause that ended skips before them.
+
+    When a pause ended after the last decided window (`records.pause_ends`), the windows
+    before its end are skipped as paused (however late this tick runs) and the windows from
+    its end on follow the entry's policy; otherwise there is no such span.
+    """
+    after = undecided_after(entry, state)
+    ends = pause_ends(state, after, now)
+    if ends is None:
+        decision = windows.due(
+            entry.rule, after=after, now=now, policy=entry.policy, anchor=state.anchor
+        )
+        return decision, ()
+    # Every window of the pause is skipped anyway, so no jitter holds any of them back.
+    during = windows.paused(
+        windows.due(
+            entry.rule,
+            after=after,
+            now=ends - _MICROSECOND,
+            policy=replace(entry.policy, jitter=None),
+            anchor=state.anchor,
+        )
+    )
+    since = windows.due(
+        entry.rule,
+        after=max(after, ends - _MICROSECOND),
+        now=now,
+        policy=entry.policy,
+        anchor=state.anchor,
+    )
+    return since, during.skipped

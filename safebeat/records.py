@@ -60,7 +60,9 @@ class EntryState:
     `schedule` and `digest` are the definition last registered (see Store.register).
     `running_since` is the start of the entry's newest execution that started and has not
     finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
-    `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry.
+    `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry,
+    up to `paused_until` when that is set (see `pause_ends`); `pause_note` is the operator's
+    reason, for status pages.
     """
 
     name: str
@@ -71,6 +73,13 @@ class EntryState:
     schedule: str
     running_since: datetime | None = None
     paused: bool = False
+    paused_until: datetime | None = None
+    pause_note: str | None = None
+
+    def paused_at(self, now: datetime) -> bool:
+        """Whether the entry is paused at store time `now`: a pause with an end is over
+        from `paused_until` on, with no write needed (see `pause_ends`)."""
+        return self.paused and (self.paused_until is None or now < self.paused_until)
 
     @property
     def decided_until(self) -> datetime:
@@ -193,6 +202,47 @@ class ReplicaRecord:
     definitions: Mapping[str, str]  # entry -> digest this replica runs
 
 
+class AuditAction(str, enum.Enum):
+    """What an operator did, as the audit trail records it."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    TRIGGER = "trigger"
+    BACKFILL = "backfill"
+    PRUNE = "prune"
+    MIGRATE = "migrate"
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One operator action to record: who (`actor`), what, on which entry and windows, and
+    the operator's note. The store adds the instant (its clock) and an id."""
+
+    actor: str
+    action: AuditAction
+    entry: str | None = None
+    windows: tuple[datetime, ...] = ()
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One line of the audit trail: an `AuditEvent` as the store recorded it, at store time `at`."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: AuditAction
+    entry: str | None
+    windows: tuple[datetime, ...]
+    note: str | None
+
+    @classmethod
+    def of(cls, id: int, at: datetime, event: AuditEvent) -> AuditRecord:
+        """The record of `event`, recorded as `id` at `at`."""
+        return cls(id, at, event.actor, event.action, event.entry, event.windows, event.note)
+
+
 Planner = Callable[[datetime, Mapping[str, EntryState]], TickPlan]
 
 
@@ -232,6 +282,23 @@ def decide_start(
     if finished_at is None and started_at < now - stale_after:
         return Start.TAKEOVER
     return Start.DUPLICATE
+
+
+def pause_ends(state: EntryState, after: datetime, now: datetime) -> datetime | None:
+    """Where a pause with an end splits the windows `(after, now]` a tick decides at `now`.
+
+    None when nothing splits them: the entry is not paused, or its pause ended at or before
+    `after` (its windows follow the policy), or it is paused at `now` (every one is skipped
+    as paused). Otherwise the pause ended at the
+    returned instant (`paused_until`) after `after`: the windows before it are skipped as
+    paused and those from it on follow the entry's policy, whenever the tick runs. So a pause
+    ends by itself, on every replica, with no write: the planner reads `paused_until`
+    against the store clock.
+    """
+    until = state.paused_until
+    if not state.paused or until is None or now < until or until <= after:
+        return None
+    return until
 
 
 def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:

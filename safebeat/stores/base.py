@@ -22,6 +22,9 @@ from safebeat.identity import Replica
 # The records live in safebeat.records; they are named here too for code that imported
 # them from this module.
 from safebeat.records import (
+    AuditAction,
+    AuditEvent,
+    AuditRecord,
     Claim,
     Definition,
     DispatchRecord,
@@ -43,6 +46,9 @@ from safebeat.records import (
 
 __all__ = [
     "AdminStore",
+    "AuditAction",
+    "AuditEvent",
+    "AuditRecord",
     "Claim",
     "Definition",
     "DispatchRecord",
@@ -172,9 +178,9 @@ class TickStore(StoreConnection, Protocol):
         ...
 
     def prune(self, namespace: str, before: datetime) -> int:
-        """Delete dispatch rows claimed before `before`, replicas silent since then, and
-        effect keys whose expiry has passed (store now); return how many dispatch rows
-        and effect keys were deleted."""
+        """Delete dispatch rows claimed before `before`, replicas silent since then, audit
+        records made before then, and effect keys whose expiry has passed (store now);
+        return how many dispatch rows and effect keys were deleted."""
         ...
 
 
@@ -290,13 +296,38 @@ class AdminStore(StoreConnection, Protocol):
         """Return dispatch rows, newest window first, optionally of one entry."""
         ...
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
         """Pause or resume `entry` for every replica; return False if it is not registered.
 
-        Sets the entry's `paused` flag, which every later `states`, `register` and tick load
-        returns. Registering the entry again (a restart, a changed definition) keeps the
-        flag; only set_paused changes it.
+        Sets the entry's `paused` flag, `paused_until` (`until`: the pause ends there by
+        itself, see `EntryState.paused_at`; None: until resumed) and `pause_note`, which
+        every later `states`, `register` and tick load returns. Resuming clears all three.
+        Registering the entry again (a restart, a changed definition) keeps them; only
+        set_paused changes them.
         """
+        ...
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        """Append `event` to the namespace's audit trail at store now; return the record.
+
+        Ids grow with every record of a namespace. Records are kept until `prune` deletes
+        those made before its `before` (safebeat_retention).
+        """
+        ...
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        """Return the newest `limit` audit records of `namespace` (of `entry` only, if
+        given), newest first, each with its windows in the order recorded."""
         ...
 
     def forget_entry(self, namespace: str, entry: str) -> bool:

@@ -1,13 +1,15 @@
-"""Pieces shared by the SQL backends: lock keys, state rows, and the result of a tick."""
+"""Pieces shared by the SQL backends: lock keys, state rows, the result of a tick, and
+audit records."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 from datetime import datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from safebeat.identity import Replica
-from safebeat.records import TickPlan
+from safebeat.records import AuditAction, AuditEvent, AuditRecord, TickPlan
 
 
 def advisory_key(*parts: str) -> int:
@@ -53,3 +55,31 @@ def dispatch_rows(plan: TickPlan) -> list[DispatchRow]:
 def as_columns(rows: list[DispatchRow]) -> dict[str, list[object]]:
     """Transpose rows into {column: values}, for one `unnest()` insert."""
     return {name: [row[i] for row in rows] for i, name in enumerate(DISPATCH_COLUMNS)}
+
+
+def audit_columns(namespace: str, event: AuditEvent) -> dict[str, object]:
+    """The columns of a new audit row; its windows as a JSON list of ISO 8601 instants."""
+    return {
+        "namespace": namespace,
+        "actor": event.actor,
+        "action": event.action.value,
+        "entry": event.entry,
+        "windows": json.dumps([w.isoformat() for w in event.windows]),
+        "note": event.note,
+    }
+
+
+def audit_record(id: int, at: datetime, row: Any) -> AuditRecord:
+    """An audit record from a row's (actor, action, entry, windows, note); `windows` is the
+    JSON text `audit_columns` wrote, or the list a driver already decoded from it."""
+    actor, action, entry, windows, note = row
+    listed = json.loads(windows) if isinstance(windows, str) else windows
+    return AuditRecord(
+        id,
+        at,
+        actor,
+        AuditAction(action),
+        entry,
+        tuple(datetime.fromisoformat(w) for w in listed),
+        note,
+    )

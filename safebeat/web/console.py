@@ -32,7 +32,7 @@ from safebeat.overview import (
     replica_statuses,
 )
 from safebeat.stores import Store
-from safebeat.stores.base import DispatchRecord, Outcome, Status
+from safebeat.stores.base import AuditRecord, DispatchRecord, Outcome, Status
 from safebeat.web.words import in_words
 
 log = logging.getLogger("safebeat.web")
@@ -42,6 +42,8 @@ log = logging.getLogger("safebeat.web")
 LATE_AFTER = timedelta(seconds=60)
 #: History rows an entry's page shows (and draws) unless asked for another number.
 HISTORY_ROWS = 50
+#: Operator actions the audit page shows unless asked for another number.
+AUDIT_ROWS = 100
 
 
 @dataclass(frozen=True)
@@ -199,14 +201,29 @@ class Console:
                 )
             )
 
-    def set_paused(self, name: str, paused: bool) -> None:
+    def audit(self, entry: str | None = None, limit: int = AUDIT_ROWS) -> list[AuditRecord]:
+        """The newest operator actions, of one entry if given."""
         with self.using() as (config, store):
-            operations.set_paused(store, config.namespace, name, paused)
+            return store.audit(config.namespace, entry, limit=limit)
 
-    def trigger(self, name: str) -> operations.Published:
+    def set_paused(
+        self,
+        name: str,
+        paused: bool,
+        *,
+        actor: str,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> None:
+        with self.using() as (config, store):
+            operations.set_paused(
+                store, config.namespace, name, paused, actor=actor, until=until, note=note
+            )
+
+    def trigger(self, name: str, *, actor: str) -> operations.Published:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, name)
-            return operations.trigger(self.app, store, config.namespace, entry)
+            return operations.trigger(self.app, store, config.namespace, entry, actor=actor)
 
     def backfill_preview(self, name: str, start: datetime, end: datetime) -> list[datetime]:
         """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
@@ -214,11 +231,13 @@ class Console:
             entry = self._entry_to_run(config, name)
             return operations.backfill_windows(store, config.namespace, entry, start=start, end=end)
 
-    def backfill(self, name: str, start: datetime, end: datetime) -> operations.Published:
+    def backfill(
+        self, name: str, start: datetime, end: datetime, *, actor: str
+    ) -> operations.Published:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, name)
             return operations.backfill(
-                self.app, store, config.namespace, entry, start=start, end=end
+                self.app, store, config.namespace, entry, start=start, end=end, actor=actor
             )
 
     def _entry_to_run(self, config: Config, name: str) -> Entry:

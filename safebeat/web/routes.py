@@ -7,6 +7,7 @@ CSRF checks first. Store calls run in the thread pool (stores are synchronous).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -26,12 +27,16 @@ from safebeat import display
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
 from safebeat.web import pictures
-from safebeat.web.console import HISTORY_ROWS, Console
-from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials
+from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
+from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials, actor_of
 
 _HERE = Path(__file__).parent
 #: What the entry's page says after pause or resume, by its `done` query value.
-_DONE = {"paused": "Paused: every replica skips its windows until resumed.", "resumed": "Resumed."}
+_DONE = {
+    "paused": "Paused: every replica skips its windows until resumed.",
+    "paused-until": "Paused: every replica skips its windows until the pause ends.",
+    "resumed": "Resumed.",
+}
 Endpoint = Callable[[Request], Any]
 
 
@@ -100,6 +105,15 @@ class Pages:
             kinds=pictures.KINDS,
         )
 
+    async def audit(self, request: Request) -> Response:
+        entry = request.query_params.get("entry") or None
+        limit = _int(request.query_params.get("limit"), AUDIT_ROWS)
+        try:
+            found = await run_in_threadpool(self.console.audit, entry, limit)
+        except SafebeatError as exc:
+            return self.failure(request, exc, 503)
+        return self.render(request, "audit.html", records=found, entry=entry, title="Audit")
+
     async def replicas(self, request: Request) -> Response:
         try:
             found = await run_in_threadpool(self.console.replicas)
@@ -129,15 +143,27 @@ class Pages:
     def pause(self, paused: bool) -> Endpoint:
         async def endpoint(request: Request) -> Response:
             name = request.path_params["name"]
-            _, refused = await self._action_form(request)
+            form, refused = await self._action_form(request)
             if refused is not None:
                 return refused
+            until_text = str(form.get("until", "")).strip() if paused else ""
+            note = str(form.get("note", "")).strip() if paused else ""
             try:
-                await run_in_threadpool(self.console.set_paused, name, paused)
+                until = _instant(form, "until", name, "pause") if until_text else None
+                await run_in_threadpool(
+                    functools.partial(
+                        self.console.set_paused,
+                        name,
+                        paused,
+                        actor=actor_of(request),
+                        until=until,
+                        note=note or None,
+                    )
+                )
             except SafebeatError as exc:
-                return self.failure(request, exc, 404)
+                return self.failure(request, exc, 400 if until_text else 404)
             target = request.url_for("entry", name=name).path
-            done = "paused" if paused else "resumed"
+            done = ("paused-until" if until_text else "paused") if paused else "resumed"
             return RedirectResponse(f"{target}?done={done}", status_code=303)
 
         return endpoint
@@ -148,7 +174,9 @@ class Pages:
         if refused is not None:
             return refused
         try:
-            published = await run_in_threadpool(self.console.trigger, name)
+            published = await run_in_threadpool(
+                functools.partial(self.console.trigger, name, actor=actor_of(request))
+            )
         except SafebeatError as exc:
             return self.failure(request, exc)
         title = f"Triggered {name}"
@@ -162,6 +190,7 @@ class Pages:
             return refused
         try:
             start, end = _instant(form, "start", name), _instant(form, "end", name)
+            actor = actor_of(request)
             if form.get("confirm") != "yes":
                 found = await run_in_threadpool(self.console.backfill_preview, name, start, end)
                 return self.render(
@@ -173,7 +202,9 @@ class Pages:
                     end=format_window(end),
                     windows=found,
                 )
-            published = await run_in_threadpool(self.console.backfill, name, start, end)
+            published = await run_in_threadpool(
+                functools.partial(self.console.backfill, name, start, end, actor=actor)
+            )
         except SafebeatError as exc:
             return self.failure(request, exc)
         title = f"Backfilled {name}"
@@ -191,6 +222,7 @@ def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
         Route(f"{entry}/trigger", pages.trigger, methods=["POST"], name="trigger"),
         Route(f"{entry}/backfill", pages.backfill, methods=["POST"], name="backfill"),
         Route(entry, pages.entry, name="entry"),
+        Route("/audit", pages.audit, name="audit"),
         Route("/replicas", pages.replicas, name="replicas"),
         Route("/doctor", pages.doctor, name="doctor"),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
@@ -208,11 +240,11 @@ def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
     )
 
 
-def _instant(form: Mapping[str, Any], field: str, name: str) -> datetime:
+def _instant(form: Mapping[str, Any], field: str, name: str, action: str = "backfill") -> datetime:
     try:
         return display.parse_instant(str(form.get(field, "")))
     except display.BadInstant as exc:
-        raise SafebeatError(f"backfill of {name!r}, {field}: {exc}") from None
+        raise SafebeatError(f"{action} of {name!r}, {field}: {exc}") from None
 
 
 def _int(value: str | None, default: int) -> int:

@@ -156,3 +156,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def actor_of(request: Request) -> str:
+    """Who a request acts as, for the audit trail: the host app's signed-in user (a mount
+    behind Starlette's AuthenticationMiddleware), else the basic-auth user name, else
+    `token` for a bearer token, else `web <client address>` (an open loopback console)."""
+    user = request.scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        name = getattr(user, "display_name", "") or getattr(user, "username", "")
+        if name:
+            return str(name)
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "basic":
+        name, _password = _basic(value)
+        if name:
+            return name
+    if scheme.lower() == "bearer":
+        return "token"
+    client = request.client
+    return f"web {client.host if client is not None else 'unknown'}"

@@ -174,8 +174,9 @@ def _outcomes(store: Store, namespace: str, entry: str) -> set[Outcome]:
 def test_an_operator_pauses_triggers_and_backfills_in_chromium(
     browser: Any, console: Console
 ) -> None:
-    """Clicking pause, resume, trigger and a previewed backfill changes the store as the CLI
-    would; the entries page marks the failing entry and the paused one."""
+    """Clicking pause (with a note), resume, trigger and a previewed backfill changes the
+    store as the CLI would; the entries page marks the failing entry and the paused one,
+    and the audit page lists each action."""
     from selenium.webdriver.common.by import By
 
     namespace = console.namespace
@@ -196,12 +197,13 @@ def test_an_operator_pauses_triggers_and_backfills_in_chromium(
         assert "failing" in failing.text
 
         browser.find_element(By.LINK_TEXT, "weekly-report").click()
+        browser.find_element(By.ID, "pause-note").send_keys("new template next week")
         browser.find_element(By.ID, "pause").click()
         _wait_for(lambda: _text(browser, "done").startswith("Paused"), "the paused page")
-        assert store.states(namespace)["weekly-report"].paused
+        assert store.states(namespace)["weekly-report"].pause_note == "new template next week"
         browser.find_element(By.LINK_TEXT, "Entries").click()
         paused = browser.find_element(By.CSS_SELECTOR, 'tr[data-entry="weekly-report"]')
-        assert "paused" in paused.text
+        assert "paused (new template next week)" in paused.text
         _save_screenshot(browser, console.folder, "web-entries.png")
 
         browser.find_element(By.LINK_TEXT, ENTRY).click()
@@ -238,6 +240,12 @@ def test_an_operator_pauses_triggers_and_backfills_in_chromium(
         browser.find_element(By.LINK_TEXT, f"Back to {ENTRY}").click()
         assert browser.find_element(By.CSS_SELECTOR, "svg.strip")
         _save_screenshot(browser, console.folder, "web-entry.png")
+
+        browser.find_element(By.LINK_TEXT, "Audit").click()
+        actions = [
+            tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#audit tr")
+        ]
+        assert actions[1:] == ["a-backfill", "a-trigger", "a-resume", "a-pause", "a-pause"]
     finally:
         store.close()
 

@@ -20,7 +20,7 @@ import redis
 from celery import Celery
 from click.testing import CliRunner, Result
 
-from safebeat import Scheduler
+from safebeat import Scheduler, operations
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica
 from safebeat.liveness import LIVE_WITHIN
@@ -32,6 +32,7 @@ from tests.integration.beat import make_app, run
 
 REPLICA = Replica("host-a", 1, "aaaaaa")
 OTHER = Replica("host-b", 2, "bbbbbb")
+SECOND = timedelta(seconds=1)
 
 
 def test_migrate_creates_the_schema_and_is_idempotent(sqlite_url: str) -> None:
@@ -337,6 +338,140 @@ def test_backfill_sends_only_the_windows_never_sent(
     naive = cli("-A", app_module, "backfill", "report", "--from", "2026-01-01", "--to", iso(end))
     assert naive.exit_code == 2
     assert "has no time zone" in naive.output
+
+
+# --- the audit trail: every operator action, with who did it --------------------------------
+
+
+def iso(instant: datetime) -> str:
+    return instant.isoformat().replace("+00:00", "Z")
+
+
+def test_pause_until_with_a_note_shows_in_status_and_is_audited(
+    sqlite_url: str, namespace: str
+) -> None:
+    """`pause --until --note` keeps the end and note for every replica, `status` says
+    "paused until ... (note)", and the audit trail records the OS user, the end and note."""
+    store = registered(sqlite_url, namespace)
+    until = (store.clock() + timedelta(hours=2)).replace(microsecond=0)
+    args = ("--url", sqlite_url, "--namespace", namespace)
+    paused = cli(*args, "pause", "report", "--until", iso(until), "--note", "db upgrade")
+    assert paused.exit_code == 0, paused.output
+    assert f"until {iso(until)}, then resumes by itself" in paused.output
+    state = store.states(namespace)["report"]
+    assert (state.paused, state.paused_until, state.pause_note) == (True, until, "db upgrade")
+    status = cli(*args, "status")
+    assert f"report (paused until {iso(until)} (db upgrade))" in status.output
+    shown = json.loads(cli(*args, "status", "--json").output)["entries"][0]
+    assert (shown["paused_until"], shown["pause_note"]) == (iso(until), "db upgrade")
+    [record] = store.audit(namespace)
+    assert (record.action.value, record.entry, record.windows, record.note) == (
+        "pause",
+        "report",
+        (until,),
+        "db upgrade",
+    )
+    assert record.actor == operations.cli_actor()
+    assert "@" in record.actor
+
+
+def test_pause_until_an_instant_already_past_is_refused(sqlite_url: str, namespace: str) -> None:
+    """A pause that would have ended already is refused in one line, and nothing changes."""
+    store = registered(sqlite_url, namespace)
+    args = ("--url", sqlite_url, "--namespace", namespace)
+    result = cli(*args, "pause", "report", "--until", "2020-01-01T00:00:00Z")
+    assert result.exit_code == 1
+    assert "is not in the future" in result.output
+    assert not store.states(namespace)["report"].paused
+    assert store.audit(namespace) == []
+
+
+def test_resume_is_audited_with_the_os_user_and_host(sqlite_url: str, namespace: str) -> None:
+    """`resume --note` records a resume by `user@host` with the note."""
+    store = registered(sqlite_url, namespace)
+    args = ("--url", sqlite_url, "--namespace", namespace)
+    assert cli(*args, "pause", "report").exit_code == 0
+    assert cli(*args, "resume", "report", "--note", "upgrade done").exit_code == 0
+    record = store.audit(namespace)[0]
+    assert (record.action.value, record.entry, record.note) == ("resume", "report", "upgrade done")
+    assert record.actor == operations.cli_actor()
+
+
+def test_trigger_is_audited_with_its_window(
+    app_module: str, sqlite_url: str, namespace: str
+) -> None:
+    """`trigger --note` records a trigger of the entry, with the window it sent."""
+    store = registered(sqlite_url, namespace)
+    assert cli("-A", app_module, "trigger", "report", "--note", "rerun").exit_code == 0
+    [row] = store.history(namespace, "report")
+    [record] = store.audit(namespace)
+    assert (record.action.value, record.entry, record.windows, record.note) == (
+        "trigger",
+        "report",
+        (row.window,),
+        "rerun",
+    )
+
+
+def test_backfill_is_audited_with_the_windows_it_claimed(
+    app_module: str, sqlite_url: str, namespace: str
+) -> None:
+    """`backfill` records the windows it claimed, oldest first; a repeat claims none."""
+    store = registered(sqlite_url, namespace)
+    anchor = store.states(namespace)["report"].anchor
+    span = ("--from", iso(anchor - timedelta(minutes=3)), "--to", iso(anchor - SECOND))
+    assert cli("-A", app_module, "backfill", "report", *span).exit_code == 0
+    assert cli("-A", app_module, "backfill", "report", *span).exit_code == 0
+    again, first = store.audit(namespace)
+    windows = sorted(r.window for r in store.history(namespace, "report"))
+    assert (first.action.value, first.entry, list(first.windows)) == ("backfill", "report", windows)
+    assert len(windows) == 3
+    assert (again.action.value, again.windows) == ("backfill", ())
+
+
+def test_prune_is_audited_with_its_cutoff(filled: str, namespace: str) -> None:
+    """`prune` records who pruned, and up to when, in the trail it prunes too."""
+    assert cli("--url", filled, "--namespace", namespace, "prune").exit_code == 0
+    [record] = SqliteStore(filled).audit(namespace)
+    assert (record.action.value, record.entry) == ("prune", None)
+    assert record.note is not None
+    assert record.note.startswith("before ")
+    assert record.actor == operations.cli_actor()
+
+
+def test_migrate_is_audited_with_the_schema_version(sqlite_url: str, namespace: str) -> None:
+    """`migrate` records who migrated to which version, in the namespace it runs for."""
+    result = cli("--url", sqlite_url, "--namespace", namespace, "migrate")
+    assert result.exit_code == 0, result.output
+    [record] = SqliteStore(sqlite_url).audit(namespace)
+    assert (record.action.value, record.note) == ("migrate", f"schema at version {len(MIGRATIONS)}")
+
+
+def test_audit_lists_actions_newest_first_by_entry_and_as_json(
+    sqlite_url: str, namespace: str
+) -> None:
+    """`safebeat audit` prints who did what, newest first; --entry filters, --limit
+    bounds, --json gives every field."""
+    store = registered(sqlite_url, namespace)
+    store.register(namespace, [Definition("other", "every 60s", "d")], REPLICA)
+    args = ("--url", sqlite_url, "--namespace", namespace)
+    for command in (
+        ("pause", "report", "--note", "first"),
+        ("pause", "other"),
+        ("resume", "report"),
+    ):
+        assert cli(*args, *command).exit_code == 0
+    table = cli(*args, "audit").output.splitlines()
+    assert table[0].split() == ["when", "who", "action", "entry", "windows", "note"]
+    assert [line.split()[2:4] for line in table[2:]] == [
+        ["resume", "report"],
+        ["pause", "other"],
+        ["pause", "report"],
+    ]
+    listed = json.loads(cli(*args, "audit", "--entry", "report", "--json").output)
+    assert [(r["action"], r["note"]) for r in listed] == [("resume", None), ("pause", "first")]
+    assert listed[0]["actor"] == operations.cli_actor()
+    assert len(json.loads(cli(*args, "audit", "--limit", "1", "--json").output)) == 1
 
 
 # --- errors are one line: a wrong -A, a missing store, an unexpected failure --------------

@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 from click.testing import CliRunner, Result
 
-from safebeat import app_schedule
+from safebeat import app_schedule, operations
 from safebeat.app_schedule import settings_schedule
 from safebeat.cli import main
 from safebeat.config import config_from_app
@@ -160,6 +160,17 @@ def test_prune_orphans_forgets_what_no_code_defines_and_keeps_what_a_replica_run
     states = SqliteStore(sqlite_url).states(namespace)
     assert "gone" not in states
     assert {"still-running", "cron-job", "same", "retimed"} <= states.keys()
+
+
+def test_prune_orphans_is_audited_per_forgotten_entry(
+    deploy: str, sqlite_url: str, namespace: str
+) -> None:
+    """Each entry `prune --orphans` forgets is recorded as a prune of it by `user@host`; a
+    kept one is not."""
+    assert cli("-A", deploy, "prune", "--orphans").exit_code == 0
+    [record] = SqliteStore(sqlite_url).audit(namespace)
+    assert (record.action.value, record.entry) == ("prune", "gone")
+    assert record.actor == operations.cli_actor()
 
 
 def test_plan_and_prune_orphans_need_the_app(sqlite_url: str) -> None:

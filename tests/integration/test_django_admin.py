@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from safebeat.identity import Replica, task_id_for
+from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.stores.base import Definition, NewClaim, Status, TickPlan
 from tests import djangosite
 
@@ -366,3 +366,120 @@ def test_history_shows_windows_to_the_second_in_utc_and_the_entrys_zone(
     ]
     assert "Window (UTC)" in page
     assert "Window (entry&#x27;s zone)" in page
+
+
+# --- the audit trail: who acted from the admin ------------------------------------------
+
+
+def test_a_pause_with_an_end_and_a_note_is_shown_and_audited_as_the_admin_user(
+    client: Any, safebeat_db: str, celery_app: Celery, namespace: str
+) -> None:
+    """Pausing with "Paused until" and a note keeps both in the store, the entries page says
+    "paused until ... (note)", and the audit trail records the admin user, the end, the note."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore(f"django://{safebeat_db}")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    until = (store.clock() + timedelta(hours=2)).replace(microsecond=0)
+    response = client.post(
+        ENTRIES,
+        {
+            "action": "pause",
+            "entry": [json.dumps([namespace, "nightly-report"])],
+            "pause_until": until.isoformat(),
+            "pause_note": "card processor down",
+        },
+        follow=True,
+    )
+    page = html.unescape(response.content.decode())
+    assert f"Paused 'nightly-report' (namespace '{namespace}') until {format_window(until)}" in page
+    assert f"paused until {until.isoformat()} (card processor down)</td>" in page
+    state = store.states(namespace)["nightly-report"]
+    assert (state.paused_until, state.pause_note) == (until, "card processor down")
+    [record] = store.audit(namespace)
+    assert (record.actor, record.action.value, record.entry, record.windows, record.note) == (
+        "ops",
+        "pause",
+        "nightly-report",
+        (until,),
+        "card processor down",
+    )
+
+
+def test_a_pause_end_in_the_past_is_refused_and_not_audited(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """A "Paused until" already past is refused with the reason; nothing is paused or audited."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    response = client.post(
+        ENTRIES,
+        {
+            "action": "pause",
+            "entry": [json.dumps([namespace, "nightly-report"])],
+            "pause_until": "2020-01-01T00:00:00Z",
+        },
+        follow=True,
+    )
+    assert "is not in the future" in html.unescape(response.content.decode())
+    assert not store.states(namespace)["nightly-report"].paused
+    assert store.audit(namespace) == []
+
+
+def test_resume_is_audited_as_the_admin_user(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """Resuming from the admin records a resume by the signed-in user."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    post(client, "pause", (namespace, "nightly-report"))
+    post(client, "resume", (namespace, "nightly-report"))
+    assert [(r.actor, r.action.value) for r in store.audit(namespace)] == [
+        ("ops", "resume"),
+        ("ops", "pause"),
+    ]
+
+
+def test_trigger_is_audited_as_the_admin_user_with_its_window(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """Triggering from the admin records a trigger by the user, with the window it sent."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    post(client, "trigger", (namespace, "nightly-report"))
+    [row] = store.history(namespace, "nightly-report")
+    [record] = store.audit(namespace)
+    assert (record.actor, record.action.value, record.windows) == ("ops", "trigger", (row.window,))
+    drain(celery_app)
+
+
+def test_the_audit_page_lists_actions_and_cannot_change_them(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """The admin's "operator actions" page lists the trail read-only: no add, change or
+    delete, even for a superuser."""
+    from safebeat.stores.base import AuditAction, AuditEvent
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    window = datetime(2026, 3, 1, 6, tzinfo=timezone.utc)
+    record = store.record_audit(
+        namespace,
+        AuditEvent("alice@ops-1", AuditAction.BACKFILL, "nightly-report", (window,), "gap"),
+    )
+    listing = client.get("/admin/safebeat/audit/")
+    assert listing.status_code == 200
+    text = html.unescape(listing.content.decode())
+    for shown in ("alice@ops-1", "backfill", "nightly-report", "2026-03-01 06:00:00 UTC", "gap"):
+        assert shown in text, shown
+    assert client.get("/admin/safebeat/audit/add/").status_code == 403
+    assert client.get(f"/admin/safebeat/audit/{record.id}/delete/").status_code == 403
+    change = client.post(f"/admin/safebeat/audit/{record.id}/change/", {"actor": "mallory"})
+    assert change.status_code == 403
+    assert store.audit(namespace)[0].actor == "alice@ops-1"

@@ -134,3 +134,23 @@ def test_backfill_action_takes_one_entry_and_the_change_permission(
     browser = Client()
     browser.force_login(viewer)
     assert browser.get(f"{BACKFILL}?namespace={namespace}&entry=nightly-report").status_code == 403
+
+
+def test_backfill_is_audited_as_the_admin_user_with_the_windows_it_sent(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """Sending a backfill records who sent it and its windows; its preview records nothing."""
+    store, anchor = registered("default", celery_app, namespace)
+    start, end = anchor - timedelta(minutes=2), anchor - timedelta(seconds=1)
+    form = {"namespace": namespace, "entry": "nightly-report", "start": iso(start), "end": iso(end)}
+    client.post(BACKFILL, {**form, "preview": "Preview"})
+    assert store.audit(namespace) == []
+    client.post(BACKFILL, {**form, "send": "Send 2 windows"}, follow=True)
+    [record] = store.audit(namespace)
+    assert (record.actor, record.action.value, record.entry) == (
+        "ops",
+        "backfill",
+        "nightly-report",
+    )
+    assert record.windows == (anchor - timedelta(minutes=2), anchor - timedelta(minutes=1))
+    drain(celery_app)

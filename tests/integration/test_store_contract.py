@@ -12,6 +12,8 @@ import pytest
 
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
+    AuditAction,
+    AuditEvent,
     Definition,
     EntryState,
     NewClaim,
@@ -772,6 +774,99 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     assert other.set_paused(namespace, "a", False)
     assert not store.states(namespace)["a"].paused
     assert not store.set_paused(namespace, "no-such-entry", True)
+
+
+def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_resume(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """set_paused keeps a pause's end and note for every replica's states, register and tick
+    loads; a restart keeps them; resuming clears them."""
+    store, other = open_store(), open_store()
+    store.register(namespace, definitions("a", "b"), REPLICA)
+    until = datetime(2031, 5, 4, 3, 2, 1, 123456, tzinfo=timezone.utc)
+    assert store.set_paused(namespace, "a", True, until=until, note="migrating the mailer")
+    state = other.states(namespace)["a"]
+    assert (state.paused, state.paused_until, state.pause_note) == (
+        True,
+        until,
+        "migrating the mailer",
+    )
+    seen: dict[str, tuple[datetime | None, str | None]] = {}
+
+    def planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        seen.update({n: (s.paused_until, s.pause_note) for n, s in states.items()})
+        return TickPlan()
+
+    other.tick(namespace, ["a", "b"], planner, replica=OTHER)
+    assert seen == {"a": (until, "migrating the mailer"), "b": (None, None)}
+    again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
+    assert again.states["a"].paused_until == until
+    assert store.set_paused(namespace, "a", False)
+    resumed = other.states(namespace)["a"]
+    assert (resumed.paused, resumed.paused_until, resumed.pause_note) == (False, None, None)
+
+
+def test_a_pause_whose_end_passed_is_over_at_the_store_clock(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """A pause whose end is before the store's now reads as not paused at that now, and one
+    whose end is later as paused, with no write in between."""
+    store = open_store()
+    store.register(namespace, definitions("a", "b"), REPLICA)
+    now = store.clock()
+    store.set_paused(namespace, "a", True, until=now - SECOND)
+    store.set_paused(namespace, "b", True, until=now + HOUR)
+    states = store.states(namespace)
+    later = store.clock()
+    assert not states["a"].paused_at(later)
+    assert states["b"].paused_at(later)
+
+
+def test_the_audit_trail_records_actions_at_store_time_newest_first(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """record_audit stamps each action with the store clock; audit lists them newest first,
+    with every field as recorded, for every replica, filtered by entry and limited."""
+    store, other = open_store(), open_store()
+    window = datetime(2026, 3, 1, 6, 0, 0, 250000, tzinfo=timezone.utc)
+    before = store.clock()
+    first = store.record_audit(
+        namespace, AuditEvent("alice@ops-1", AuditAction.PAUSE, "report", (), "bad data")
+    )
+    second = store.record_audit(
+        namespace,
+        AuditEvent("bob", AuditAction.BACKFILL, "invoices", (window, window + HOUR), None),
+    )
+    third = store.record_audit(namespace, AuditEvent("carol", AuditAction.MIGRATE))
+    assert before <= first.at <= second.at <= third.at <= store.clock()
+    assert first.id < second.id < third.id
+    assert other.audit(namespace) == [third, second, first]
+    assert other.audit(namespace, "invoices") == [second]
+    assert second.windows == (window, window + HOUR)
+    assert (first.actor, first.action, first.entry, first.note) == (
+        "alice@ops-1",
+        AuditAction.PAUSE,
+        "report",
+        "bad data",
+    )
+    assert (third.entry, third.windows, third.note) == (None, (), None)
+    assert other.audit(namespace, limit=2) == [third, second]
+    assert other.audit(namespace + "-other") == []
+
+
+def test_prune_deletes_audit_records_made_before_the_cutoff(store: Store, namespace: str) -> None:
+    """Prune drops audit records older than its cutoff (safebeat_retention) and keeps newer
+    ones, without counting them among the rows it reports."""
+    old = store.record_audit(namespace, AuditEvent("a", AuditAction.TRIGGER, "x"))
+    assert store.prune(namespace, old.at) == 0
+    assert store.audit(namespace) == [old]
+    cutoff = old.at + timedelta(microseconds=1)
+    while store.clock() <= cutoff:  # the next record is made after the cutoff
+        pass
+    newer = store.record_audit(namespace, AuditEvent("b", AuditAction.RESUME, "x"))
+    assert store.prune(namespace, cutoff) == 0
+    assert store.audit(namespace) == [newer]
+    assert store.audit(namespace, "x") == [newer]
 
 
 def test_forgetting_an_entry_drops_its_state_keeps_its_history_and_others(

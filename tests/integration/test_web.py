@@ -3,6 +3,7 @@ real scheduler that published to a real Redis broker."""
 
 from __future__ import annotations
 
+import base64
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica, format_window
 from safebeat.stores import Store, open_store
-from safebeat.stores.base import Definition
+from safebeat.stores.base import AuditAction, AuditEvent, Definition
 from safebeat.web import Credentials
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, run
@@ -329,3 +330,132 @@ def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> No
     assert page.status_code == 200
     assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
     assert f"&#39;{filled.namespace}&#39;" in page.text
+
+
+# --- the audit trail: who acted from the console ----------------------------------------
+
+
+@pytest.fixture
+def signed_in(filled: Filled) -> Iterator[TestClient]:
+    """A console behind basic auth, with the operator `ops` signed in."""
+    console = safebeat.web.app(filled.app, credentials=Credentials(username="ops", password="pw"))
+    basic = base64.b64encode(b"ops:pw").decode()
+    with TestClient(console, headers={"Authorization": f"Basic {basic}"}) as test_client:
+        yield test_client
+
+
+def test_pause_until_with_a_note_is_shown_and_audited_as_the_signed_in_user(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """Pausing with an end and a note keeps both in the store, the pages say "paused until
+    ... (note)", and the audit trail records the basic-auth user, the end and the note."""
+    until = (filled.store.clock() + timedelta(hours=1)).replace(microsecond=0)
+    form = {"csrf_token": csrf_token(signed_in), "until": format_window(until), "note": "db move"}
+    paused = signed_in.post(f"/entries/{ENTRY}/pause", data=form)
+    assert paused.status_code == 200
+    assert "until the pause ends" in paused.text
+    expected = f"paused until {format_window(until)} (db move)"
+    assert expected in paused.text
+    assert expected in signed_in.get("/").text
+    state = filled.store.states(filled.namespace)[ENTRY]
+    assert (state.paused_until, state.pause_note) == (until, "db move")
+    [record] = filled.store.audit(filled.namespace)
+    assert (record.actor, record.action.value, record.entry, record.windows, record.note) == (
+        "ops",
+        "pause",
+        ENTRY,
+        (until,),
+        "db move",
+    )
+
+
+def test_a_pause_end_that_is_not_an_instant_is_refused(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """An `until` without a zone is 400 with the reason, and the entry stays unpaused."""
+    form = {"csrf_token": csrf_token(signed_in), "until": "2030-01-01T00:00"}
+    refused = signed_in.post(f"/entries/{ENTRY}/pause", data=form)
+    assert refused.status_code == 400
+    assert "has no time zone" in refused.text
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert filled.store.audit(filled.namespace) == []
+
+
+def test_resume_is_audited_as_the_signed_in_user(signed_in: TestClient, filled: Filled) -> None:
+    """Resuming from the console records a resume by the basic-auth user."""
+    token = csrf_token(signed_in)
+    signed_in.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token})
+    assert signed_in.post(f"/entries/{ENTRY}/resume", data={"csrf_token": token}).status_code == 200
+    resumed, paused = filled.store.audit(filled.namespace)
+    assert [(r.actor, r.action.value) for r in (resumed, paused)] == [
+        ("ops", "resume"),
+        ("ops", "pause"),
+    ]
+
+
+def test_trigger_is_audited_with_its_window(signed_in: TestClient, filled: Filled) -> None:
+    """Triggering from the console records a trigger by the user, with the window sent."""
+    signed_in.post(f"/entries/{ENTRY}/trigger", data={"csrf_token": csrf_token(signed_in)})
+    [row] = [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "trigger"]
+    [record] = filled.store.audit(filled.namespace)
+    assert (record.actor, record.action.value, record.windows) == ("ops", "trigger", (row.window,))
+
+
+def test_backfill_is_audited_with_its_windows_and_its_preview_is_not(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """A backfill's preview records nothing; confirming records the windows it claimed."""
+    anchor = filled.store.states(filled.namespace)[ENTRY].anchor
+    start, end = anchor - timedelta(seconds=3), anchor - timedelta(seconds=1)
+    form = {"csrf_token": csrf_token(signed_in), "start": format_window(start)}
+    form["end"] = format_window(end)
+    signed_in.post(f"/entries/{ENTRY}/backfill", data=form)
+    assert filled.store.audit(filled.namespace) == []
+    signed_in.post(f"/entries/{ENTRY}/backfill", data={**form, "confirm": "yes"})
+    [record] = filled.store.audit(filled.namespace)
+    assert (record.actor, record.action.value) == ("ops", "backfill")
+    assert record.windows == (start, start + timedelta(seconds=1), end)
+
+
+def test_the_audit_page_lists_actions_newest_first_and_by_entry(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """The audit page shows who did what, newest first; `?entry=` keeps one entry's."""
+    filled.store.record_audit(
+        filled.namespace, AuditEvent("alice@ops-1", AuditAction.PRUNE, note="before then")
+    )
+    signed_in.post(f"/entries/{ENTRY}/pause", data={"csrf_token": csrf_token(signed_in)})
+    page = signed_in.get("/audit")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr class="a-(\w+)">\s*<td>[^<]+</td><td>([^<]+)</td>', page.text)
+    assert rows == [("pause", "ops"), ("prune", "alice@ops-1")]
+    one = signed_in.get("/audit", params={"entry": ENTRY})
+    assert re.findall(r'<tr class="a-(\w+)">', one.text) == ["pause"]
+    assert f'href="/audit?entry={ENTRY}"' in signed_in.get(f"/entries/{ENTRY}").text
+
+
+def test_mounted_behind_the_host_apps_auth_the_host_user_is_the_actor(filled: Filled) -> None:
+    """Mounted behind Starlette's AuthenticationMiddleware, actions are recorded under the
+    host app's signed-in user."""
+    from starlette.authentication import (
+        AuthCredentials,
+        AuthenticationBackend,
+        SimpleUser,
+    )
+    from starlette.middleware import Middleware
+    from starlette.middleware.authentication import AuthenticationMiddleware
+    from starlette.requests import HTTPConnection
+
+    class Everyone(AuthenticationBackend):
+        async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, SimpleUser]:
+            return AuthCredentials(["authenticated"]), SimpleUser("dana")
+
+    host = Starlette(
+        routes=[Mount("/safebeat", safebeat.web.app(filled.app))],
+        middleware=[Middleware(AuthenticationMiddleware, backend=Everyone())],
+    )
+    with TestClient(host) as test_client:
+        token = csrf_token(test_client, f"/safebeat/entries/{ENTRY}")
+        test_client.post(f"/safebeat/entries/{ENTRY}/pause", data={"csrf_token": token})
+    [record] = filled.store.audit(filled.namespace)
+    assert (record.actor, record.action.value) == ("dana", "pause")

@@ -18,6 +18,7 @@ COMMANDS = [
     "resume",
     "trigger",
     "backfill",
+    "audit",
     "migrate",
     "plan",
     "prune",
@@ -58,12 +59,30 @@ as problems.
 
 `pause` and `resume` act on the whole cluster at the next tick of any replica: a paused
 entry's windows are recorded as skipped with reason `paused`, and resuming never sends
-the windows that passed meanwhile. `trigger` and `backfill` claim their windows under
-the same unique key as beat, then publish them from this process with the app given by
-`-A`: a window already sent is never sent again, and every extra run is recorded with
-reason `trigger` or `backfill`. A paused entry can still be triggered: that is an explicit
-run. `trigger` and `backfill` find the entry in the schedule beat runs, django-celery-beat
-rows included.
+the windows that passed meanwhile. `pause --until 2026-03-01T09:00:00Z` ends the pause by
+itself at that instant: the windows before it are skipped, the ones from it on are sent,
+by every replica and with no `resume`; `status` shows `paused until ... (note)`.
+`trigger` and `backfill` claim their windows under the same unique key as beat, then
+publish them from this process with the app given by `-A`: a window already sent is never
+sent again, and every extra run is recorded with reason `trigger` or `backfill`. A paused
+entry can still be triggered: that is an explicit run. `trigger` and `backfill` find the
+entry in the schedule beat runs, django-celery-beat rows included.
+
+Every `pause`, `resume`, `trigger`, `backfill`, `prune` and `migrate`, from this command,
+the Django admin or the web console, is recorded in the store's audit trail: who (here
+the OS user at the host, `alice@ops-1`; there the signed-in user), when (the store's
+clock), what, the entry and its windows (the windows claimed; a pause's end), and the
+`--note`. `audit` lists it, newest first; it is pruned with the history
+(`safebeat_retention`).
+
+```
+$ safebeat -A proj audit --entry nightly-report
+when                  who          action    entry           windows               note
+--------------------  -----------  --------  --------------  --------------------  ----------
+2026-03-01T09:14:03Z  alice@ops-1  resume    nightly-report  -                     -
+2026-03-01T08:02:41Z  admin        backfill  nightly-report  2026-03-01T02:00:00Z  -
+2026-03-01T07:55:10Z  alice@ops-1  pause     nightly-report  2026-03-01T09:00:00Z  db upgrade
+```
 
 `plan` is for a deploy's CI: given the new code's app (`-A`), it lists the entries the
 store would see added, removed (registered, but defined by no code: orphans, except

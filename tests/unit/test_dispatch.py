@@ -45,7 +45,7 @@ def test_trigger_publishes_and_records_the_window_sent() -> None:
     """A triggered window is published once and its row is marked sent."""
     app = make_app("memory://")
     store, entry = registered_store(app)
-    published = operations.trigger(app, store, NAMESPACE, entry)
+    published = operations.trigger(app, store, NAMESPACE, entry, actor="tests")
     assert [c.entry for c in published.sent] == ["report"]
     assert (published.unsent, published.failed) == ([], {})
     [row] = store.history(NAMESPACE, "report")
@@ -57,7 +57,7 @@ def test_trigger_with_the_broker_down_leaves_the_claim_for_beat() -> None:
     with the same id) and is reported unsent, not failed."""
     app = make_app("amqp://guest:guest@127.0.0.1:1//")
     store, entry = registered_store(app)
-    published = operations.trigger(app, store, NAMESPACE, entry)
+    published = operations.trigger(app, store, NAMESPACE, entry, actor="tests")
     assert published.sent == []
     assert published.failed == {}
     assert [c.entry for c in published.unsent] == ["report"]

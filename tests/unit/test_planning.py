@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for
-from safebeat.planning import plan_tick
+from safebeat.planning import Planned, plan_tick
 from safebeat.records import EntryState, NewClaim
 
 UTC = timezone.utc
@@ -63,6 +63,64 @@ def test_a_paused_entry_skips_its_windows_as_paused() -> None:
     assert planned.claims == []
     assert [(s.reason, s.count) for s in planned.skips] == [("paused", 1)]
     assert planned.advances == {"a": ANCHOR + timedelta(seconds=60)}
+
+
+def plan_at(now: datetime, paused_state: EntryState, **raw: object) -> Planned:
+    return plan_tick(
+        {"a": entry("a", **raw)},
+        {"a": paused_state},
+        now,
+        namespace="plan",
+        overlap_timeouts={},
+        retry_after=RETRY,
+    )
+
+
+def test_a_pause_with_an_end_skips_windows_before_it_and_sends_from_it_on() -> None:
+    """Paused until 12:02:30 (every 60 s): at 12:02:01 the 12:01 and 12:02 windows are
+    skipped (the newest as paused, the older one missed, as any pause does); at 12:03:01
+    the 12:03 window is claimed, with no resume written."""
+    until = ANCHOR + timedelta(seconds=150)
+    paused = state("a", paused=True, paused_until=until, pause_note="db upgrade")
+    during = plan_at(ANCHOR + timedelta(seconds=121), paused)
+    assert during.claims == []
+    assert [(s.reason, s.window) for s in during.skips] == [
+        ("missed", ANCHOR + timedelta(seconds=60)),
+        ("paused", ANCHOR + timedelta(seconds=120)),
+    ]
+    decided = replace(paused, last_window=during.advances["a"])
+    after = plan_at(ANCHOR + timedelta(seconds=181), decided)
+    window = ANCHOR + timedelta(seconds=180)
+    assert [c.window for c in after.claims] == [window]
+    assert after.skips == []
+    assert after.advances == {"a": window}
+
+
+def test_a_tick_after_a_pause_ended_still_skips_the_windows_before_its_end() -> None:
+    """No tick ran during the pause: a tick after its end skips the windows before the end
+    as paused and sends those after it by the entry's policy (all), whenever it runs."""
+    until = ANCHOR + timedelta(seconds=150)
+    paused = state("a", paused=True, paused_until=until)
+    planned = plan_at(
+        ANCHOR + timedelta(seconds=241), paused, options={"safebeat": {"misfire": "all"}}
+    )
+    assert [c.window for c in planned.claims] == [
+        ANCHOR + timedelta(seconds=180),
+        ANCHOR + timedelta(seconds=240),
+    ]
+    assert [(s.reason, s.first, s.window) for s in planned.skips] == [
+        ("paused", ANCHOR + timedelta(seconds=60), ANCHOR + timedelta(seconds=120))
+    ]
+    assert planned.advances == {"a": ANCHOR + timedelta(seconds=240)}
+
+
+def test_a_window_at_the_pause_end_is_sent() -> None:
+    """A pause ends at its instant: a window exactly at `paused_until` is dispatched."""
+    until = ANCHOR + timedelta(seconds=120)
+    paused = state("a", paused=True, paused_until=until, last_window=ANCHOR + timedelta(seconds=60))
+    planned = plan_at(ANCHOR + timedelta(seconds=121), paused)
+    assert [c.window for c in planned.claims] == [until]
+    assert planned.skips == []
 
 
 def test_an_entry_that_fails_is_reported_and_the_others_are_planned() -> None:

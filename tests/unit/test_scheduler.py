@@ -536,3 +536,26 @@ def test_a_store_that_drops_the_plan_is_reported_and_beat_does_not_spin(
     assert [h["safebeat_entry"] for h in drain(app, queue)] == ["a"]
     assert "without the plan its planner made" in caplog.text
     assert delay == pytest.approx(scheduler.max_interval, abs=0.01)
+
+
+def test_a_pause_with_an_end_ends_by_itself_on_every_replica(clock: FakeClock, queue: str) -> None:
+    """Paused until 12:00:05.5, three replicas on one store skip the windows before it and
+    send each window from it on once, with no resume written."""
+    app = make_app(queue, {"fast": {"task": "t.run", "schedule": 1.0}})
+    store = MemoryStore(clock=clock.now)
+    replicas = [memory_scheduler(app, clock, store) for _ in range(3)]
+    for replica in replicas:
+        replica.tick()
+    until = START.replace(microsecond=0) + timedelta(seconds=5.5)
+    assert store.set_paused("unit", "fast", True, until=until, note="maintenance")
+    for _ in range(40):
+        for replica in replicas:
+            replica.tick()
+        clock.advance(0.25)
+    sent = windows_sent(drain(app, queue))
+    assert max(sent.values()) == 1
+    assert sorted(w for _, w in sent) == [f"2026-03-01T12:00:{s:02d}Z" for s in range(6, 11)]
+    skipped = [r for r in store.history("unit", "fast") if r.status is Status.SKIPPED]
+    assert {r.reason for r in skipped} == {"paused"}
+    assert max(r.window for r in skipped) < until
+    assert store.states("unit")["fast"].paused  # nothing wrote a resume: the end did it

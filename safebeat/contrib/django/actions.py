@@ -1,5 +1,7 @@
 """What the admin's entries page does to an entry: pause, resume, trigger now, backfill.
 
+Each is recorded in the store's audit trail under the admin user's name.
+
 The actions are `safebeat.operations`' (the CLI's `pause`, `resume`, `trigger` and
 `backfill`), on the `django://` store of the database the page reads. Triggering and
 backfilling send the entry's task with its arguments and options, which the store does
@@ -44,10 +46,20 @@ class Message:
     text: str
 
 
-def set_paused(store: Store, namespace: str, name: str, paused: bool) -> Message:
-    """Pause or resume one entry for every replica."""
+def set_paused(
+    store: Store,
+    namespace: str,
+    name: str,
+    paused: bool,
+    *,
+    actor: str,
+    until: datetime | None = None,
+    note: str | None = None,
+) -> Message:
+    """Pause (until `until`, if given, with `note`) or resume one entry for every replica,
+    as `actor` (the admin user's name, for the audit trail)."""
     try:
-        operations.set_paused(store, namespace, name, paused)
+        operations.set_paused(store, namespace, name, paused, actor=actor, until=until, note=note)
     except SafebeatError as exc:
         if paused:
             failed = _("could not pause %(name)r: %(error)s")
@@ -55,6 +67,15 @@ def set_paused(store: Store, namespace: str, name: str, paused: bool) -> Message
             failed = _("could not resume %(name)r: %(error)s")
         return Message(ERROR, failed % _args(name, exc))
     names = {"name": name, "namespace": namespace}
+    if paused and until is not None:
+        return Message(
+            SUCCESS,
+            _(
+                "paused %(name)r (namespace %(namespace)r) until %(until)s: its windows "
+                "before then are skipped (reason paused); it resumes by itself"
+            )
+            % {**names, "until": format_window(until)},
+        )
     if paused:
         return Message(
             SUCCESS,
@@ -74,11 +95,12 @@ def set_paused(store: Store, namespace: str, name: str, paused: bool) -> Message
     )
 
 
-def trigger(app: Any, store: Store, namespace: str, name: str) -> list[Message]:
-    """Send one window of `name` now (see the module docstring for how it is compiled)."""
+def trigger(app: Any, store: Store, namespace: str, name: str, *, actor: str) -> list[Message]:
+    """Send one window of `name` now (see the module docstring for how it is compiled), as
+    `actor`."""
     try:
         entry, mismatch = registered_entry(app, store, namespace, name)
-        published = operations.trigger(app, store, namespace, entry)
+        published = operations.trigger(app, store, namespace, entry, actor=actor)
     except SafebeatError as exc:
         return [Message(ERROR, _("could not trigger %(name)r: %(error)s") % _args(name, exc))]
     found = [Message(WARNING, mismatch)] if mismatch else []
@@ -123,12 +145,22 @@ def backfill_preview(
 
 
 def backfill(
-    app: Any, store: Store, namespace: str, name: str, *, start: datetime, end: datetime
+    app: Any,
+    store: Store,
+    namespace: str,
+    name: str,
+    *,
+    start: datetime,
+    end: datetime,
+    actor: str,
 ) -> list[Message]:
-    """Send the windows of `name` in `[start, end]` that have no row, as `safebeat backfill`."""
+    """Send the windows of `name` in `[start, end]` that have no row, as `safebeat backfill`
+    does, as `actor`."""
     try:
         entry, mismatch = registered_entry(app, store, namespace, name)
-        published = operations.backfill(app, store, namespace, entry, start=start, end=end)
+        published = operations.backfill(
+            app, store, namespace, entry, start=start, end=end, actor=actor
+        )
     except SafebeatError as exc:
         return [Message(ERROR, _("could not backfill %(name)r: %(error)s") % _args(name, exc))]
     found = [Message(WARNING, mismatch)] if mismatch else []

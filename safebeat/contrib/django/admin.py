@@ -6,7 +6,10 @@ admin (beat prunes it after `safebeat_retention`). The entries page has four act
 for users with the "Can change entry" permission: pause, resume (for every replica),
 trigger now (one window sent from the web process) and backfill (a form for a range, a
 preview of its windows, then the ones without a row sent; see
-`safebeat.contrib.django.actions`). Every label and message is translatable.
+`safebeat.contrib.django.actions`); a pause may carry an end (the entry resumes by itself
+there) and a note. Every action is recorded in the store's audit trail under the admin
+user's name, shown read-only under "Operator actions". Every label and message is
+translatable.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from django.utils.translation import gettext_lazy as _
 
 from safebeat import liveness
 from safebeat.contrib.django import actions
-from safebeat.contrib.django.forms import BackfillForm
-from safebeat.contrib.django.models import Dispatch, Entry, Replica
+from safebeat.contrib.django.forms import BackfillForm, PauseForm
+from safebeat.contrib.django.models import Audit, Dispatch, Entry, Replica
 from safebeat.entries import zone_of
 from safebeat.identity import format_window
 
@@ -139,12 +142,21 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             )
             .values()
         )
+        now = timezone.now()
         context = {
             **self.admin_site.each_context(request),
             "title": _("safebeat entries"),
             "entries": [
-                {**row, "key": json.dumps([row["namespace"], row["name"]])} for row in entries
+                {
+                    **row,
+                    "key": json.dumps([row["namespace"], row["name"]]),
+                    # A pause whose end passed is over: every replica dispatches again.
+                    "paused_now": row["paused"]
+                    and (row["paused_until"] is None or row["paused_until"] > now),
+                }
+                for row in entries
             ],
+            "pause_form": PauseForm(),
             "problems": periodic_task_problems(self.get_celery_app()),
             "entry_actions": ENTRY_ACTIONS if self.has_entry_action_permission(request) else {},
             "opts": self.model._meta,
@@ -176,14 +188,29 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             namespace, name = selected[0]
             query = urlencode({"namespace": namespace, "entry": name})
             return HttpResponseRedirect(f"{self._url('safebeat_backfill')}?{query}")
-        for message in self.run_entry_action(action, selected):
+        pause = PauseForm(request.POST)
+        if not pause.is_valid():
+            for field, errors in pause.errors.items():
+                label = pause.fields[field].label if field in pause.fields else field
+                messages.error(request, f"{label}: {' '.join(errors)}")
+            return page
+        actor = request.user.get_username()
+        found = self.run_entry_action(action, selected, actor=actor, **pause.cleaned_data)
+        for message in found:
             messages.add_message(request, message.level, message.text)
         return page
 
     def run_entry_action(
-        self, action: str, selected: list[tuple[str, str]]
+        self,
+        action: str,
+        selected: list[tuple[str, str]],
+        *,
+        actor: str,
+        pause_until: datetime | None = None,
+        pause_note: str = "",
     ) -> list[actions.Message]:
-        """Pause, resume or trigger each selected (namespace, entry); return the messages."""
+        """Pause (until `pause_until`, with `pause_note`), resume or trigger each selected
+        (namespace, entry) as `actor`; return the messages."""
         from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         # The database this page reads the entries from is the one the actions write to.
@@ -191,9 +218,17 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         found: list[actions.Message] = []
         for namespace, name in selected:
             if action == "trigger":
-                found.extend(actions.trigger(self.get_celery_app(), store, namespace, name))
+                app = self.get_celery_app()
+                found.extend(actions.trigger(app, store, namespace, name, actor=actor))
+            elif action == "pause":
+                found.append(
+                    actions.set_paused(
+                        store, namespace, name, True, actor=actor, until=pause_until,
+                        note=pause_note or None,
+                    )
+                )  # fmt: skip
             else:
-                found.append(actions.set_paused(store, namespace, name, action == "pause"))
+                found.append(actions.set_paused(store, namespace, name, False, actor=actor))
         return found
 
     def backfill_view(self, request: HttpRequest) -> HttpResponse:
@@ -211,7 +246,8 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             namespace, name = data["namespace"], data["entry"]
             span = {"start": data["start"], "end": data["end"]}
             if "send" in request.POST:
-                for message in actions.backfill(app, store, namespace, name, **span):
+                actor = request.user.get_username()
+                for message in actions.backfill(app, store, namespace, name, **span, actor=actor):
                     messages.add_message(request, message.level, message.text)
                 return HttpResponseRedirect(self._url("safebeat_entries"))
             preview, notes = actions.backfill_preview(app, store, namespace, name, **span)
@@ -254,6 +290,36 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "safebeat/replicas.html", context)
+
+
+@admin.register(Audit)
+class AuditAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untyped here
+    """The audit trail: who paused, resumed, triggered, backfilled, pruned or migrated,
+    when (store time), on which entry and windows, with the note. Read-only: a trail that
+    could be edited from the page it is shown on would prove nothing."""
+
+    list_display = ("at", "actor", "action", "namespace", "entry", "window_list", "note")
+    list_filter = ("namespace", "action", "actor")
+    search_fields = ("entry", "actor", "note")
+    ordering = ("-id",)
+    readonly_fields = tuple(field.name for field in Audit._meta.fields)
+
+    @admin.display(description=_("windows"))  # type: ignore[untyped-decorator]  # Django is untyped here
+    def window_list(self, audit: Audit) -> str:
+        """The windows the action named (up to three, then how many more), in UTC."""
+        listed = [datetime.fromisoformat(w) for w in audit.windows or []]
+        shown = ", ".join(window_text(w, dt_timezone.utc) for w in listed[:3])
+        more = len(listed) - 3
+        return f"{shown} (+{more})" if more > 0 else (shown or "-")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # beat prunes it after safebeat_retention
 
 
 def window_text(instant: datetime, zone: tzinfo) -> str:

@@ -1,4 +1,5 @@
-"""The admin's backfill form: the range of an entry's windows to send, with its time zone."""
+"""The admin's forms: the range of an entry's windows to backfill, with its time zone, and
+a pause's optional end and note."""
 
 from __future__ import annotations
 
@@ -32,3 +33,11 @@ class BackfillForm(forms.Form):  # type: ignore[misc]  # Django is untyped here
         if start is not None and end is not None and start > end:
             raise forms.ValidationError(_("The range ends before it starts: swap From and To."))
         return cleaned
+
+
+class PauseForm(forms.Form):  # type: ignore[misc]  # Django is untyped here
+    """A pause's optional end (`pause_until`: the entry resumes by itself there; a time
+    without an offset is in the current zone) and note, beside the entries' actions."""
+
+    pause_until = forms.DateTimeField(label=_("Paused until"), required=False)
+    pause_note = forms.CharField(label=_("Note"), required=False, max_length=500)

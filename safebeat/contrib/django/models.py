@@ -41,6 +41,9 @@ class Entry(models.Model):  # type: ignore[misc]  # Django is untyped here
     registered_by = models.TextField()
     # Set by pause / resume: the scheduler skips the windows of a paused entry (version 3).
     paused = models.BooleanField(db_default=False)
+    # A pause's end (it ends by itself there) and the operator's note (version 5).
+    paused_until = models.DateTimeField(null=True)
+    pause_note = models.TextField(null=True)
 
     class Meta:
         db_table = "safebeat_entry"
@@ -158,3 +161,26 @@ class Effect(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     def __str__(self) -> str:
         return self.key
+
+
+class Audit(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """One operator action: who did what, when (store time), to which entry and windows
+    (schema version 5)."""
+
+    id = models.BigAutoField(primary_key=True)
+    namespace = KeyField(_("namespace"), max_length=NAMESPACE_LENGTH)
+    at = models.DateTimeField(_("at"))
+    actor = models.TextField(_("actor"))
+    action = models.TextField(_("action"))
+    entry = models.TextField(_("entry"), null=True)
+    windows = models.JSONField(_("windows"))
+    note = models.TextField(_("note"), null=True)
+
+    class Meta:
+        db_table = "safebeat_audit"
+        verbose_name = _("operator action")
+        verbose_name_plural = _("operator actions")
+        indexes = [models.Index(fields=["namespace", "at"], name="safebeat_audit_at")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.entry or ''} by {self.actor}"

@@ -217,6 +217,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                 del ns.dispatches[key]
             for replica_id in [k for k, r in ns.replicas.items() if r.heartbeat_at < before]:
                 del ns.replicas[replica_id]
+            ns.audit = [r for r in ns.audit if r.at >= before]
             expired = [k for k, e in ns.effects.items() if e.expires_at <= now]
             for effect_key in expired:
                 del ns.effects[effect_key]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
     Claim,
     DispatchRecord,
     EntryState,
@@ -46,14 +49,42 @@ class MemoryAdmin(MemoryState):
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records[:limit]
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
         with self._mutex:
             ns = self._ns(namespace)
             state = ns.entries.get(entry)
             if state is None:
                 return False
-            ns.entries[entry] = replace(state, paused=paused)
+            ns.entries[entry] = replace(
+                state,
+                paused=paused,
+                paused_until=until if paused else None,
+                pause_note=note if paused else None,
+            )
             return True
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        with self._mutex:
+            ns = self._ns(namespace)
+            record = AuditRecord.of(self._next_id, self.clock(), event)
+            self._next_id += 1
+            ns.audit.append(record)
+            return record
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        with self._mutex:
+            found = [r for r in self._ns(namespace).audit if entry is None or r.entry == entry]
+        return found[::-1][:limit]
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         with self._mutex:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditRecord,
     DispatchRecord,
     EntryState,
     ReplicaRecord,
@@ -31,6 +32,7 @@ class _Namespace:
     replicas: dict[str, ReplicaRecord]
     tick_lock: threading.Lock
     effects: dict[str, _Effect]
+    audit: list[AuditRecord] = field(default_factory=list)
 
 
 class MemoryState:

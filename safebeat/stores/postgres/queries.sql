@@ -49,7 +49,7 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused, paused_until, pause_note
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
@@ -58,7 +58,7 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused, paused_until, pause_note
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
 
@@ -237,9 +237,26 @@ DELETE FROM safebeat_effect
 WHERE namespace = %(namespace)s AND expires_at <= clock_timestamp();
 
 -- name: set_paused
-UPDATE safebeat_entry SET paused = %(paused)s
+-- Resuming clears the end and the note too.
+UPDATE safebeat_entry
+SET paused = %(paused)s, paused_until = %(until)s, pause_note = %(note)s
 WHERE namespace = %(namespace)s AND name = %(name)s;
 
 -- name: forget_entry
 -- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
 DELETE FROM safebeat_entry WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: record_audit
+INSERT INTO safebeat_audit (namespace, at, actor, action, entry, windows, note)
+VALUES (%(namespace)s, clock_timestamp(), %(actor)s, %(action)s, %(entry)s, %(windows)s::jsonb, %(note)s)
+RETURNING id, at;
+
+-- name: audit
+SELECT id, at, actor, action, entry, windows, note
+FROM safebeat_audit
+WHERE namespace = %(namespace)s AND (%(entry)s::text IS NULL OR entry = %(entry)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: prune_audit
+DELETE FROM safebeat_audit WHERE namespace = %(namespace)s AND at < %(before)s;

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
     Claim,
     Definition,
     DispatchRecord,
@@ -44,6 +46,8 @@ from safebeat.stores.sql_common import (
     DispatchRow,
     advisory_key,
     as_columns,
+    audit_columns,
+    audit_record,
     dispatch_rows,
     replica_columns,
 )
@@ -359,12 +363,41 @@ class PostgresOperations:
             cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [_record(row) for row in cursor.fetchall()]
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        with self._cursors.statement("pause an entry") as cursor:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
+        with self._cursors.statement("pause an entry" if paused else "resume an entry") as cursor:
             cursor.execute(
-                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": paused}
+                Q["set_paused"],
+                {
+                    "namespace": namespace,
+                    "name": entry,
+                    "paused": paused,
+                    "until": until if paused else None,
+                    "note": note if paused else None,
+                },
             )
             return cursor.rowcount == 1
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        with self._cursors.statement("record an operator action") as cursor:
+            cursor.execute(Q["record_audit"], audit_columns(namespace, event))
+            row = cursor.fetchone()
+            assert row is not None  # noqa: S101 - INSERT ... RETURNING returns the row
+            return AuditRecord.of(row[0], row[1], event)
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        with self._cursors.read("read the audit trail") as cursor:
+            cursor.execute(Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit})
+            return [audit_record(r[0], r[1], r[2:]) for r in cursor.fetchall()]
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         with self._cursors.statement("forget an entry") as cursor:
@@ -496,5 +529,6 @@ class PostgresOperations:
             cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
             deleted = cursor.rowcount
             cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+            cursor.execute(Q["prune_audit"], {"namespace": namespace, "before": before})
             cursor.execute(Q["prune_effects"], {"namespace": namespace})
             return deleted + cursor.rowcount

@@ -271,10 +271,12 @@ class RedisStore(RedisExecutions, RedisAdmin):
             for script, key, args in (
                 ("prune", f"{prefix}:age", [prefix, _us(before), PRUNE_BATCH]),
                 ("prune_effects", f"{prefix}:effects", [PRUNE_BATCH]),
+                ("prune_audit", f"{prefix}:audit", [prefix, _us(before), PRUNE_BATCH]),
             ):
                 while True:
                     batch = int(self._run(script, [key], args))
-                    deleted += batch
+                    if script != "prune_audit":  # prune counts dispatch rows and effect keys
+                        deleted += batch
                     if batch < PRUNE_BATCH:
                         break
             self._run("prune_replicas", [f"{prefix}:heartbeats"], [prefix, _us(before)])

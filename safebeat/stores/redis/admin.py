@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
     Claim,
     DispatchRecord,
     EntryState,
@@ -21,7 +24,9 @@ from safebeat.stores.redis.base import (
     _states,
     _us,
     key_prefix,
+    pause_value,
 )
+from safebeat.stores.sql_common import audit_columns, audit_record
 
 
 class RedisAdmin(RedisBase):
@@ -75,11 +80,44 @@ class RedisAdmin(RedisBase):
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
         prefix = key_prefix(namespace)
-        with self._boundary("pause an entry"):
-            done = self._run("set_paused", [f"{prefix}:paused"], [prefix, entry, int(paused)])
+        args = [prefix, entry, int(paused), pause_value(until, note)]
+        with self._boundary("pause an entry" if paused else "resume an entry"):
+            done = self._run("set_paused", [f"{prefix}:paused"], args)
         return bool(done)
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        prefix = key_prefix(namespace)
+        record = json.dumps(audit_columns(namespace, event))
+        with self._boundary("record an operator action"):
+            row_id, at = self._run(
+                "record_audit", [f"{prefix}:audit"], [prefix, event.entry or "", record]
+            )
+        return AuditRecord.of(int(row_id), _instant(at), event)
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        prefix = key_prefix(namespace)
+        index = f"{prefix}:audit" if entry is None else f"{prefix}:audit:entry:{entry}"
+        with self._boundary("read the audit trail"):
+            rows = self._run("audit", [index], [prefix, limit]) if limit > 0 else []
+        records = []
+        for row_id, at, text in rows:
+            fields = json.loads(text)
+            values = [fields[k] for k in ("actor", "action", "entry", "windows", "note")]
+            records.append(audit_record(int(row_id), _instant(at), values))
+        records.sort(key=lambda r: r.id, reverse=True)
+        return records
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         prefix = key_prefix(namespace)

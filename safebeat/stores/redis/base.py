@@ -3,6 +3,7 @@ conversions between Redis's strings and safebeat's records, which every part use
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -83,9 +84,30 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
             digest=digest,
             schedule=schedules[i] or "",
             running_since=_maybe_instant(running[i]),
-            paused=bool(paused[i]),
+            **_pause(paused[i]),
         )
     return states
+
+
+def _pause(value: str | None) -> dict[str, Any]:
+    """The pause fields of an EntryState from its `P:paused` value (see `pause_value`)."""
+    if not value:
+        return {"paused": False}
+    if value == "1":
+        return {"paused": True}
+    held = json.loads(value)
+    return {
+        "paused": True,
+        "paused_until": _maybe_instant(held["until"]),
+        "pause_note": held["note"],
+    }
+
+
+def pause_value(until: datetime | None, note: str | None) -> str:
+    """What `P:paused` holds for a paused entry: 1, or the JSON of its end and note."""
+    if until is None and note is None:
+        return "1"
+    return json.dumps({"until": None if until is None else _us(until), "note": note})
 
 
 def _claim_key(prefix: str, entry: str, window: datetime) -> str:

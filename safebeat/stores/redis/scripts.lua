@@ -20,7 +20,12 @@
 --   P:age                  zset row id -> claimed_at, for pruning
 --   P:history              zset row id -> window
 --   P:history:<entry>      zset row id -> window, one entry's rows
---   P:paused               hash entry -> 1, the entries paused (safebeat pause)
+--   P:paused               hash entry -> 1, or JSON {"until": us or null, "note": text or
+--                          null}: the entries paused (safebeat pause)
+--   P:audit:seq            audit record ids
+--   P:audit:row:<id>       hash: one audit record (at, entry, record as JSON)
+--   P:audit                zset id -> at, every audit record (for listing and pruning)
+--   P:audit:entry:<entry>  zset id -> at, one entry's audit records
 --   P:running:<entry>     zset row id -> started_at, executions started and not finished
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
@@ -38,7 +43,7 @@ end
 
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution, or false) and paused (0 or 1).
+-- unfinished execution, or false) and paused (the P:paused value, or false).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         local values = {}
@@ -51,7 +56,7 @@ local function load_states(p, names, result)
     for _, name in ipairs(names) do
         local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
         running[#running + 1] = newest[2] or false
-        paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
+        paused[#paused + 1] = redis.call('HGET', p .. ':paused', name)
     end
     result[#result + 1] = running
     result[#result + 1] = paused
@@ -411,13 +416,14 @@ end
 return #keys
 
 -- name: set_paused
--- KEYS[1]: P:paused. ARGV: prefix, entry, 1 (pause) or 0 (resume).
--- Returns 0 if the entry is not registered.
+-- KEYS[1]: P:paused. ARGV: prefix, entry, 1 (pause) or 0 (resume), the value to keep
+-- while paused (1, or the JSON of its end and note). Returns 0 if the entry is not
+-- registered.
 if redis.call('HEXISTS', ARGV[1] .. ':digest', ARGV[2]) == 0 then
     return 0
 end
 if ARGV[3] == '1' then
-    redis.call('HSET', KEYS[1], ARGV[2], '1')
+    redis.call('HSET', KEYS[1], ARGV[2], ARGV[4])
 else
     redis.call('HDEL', KEYS[1], ARGV[2])
 end
@@ -459,3 +465,47 @@ for i = 6, #ARGV, 4 do
     end
 end
 return claimed
+
+-- name: record_audit
+-- KEYS[1]: P:audit. ARGV: prefix, entry ('' for none), the record as JSON.
+-- Appends an audit record at Redis TIME; returns {id, at}.
+local p, entry = ARGV[1], ARGV[2]
+local now = now_us()
+local id = redis.call('INCR', p .. ':audit:seq')
+redis.call('HSET', p .. ':audit:row:' .. id, 'at', now, 'entry', entry, 'record', ARGV[3])
+redis.call('ZADD', KEYS[1], now, id)
+if entry ~= '' then
+    redis.call('ZADD', p .. ':audit:entry:' .. entry, now, id)
+end
+return {id, now}
+
+-- name: audit
+-- KEYS[1]: P:audit or P:audit:entry:<entry>. ARGV: prefix, limit.
+-- Returns the newest `limit` records {id, at, record JSON}, newest first.
+local p = ARGV[1]
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local rows = {}
+for _, id in ipairs(ids) do
+    local fields = redis.call('HMGET', p .. ':audit:row:' .. id, 'at', 'record')
+    if fields[1] then
+        rows[#rows + 1] = {id, fields[1], fields[2]}
+    end
+end
+return rows
+
+-- name: prune_audit
+-- KEYS[1]: P:audit. ARGV: prefix, before (us), batch size.
+-- Deletes up to one batch of audit records made before `before`; returns how many.
+local p = ARGV[1]
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
+    tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+    local row = p .. ':audit:row:' .. id
+    local entry = redis.call('HGET', row, 'entry')
+    if entry and entry ~= '' then
+        redis.call('ZREM', p .. ':audit:entry:' .. entry, id)
+    end
+    redis.call('DEL', row)
+    redis.call('ZREM', KEYS[1], id)
+end
+return #ids

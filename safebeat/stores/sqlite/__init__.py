@@ -219,6 +219,7 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
             params = {"namespace": namespace, "before": _us(before), "now": _us(self.clock())}
             deleted = conn.execute(Q["prune_dispatches"], params).rowcount
             conn.execute(Q["prune_replicas"], params)
+            conn.execute(Q["prune_audit"], params)
             deleted += conn.execute(Q["prune_effects"], params).rowcount
         return int(deleted)
 

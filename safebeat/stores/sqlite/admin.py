@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
     Claim,
     DispatchRecord,
     EntryState,
@@ -14,7 +17,7 @@ from safebeat.records import (
     ReplicaRecord,
     Status,
 )
-from safebeat.stores.sql_common import replica_columns
+from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 from safebeat.stores.sqlite.connection import (
     Q,
     SqliteConnection,
@@ -54,12 +57,42 @@ class SqliteAdmin(SqliteConnection):
             ).fetchall()
         return [_record(r) for r in rows]
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
-        with self._write("pause an entry") as conn:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
+        with self._write("pause an entry" if paused else "resume an entry") as conn:
             cursor = conn.execute(
-                Q["set_paused"], {"namespace": namespace, "name": entry, "paused": int(paused)}
+                Q["set_paused"],
+                {
+                    "namespace": namespace,
+                    "name": entry,
+                    "paused": int(paused),
+                    "until": _us(until) if paused and until is not None else None,
+                    "note": note if paused else None,
+                },
             )
             return cursor.rowcount == 1
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        with self._write("record an operator action") as conn:
+            params = {**audit_columns(namespace, event), "now": _us(self.clock())}
+            row = conn.execute(Q["record_audit"], params).fetchone()
+        return AuditRecord.of(row[0], _instant(row[1]), event)
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        with self._boundary("read the audit trail") as conn:
+            rows = conn.execute(
+                Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit}
+            ).fetchall()
+        return [audit_record(r[0], _instant(r[1]), r[2:]) for r in rows]
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         with self._write("forget an entry") as conn:

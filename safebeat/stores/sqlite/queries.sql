@@ -18,7 +18,7 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused, paused_until, pause_note
 FROM safebeat_entry
 WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 
@@ -27,7 +27,7 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused, paused_until, pause_note
 FROM safebeat_entry
 WHERE namespace = :namespace;
 
@@ -155,9 +155,26 @@ DELETE FROM safebeat_effect WHERE namespace = :namespace AND key = :key AND owne
 DELETE FROM safebeat_effect WHERE namespace = :namespace AND expires_at <= :now;
 
 -- name: set_paused
-UPDATE safebeat_entry SET paused = :paused
+-- Resuming clears the end and the note too.
+UPDATE safebeat_entry
+SET paused = :paused, paused_until = :until, pause_note = :note
 WHERE namespace = :namespace AND name = :name;
 
 -- name: forget_entry
 -- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
 DELETE FROM safebeat_entry WHERE namespace = :namespace AND name = :name;
+
+-- name: record_audit
+INSERT INTO safebeat_audit (namespace, at, actor, action, entry, windows, note)
+VALUES (:namespace, :now, :actor, :action, :entry, :windows, :note)
+RETURNING id, at;
+
+-- name: audit
+SELECT id, at, actor, action, entry, windows, note
+FROM safebeat_audit
+WHERE namespace = :namespace AND (:entry IS NULL OR entry = :entry)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: prune_audit
+DELETE FROM safebeat_audit WHERE namespace = :namespace AND at < :before;

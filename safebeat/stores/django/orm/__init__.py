@@ -288,6 +288,7 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
             m.Replica.objects.using(self.alias).filter(
                 namespace=namespace, heartbeat_at__lt=before
             ).delete()
+            m.Audit.objects.using(self.alias).filter(namespace=namespace, at__lt=before).delete()
             expired, _ = (
                 m.Effect.objects.using(self.alias)
                 .filter(namespace=namespace, expires_at__lte=now)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
     Claim,
     DispatchRecord,
     EntryState,
@@ -15,7 +18,7 @@ from safebeat.records import (
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.sql_common import replica_columns
+from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 
 
 class DjangoOrmAdmin(DjangoOrmRows):
@@ -55,7 +58,15 @@ class DjangoOrmAdmin(DjangoOrmRows):
             values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
         return [_record(row) for row in values]
 
-    def set_paused(self, namespace: str, entry: str, paused: bool) -> bool:
+    def set_paused(
+        self,
+        namespace: str,
+        entry: str,
+        paused: bool,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+    ) -> bool:
         action = "pause an entry" if paused else "resume an entry"
         m = django_models(self.alias)
         with self._boundary(action) as connection, vendors.write(connection):
@@ -63,9 +74,38 @@ class DjangoOrmAdmin(DjangoOrmRows):
             updated = (
                 m.Entry.objects.using(self.alias)
                 .filter(namespace=namespace, name=entry)
-                .update(paused=paused)
+                .update(
+                    paused=paused,
+                    paused_until=until if paused else None,
+                    pause_note=note if paused else None,
+                )
             )
         return bool(updated)
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        m = django_models(self.alias)
+        columns = audit_columns(namespace, event)
+        with self._boundary("record an operator action") as connection, vendors.write(connection):
+            now = vendors.clock(connection)
+            row = m.Audit.objects.using(self.alias).create(
+                **{**columns, "windows": [w.isoformat() for w in event.windows]}, at=now
+            )
+        return AuditRecord.of(int(row.id), now, event)
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        m = django_models(self.alias)
+        with self._boundary("read the audit trail"):
+            rows = m.Audit.objects.using(self.alias).filter(namespace=namespace)
+            if entry is not None:
+                rows = rows.filter(entry=entry)
+            values = list(
+                rows.order_by("-id").values_list(
+                    "id", "at", "actor", "action", "entry", "windows", "note"
+                )[:limit]
+            )
+        return [audit_record(v[0], v[1], v[2:]) for v in values]
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         m = django_models(self.alias)

@@ -25,6 +25,8 @@ STATE_COLUMNS = (
     "schedule",
     "running_since",
     "paused",
+    "paused_until",
+    "pause_note",
 )
 
 HISTORY_COLUMNS = (
