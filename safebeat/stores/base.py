@@ -144,9 +144,12 @@ class TickStore(StoreConnection, Protocol):
           claim is simply not returned (someone else has it): never an error;
         - set `last_window` to the later of the stored value and each advance;
         - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of
-          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`,
-          oldest first (their `attempts` grows by one and `claimed_at` becomes now, so no
-          other replica takes them too);
+          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`, or
+          whose run's lease expired without a finish (its worker died, and no broker
+          may deliver it again), oldest first: their `attempts` grows by one, `claimed_at`
+          becomes now and their status `claimed`, so no other replica takes them too, and
+          `lease_until` is cleared, so a dead run is taken once (the delivery of the
+          re-published message takes the run over);
         and commit. Only committed claims are returned. The lock saves work; correctness
         comes from the unique key alone, so a lost lock cannot produce a second claim.
         """

@@ -12,6 +12,7 @@ import pytest
 
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
+    Claim,
     Definition,
     EntryState,
     LeasedRun,
@@ -390,6 +391,49 @@ def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     )
     assert again is not None
     assert again.reclaimed == []
+
+
+def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
+    store: Store, namespace: str
+) -> None:
+    """A sent window whose run's lease expired without a finish is handed back to beat once
+    (status claimed, attempts counted, same task id); the re-published delivery takes the
+    run over. Live and finished runs are left alone."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    dead, live, done = (window_after(state, n) for n in (1, 2, 3))
+    result = store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, dead, live, done),
+        replica=REPLICA,
+    )
+    assert result is not None
+    store.record_publish(namespace, [c.id for c in result.claimed], {})
+    start(store, namespace, dead, lease=timedelta(0))
+    start(store, namespace, live)
+    start(store, namespace, done, lease=timedelta(0))
+    finish(store, namespace, done)
+
+    def reclaimed() -> list[Claim]:
+        after = store.tick(
+            namespace,
+            ["a"],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim(["a"], HOUR),
+        )
+        assert after is not None
+        return list(after.reclaimed)
+
+    [taken] = reclaimed()
+    assert (taken.window, taken.attempts) == (dead, 2)
+    assert taken.task_id == task_id_for(namespace, "a", dead)
+    row = row_of(store, namespace, dead)
+    assert (row.status, row.lease_until, row.replica) == (Status.CLAIMED, None, OTHER.id)  # type: ignore[attr-defined]
+    assert reclaimed() == []  # taken once
+    assert start(store, namespace, dead, worker="w2@host:2") is Start.TAKEOVER
+    store.record_publish(namespace, [taken.id], {})
+    assert reclaimed() == []  # the takeover holds a live lease
 
 
 def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:

@@ -118,13 +118,19 @@ FROM unnest(%(advance_names)s::text[], %(advance_windows)s::timestamptz[])
 WHERE e.namespace = %(namespace)s AND e.name = u.name;
 
 -- name: reclaim_stale
+-- Claims left unsent past the timeout, and runs whose lease expired without a finish
+-- (their worker died, and no broker may deliver them again): claimed again, to be
+-- re-published with the same task id. The lease is cleared, so each dead run is taken
+-- once; the delivery of the re-published message takes the run over.
 UPDATE safebeat_dispatch AS d
-SET claimed_at = %(now)s, attempts = d.attempts + 1,
-    replica = %(replica)s, host = %(host)s, pid = %(pid)s
+SET claimed_at = %(now)s, attempts = d.attempts + 1, status = 'claimed',
+    lease_until = NULL, replica = %(replica)s, host = %(host)s, pid = %(pid)s
 WHERE d.id IN (
     SELECT id FROM safebeat_dispatch
-    WHERE namespace = %(namespace)s AND status = 'claimed'
-      AND claimed_at < %(stale_before)s AND entry = ANY(%(reclaim_names)s::text[])
+    WHERE namespace = %(namespace)s AND entry = ANY(%(reclaim_names)s::text[])
+      AND task_id IS NOT NULL
+      AND ((status = 'claimed' AND claimed_at < %(stale_before)s)
+           OR (finished_at IS NULL AND lease_until <= %(now)s))
     ORDER BY claimed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

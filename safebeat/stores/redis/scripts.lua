@@ -239,6 +239,27 @@ if timeout ~= '' then
         end
         offset = offset + #ids
     end
+    -- Runs whose lease expired without a finish: claimed again, to be re-published with
+    -- the same task id; the lease is cleared, so the pass takes each dead run once.
+    for i = at, at + n_reclaim - 1 do
+        local entry = ARGV[i]
+        for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry,
+                '-inf', '+inf')) do
+            local row = p .. ':row:' .. id
+            local f = redis.call('HMGET', row, 'lease_until', 'finished_at', 'window',
+                'task_id')
+            if #reclaimed < limit and f[1] and not f[2] and f[4]
+                    and tonumber(f[1]) <= tonumber(now) then
+                local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+                redis.call('HSET', row, 'status', 'claimed', 'claimed_at', now,
+                    'replica', replica, 'host', host, 'pid', pid)
+                redis.call('HDEL', row, 'lease_until')
+                redis.call('ZADD', p .. ':unsent', now, id)
+                redis.call('ZADD', p .. ':age', now, id)
+                reclaimed[#reclaimed + 1] = {tonumber(id), entry, f[3], f[4], attempts}
+            end
+        end
+    end
 end
 
 if redis.call('GET', KEYS[1]) == token then

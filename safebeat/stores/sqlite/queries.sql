@@ -60,16 +60,21 @@ SET last_window = max(coalesce(last_window, :window), :window)
 WHERE namespace = :namespace AND name = :name;
 
 -- name: stale_claims
+-- Claims left unsent past the timeout, and runs whose lease expired without a finish
+-- (see the PostgreSQL store's reclaim_stale).
 SELECT id, entry, window_at, task_id, attempts + 1
 FROM safebeat_dispatch
-WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
-  AND entry IN (SELECT value FROM json_each(:names))
+WHERE namespace = :namespace AND entry IN (SELECT value FROM json_each(:names))
+  AND task_id IS NOT NULL
+  AND ((status = 'claimed' AND claimed_at < :stale_before)
+       OR (finished_at IS NULL AND lease_until <= :now))
 ORDER BY claimed_at
 LIMIT :limit;
 
 -- name: reclaim
 UPDATE safebeat_dispatch
-SET claimed_at = :now, attempts = attempts + 1, replica = :replica, host = :host, pid = :pid
+SET claimed_at = :now, attempts = attempts + 1, status = 'claimed', lease_until = NULL,
+    replica = :replica, host = :host, pid = :pid
 WHERE id = :id;
 
 -- name: mark_sent
