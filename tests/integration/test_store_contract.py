@@ -719,6 +719,32 @@ def test_concurrent_deliveries_start_a_window_once(
     assert (row.runs, row.duplicates) == (1, 0)  # type: ignore[attr-defined]
 
 
+def test_concurrent_exclusive_starts_of_two_windows_run_one(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Two windows of a forbid entry delivered at once on several workers: exactly one
+    delivery of one window runs; every other is deferred."""
+    stores = [open_store() for _ in range(6)]
+    windows = [dispatched(stores[0], namespace, 1), dispatched(stores[0], namespace, 2)]
+    verdicts: list[Start] = []
+    barrier = threading.Barrier(len(stores))
+
+    def deliver(store: Store, index: int) -> None:
+        barrier.wait(10)
+        window = windows[index % 2]
+        verdicts.append(
+            start(store, namespace, window, worker=f"w{index}@host:{index}", exclusive=True)
+        )
+
+    threads = [threading.Thread(target=deliver, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(verdicts) == sorted([Start.RUN] + [Start.DEFER] * 5)
+    assert sum(row_of(stores[0], namespace, w).runs for w in windows) == 1  # type: ignore[attr-defined]
+
+
 def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace: str) -> None:
     """Ticks see when the entry's unfinished run started, and None once it finished."""
     window = dispatched(store, namespace)

@@ -188,6 +188,10 @@ DELETE FROM safebeat_replica WHERE namespace = %(namespace)s AND replica = %(rep
 -- name: namespaces
 SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
+-- name: lock_entry_starts
+-- Held until the start of a forbid entry's window commits (see start_execution).
+SELECT pg_advisory_xact_lock(%(key)s);
+
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each
 -- decides on the row as the one before it left it, by records.decide_start: run,

@@ -420,7 +420,14 @@ class PostgresOperations:
         lease: timedelta,
         exclusive: bool = False,
     ) -> Start:
-        with self._cursors.statement("record the start of an execution") as cursor:
+        begin = self._cursors.transaction if exclusive else self._cursors.statement
+        with begin("record the start of an execution") as cursor:
+            if exclusive:
+                # Starts of one forbid entry queue here, so two windows starting at once
+                # each see the other's start (one statement's snapshot would not).
+                cursor.execute(
+                    Q["lock_entry_starts"], {"key": advisory_key("start", namespace, entry)}
+                )
             cursor.execute(
                 Q["start_execution"],
                 {

@@ -29,6 +29,15 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
             vendors.write(connection),
         ):
             rows = m.Dispatch.objects.using(self.alias)
+            if exclusive:
+                # Starts of one forbid entry queue on its entry row, so two windows
+                # starting at once each see the other's start.
+                list(
+                    m.Entry.objects.using(self.alias)
+                    .select_for_update()
+                    .filter(namespace=namespace, name=entry)
+                    .values_list("name")
+                )
             found = (
                 rows.select_for_update()
                 .filter(namespace=namespace, entry=entry, window_at=window, task_id__isnull=False)
