@@ -50,7 +50,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import signals, states
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 from safebeat.backoff import Backoff
 from safebeat.current import CurrentWindow, window_of
@@ -118,6 +118,8 @@ def install(app: Any) -> None:
             signals.worker_process_init.connect(_on_worker_process_init, weak=False)
             signals.task_prerun.connect(_on_prerun, weak=False)
             signals.task_postrun.connect(_on_postrun, weak=False)
+            signals.task_received.connect(_on_received, weak=False)
+            signals.task_failure.connect(_on_failure, weak=False)
             _signals_connected = True
     _guard_tasks(app)
 
@@ -274,8 +276,8 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     if verdict is Start.DUPLICATE:
         worker_metrics.duplicate(config.namespace, window.entry)
         logger.warning(
-            "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window "
-            "already started or finished",
+            "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window's "
+            "run already finished",
             where,
             request.id,
             retries,
@@ -430,6 +432,84 @@ def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
         _backoff.failed(exc)
     except Exception:  # the task has run; only the record is lost (logged)
         logger.exception("safebeat: recording the end of task %s failed", task.request.id)
+
+
+# --- a pool child lost, as the worker's main process sees it ---------------------------
+
+#: The requests of safebeat windows this (main) process handed to its pool, by task id,
+#: while the pool runs them; a finished request is dropped with it.
+_received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    task = getattr(request, "task", None)
+    if task is None or task.app not in _installed:
+        return
+    if window_of(_Headers(request.request_dict)) is not None:
+        _received[request.id] = request
+
+
+@dataclass(frozen=True)
+class _Headers:
+    headers: dict[str, Any]
+
+
+def _on_failure(
+    sender: Any = None, task_id: str | None = None, exception: object = None, **_: Any
+) -> None:
+    """Record a run whose pool child died (WorkerLostError) or was killed at its hard time
+    limit (TimeLimitExceeded): Celery reports both in the worker's main process only."""
+    if not isinstance(exception, WorkerLostError | TimeLimitExceeded) or task_id is None:
+        return
+    request = _received.pop(task_id, None)
+    if request is None or request.worker_pid is None:
+        return
+    window = window_of(_Headers(request.request_dict))
+    if window is None:
+        return
+    run = LeasedRun(
+        window.entry,
+        window.window,
+        f"{request.hostname}:{request.worker_pid}",
+        int(request.request_dict.get("retries") or 0),
+    )
+    try:
+        lost(request.task.app, run, exception)
+    except SafebeatError as exc:  # the lease lapses by itself within one lease
+        _backoff.failed(exc)
+
+
+def lost(app: Any, run: LeasedRun, exception: object) -> None:
+    """A run whose pool child died: a hard time limit is a failure, recorded as finished
+    (running it again would meet the same limit); any other death frees the window at
+    once (its lease ends), for the requeued copy or beat's re-publish to take it over."""
+    config, store = store_of(app)
+    if isinstance(exception, TimeLimitExceeded):
+        store.finish_execution(
+            config.namespace,
+            run.entry,
+            run.window,
+            worker=run.worker,
+            retries=run.retries,
+            outcome=Outcome.FAILURE,
+            runtime=timedelta(0),
+            detail=f"the pool killed the run at its hard time limit ({_limit(exception)} s)",
+        )
+    else:
+        store.renew_executions(config.namespace, [run], lease=timedelta(0))
+    logger.warning(
+        "safebeat: the pool child running entry %r window %s was lost (%s); %s",
+        run.entry,
+        format_window(run.window),
+        type(exception).__name__,
+        "recorded as failed"
+        if isinstance(exception, TimeLimitExceeded)
+        else "its window is free to run again",
+    )
+
+
+def _limit(exception: TimeLimitExceeded) -> object:
+    return exception.args[0] if exception.args else "?"
 
 
 # --- store trouble ------------------------------------------------------------------------

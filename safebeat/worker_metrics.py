@@ -65,8 +65,7 @@ class WorkerMetrics:
         )
         self._duplicates = Counter(
             "safebeat_duplicates_suppressed",
-            "Deliveries of a window whose run already finished, skipped without running "
-            "the task.",
+            "Deliveries of a window whose run already finished, skipped without running the task.",
             ["namespace", "entry"],
             registry=registry,
         )

@@ -292,7 +292,7 @@ def report(stock: dict[str, int], safe: dict[str, int]) -> None:
     rows = [
         ("messages published by beat", "published"),
         ("deliveries to workers (incl. faults)", "received"),
-        ("deliveries deferred while the run was alive", "deferred"),
+        ("deliveries deferred (the run was alive)", "deferred"),
         ("deliveries skipped as duplicates", "skipped"),
         ("runs taken over from the killed worker", "taken_over"),
         ("mails sent", "mails"),

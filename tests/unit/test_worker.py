@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Ignore, Reject
+from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.local_store import store_of
-from safebeat.stores.base import NewClaim, Outcome, Status, Store, TickPlan
+from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
 from safebeat.worker_metrics import WorkerTotals
 from tests.unit.test_scheduler import drain
 
@@ -351,3 +351,55 @@ def test_history_keeps_the_dispatch_status(app: Celery, task: Any) -> None:
     task_id = dispatch(app)
     deliver(task, task_id)
     assert row(app).status is Status.CLAIMED
+
+
+class PoolRequest:
+    """What Celery's main process holds for a message it handed to a pool child."""
+
+    def __init__(self, task: Any, task_id: str, child_pid: int) -> None:
+        self.task, self.id, self.hostname = task, task_id, "w1@host"
+        self.worker_pid: int | None = None
+        self.request_dict = {
+            "id": task_id,
+            "retries": 0,
+            "safebeat_entry": "weekly",
+            "safebeat_window": format_window(WINDOW),
+        }
+        self.child_pid = child_pid
+
+
+def lost_in_child(app: Celery, task: Any, exception: Exception) -> PoolRequest:
+    """A child of the worker starts the window, then dies; the main process is told."""
+    task_id = dispatch(app)
+    request = PoolRequest(task, task_id, child_pid=4242)
+    safebeat.worker._on_received(request=request)
+    request.worker_pid = request.child_pid  # the pool accepted it
+    verdict = store(app).start_execution(
+        NAMESPACE, "weekly", WINDOW, worker="w1@host:4242", retries=0, lease=timedelta(hours=1)
+    )
+    assert verdict is Start.RUN
+    safebeat.worker._on_failure(task_id=task_id, exception=exception)
+    return request
+
+
+def test_a_lost_pool_child_frees_its_window_at_once(app: Celery, task: Any, ran: list[str]) -> None:
+    """A child killed mid-run (WorkerLostError in the main process) ends its run's lease,
+    so the next delivery takes the window over without waiting for the lease."""
+    lost_in_child(app, task, WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)."))
+    assert row(app).finished_at is None
+    assert deliver(task, row(app).task_id, hostname="w2@host") == "SUCCESS"
+    assert ran == [row(app).task_id]
+    assert (row(app).runs, row(app).outcome) == (2, Outcome.SUCCESS)
+
+
+def test_a_child_killed_at_its_hard_time_limit_is_recorded_as_failed(
+    app: Celery, task: Any, ran: list[str]
+) -> None:
+    """A hard time limit kill is recorded from the main process as a failure, with why;
+    a later delivery is a duplicate, since running again would meet the same limit."""
+    lost_in_child(app, task, TimeLimitExceeded(5.0))
+    record = row(app)
+    assert (record.outcome, record.runs) == (Outcome.FAILURE, 1)
+    assert record.error == "the pool killed the run at its hard time limit (5.0 s)"
+    assert deliver(task, record.task_id, hostname="w2@host") == "IGNORED"
+    assert ran == []
