@@ -220,7 +220,7 @@ def _check_delivery(task: Any) -> None:
         return
     try:
         execution = begin(task, request, window)
-    except Ignore:
+    except (Ignore, Reject):
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)

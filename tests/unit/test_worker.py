@@ -192,6 +192,32 @@ def test_a_delivery_of_a_live_run_is_sent_again_for_later_and_skipped(
     assert (fresh_counters.deferred, row(app).duplicates, row(app).runs) == (1, 0, 1)
 
 
+def test_a_deferral_the_broker_refuses_goes_back_to_the_broker(
+    app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the copy of a deferred delivery cannot be sent, the delivery is rejected with
+    requeue, so the broker keeps it: it is never acknowledged away."""
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, "weekly", WINDOW, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    headers = {"safebeat_entry": "weekly", "safebeat_window": format_window(WINDOW)}
+    task.push_request(id=task_id, headers=headers, is_eager=False, hostname="w1@host")
+    try:
+        with pytest.raises(Reject) as rejected:
+            task.before_start(task_id, (), {})
+    finally:
+        task.pop_request()
+    assert rejected.value.requeue is True
+    assert ran == []
+
+
 def test_forbid_defers_a_window_while_another_window_of_the_entry_runs(
     app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
 ) -> None:
