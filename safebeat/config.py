@@ -180,7 +180,8 @@ class Config:
     auto_migrate: bool = True
     lock_timeout: timedelta = timedelta(seconds=5)
     overlap: Overlap = Overlap.ALLOW
-    overlap_timeout: timedelta = timedelta(hours=1)
+    overlap_timeout: timedelta = timedelta(hours=1)  # superseded by execution_lease
+    execution_lease: timedelta = timedelta(seconds=30)
     redis_eviction: RedisEviction = "warn"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -204,6 +205,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "lock_timeout": _positive_duration,
     "overlap": parse_overlap,
     "overlap_timeout": _positive_duration,
+    "execution_lease": _positive_duration,
     "redis_eviction": _redis_eviction,
 }
 SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)

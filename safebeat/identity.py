@@ -18,6 +18,9 @@ TASK_ID_NAMESPACE = uuid.UUID("5a7e6ea7-0c1a-5b3e-9d2f-8c0f1e2d3b4a")
 ENTRY_HEADER = "safebeat_entry"
 WINDOW_HEADER = "safebeat_window"
 PERIODIC_TASK_HEADER = "periodic_task_name"
+#: Sent as "forbid" for an entry with `overlap="forbid"`: the worker hook then starts no
+#: window of the entry while another of its windows runs with a live lease.
+OVERLAP_HEADER = "safebeat_overlap"
 
 
 def format_window(window: datetime) -> str:

@@ -35,9 +35,9 @@ from safebeat.records import (
 )
 from safebeat.stores.base import Store
 
-#: A run recorded here is never taken over (`Store.start_execution`'s `stale_after`):
-#: its row is new, so the first start always runs.
-_NEVER_STALE = timedelta(days=3650)
+#: A run recorded here renews no lease, so its lease lasts until it finishes: this process
+#: runs the work itself, and no broker holds a copy that could take it over.
+_UNTIL_FINISHED = timedelta(days=3650)
 
 
 def digest(parts: Sequence[str]) -> str:
@@ -66,7 +66,7 @@ def started(store: Store, namespace: str, won: Claim, *, worker: str) -> Start:
     """Record that the claimed window is handed over and runs on `worker`."""
     store.record_publish(namespace, [won.id], {})
     return store.start_execution(
-        namespace, won.entry, won.window, worker=worker, retries=0, stale_after=_NEVER_STALE
+        namespace, won.entry, won.window, worker=worker, retries=0, lease=_UNTIL_FINISHED
     )
 
 

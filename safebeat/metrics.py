@@ -71,7 +71,8 @@ class BeatMetrics:
         self._replica = replica
         self._republished = Counter(
             "safebeat_republished",
-            "Claims left unsent past safebeat_claim_timeout that this replica re-published.",
+            "Claims left unsent past safebeat_claim_timeout, or windows whose run died, that "
+            "this replica re-published.",
             ["namespace", "entry"],
             registry=r,
         )

@@ -41,7 +41,6 @@ def plan_tick(
     now: datetime,
     *,
     namespace: str,
-    overlap_timeouts: Mapping[str, timedelta],
     retry_after: timedelta,
 ) -> Planned:
     """Decide the windows of every entry in `states` that this replica defines.
@@ -49,8 +48,8 @@ def plan_tick(
     For each: the windows after `entries.undecided_after` up to `now`
     follow its missed-window policy (`windows.due`); a paused entry skips them all (a
     pause with an end only those before `paused_until`, `records.pause_ends`); an
-    entry with `overlap="forbid"` skips them while its previous run is alive, by the
-    timeout in `overlap_timeouts`. Dispatched windows become claims with their
+    entry with `overlap="forbid"` skips them while its previous run is alive (its lease,
+    in the state's `running_since`). Dispatched windows become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
     advances to the last window decided. An entry whose windows cannot be computed is
     reported in `errors` and retried `retry_after` from `now`; the others are unaffected.
@@ -73,12 +72,7 @@ def plan_tick(
         if state.paused_at(now):
             decision = windows.paused(decision)
         elif entry.overlap is Overlap.FORBID:
-            decision = windows.forbid_overlap(
-                decision,
-                running_since=state.running_since,
-                now=now,
-                timeout=overlap_timeouts[name],
-            )
+            decision = windows.forbid_overlap(decision, running_since=state.running_since)
         claims.extend(
             NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
             for window in decision.dispatch

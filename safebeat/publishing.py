@@ -28,8 +28,15 @@ from celery.utils.time import subtract_datetimes
 
 from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
-from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
+from safebeat.identity import (
+    ENTRY_HEADER,
+    OVERLAP_HEADER,
+    PERIODIC_TASK_HEADER,
+    WINDOW_HEADER,
+    format_window,
+)
 from safebeat.records import Claim
+from safebeat.windows import Overlap
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +82,8 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
             "celery_beat_task": True,
         }
     )
+    if entry.overlap is Overlap.FORBID:
+        headers[OVERLAP_HEADER] = Overlap.FORBID.value
     options["headers"] = headers
     options["task_id"] = claim.task_id
     return args, kwargs, options

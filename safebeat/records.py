@@ -35,8 +35,9 @@ class Start(str, enum.Enum):
     """The answer of `Store.start_execution`: may this delivery of a window run?"""
 
     RUN = "run"  # first start, or a Celery retry of the window: run the body
-    TAKEOVER = "takeover"  # the previous run never finished and is presumed lost: run the body
-    DUPLICATE = "duplicate"  # already started (and not presumed lost) or finished: skip the body
+    TAKEOVER = "takeover"  # the previous run's lease expired without a finish: run the body
+    DEFER = "defer"  # a run of this window (or, for `forbid`, of the entry) is alive: later
+    DUPLICATE = "duplicate"  # the window's run finished: skip the body
     UNKNOWN = "unknown"  # no dispatched window with this key: run the body, untracked
 
 
@@ -58,8 +59,9 @@ class EntryState:
     are never dispatched, so a start or a changed definition fires nothing as a surprise.
     `last_window` is the newest window decided (claimed or skipped) by any replica.
     `schedule` and `digest` are the definition last registered (see Store.register).
-    `running_since` is the start of the entry's newest execution that started and has not
-    finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
+    `running_since` is the start of the entry's newest execution that started, has not
+    finished and whose lease is alive (see Store.start_execution), or None: what
+    `overlap="forbid"` looks at.
     `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry,
     up to `paused_until` when that is set (see `pause_ends`); `pause_note` is the operator's
     reason, for status pages.
@@ -187,6 +189,17 @@ class DispatchRecord:
     retries: int | None = None  # Celery's retry number of the latest execution
     runs: int = 0  # executions started: 1 + retries + takeovers
     duplicates: int = 0  # deliveries skipped because the window already ran or runs
+    lease_until: datetime | None = None  # the running execution is alive until then
+
+
+@dataclass(frozen=True)
+class LeasedRun:
+    """An execution a worker process runs and renews the lease of: who started which window."""
+
+    entry: str
+    window: datetime
+    worker: str
+    retries: int
 
 
 @dataclass(frozen=True)
@@ -251,37 +264,55 @@ def system_clock() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def lease_alive(lease_until: datetime | None, now: datetime) -> bool:
+    """Whether a run whose lease ends at `lease_until` is alive at store time `now`.
+
+    A run without a lease (started by a version without leases) counts as dead.
+    """
+    return lease_until is not None and now < lease_until
+
+
 def decide_start(
     *,
     started_at: datetime | None,
     finished_at: datetime | None,
+    lease_until: datetime | None,
     recorded_retries: int | None,
     retries: int,
     now: datetime,
-    stale_after: timedelta,
+    other_run_alive: bool = False,
 ) -> Start:
     """May this delivery of a dispatched window run? The rule of `start_execution`.
 
-    From the window's dispatch row (`started_at`, `finished_at`, `recorded_retries`) and
-    this delivery (its Celery `retries`), at store time `now`:
+    From the window's dispatch row (`started_at`, `finished_at`, `lease_until`,
+    `recorded_retries`), this delivery (its Celery `retries`) and, for an entry with
+    `overlap="forbid"`, whether another window of the entry has a run whose lease is
+    alive (`other_run_alive`), at store time `now`:
 
     - the row never started, or `retries` is greater than the recorded one (a Celery
       retry of the window): RUN;
-    - it started before `now - stale_after` and never finished (its worker is presumed
-      lost): TAKEOVER;
-    - otherwise (started within `stale_after` and not finished, or finished, with
-      `retries` not greater than recorded): DUPLICATE.
+    - it finished (and `retries` is not greater): DUPLICATE, the only delivery skipped;
+    - it started, never finished, and its lease is alive: DEFER (its run is alive; this
+      delivery must stay around in case that run dies);
+    - it started, never finished, and its lease expired: TAKEOVER (its run is dead);
+    - a RUN or TAKEOVER while `other_run_alive`: DEFER instead (`forbid` holds however
+      the broker orders deliveries).
 
-    A store calls it under the row's lock and records the start for RUN and TAKEOVER, or
-    counts the duplicate. (PostgreSQL's `start_execution` statement and Redis's
-    `start_execution` script decide inside the server, in one round trip, by this same
-    rule; the contract suite holds every backend to it.)
+    Liveness comes only from the lease, never from a run's age or its time limits. A
+    store calls it under the row's lock and records the start (with a new lease) for RUN
+    and TAKEOVER, or counts the duplicate. (PostgreSQL's `start_execution` statement and
+    Redis's `start_execution` script decide inside the server, in one round trip, by
+    this same rule; the contract suite holds every backend to it.)
     """
-    if started_at is None or retries > (recorded_retries or 0):
-        return Start.RUN
-    if finished_at is None and started_at < now - stale_after:
-        return Start.TAKEOVER
-    return Start.DUPLICATE
+    if started_at is not None and retries <= (recorded_retries or 0):
+        if finished_at is not None:
+            return Start.DUPLICATE
+        if lease_alive(lease_until, now):
+            return Start.DEFER
+        verdict = Start.TAKEOVER
+    else:
+        verdict = Start.RUN
+    return Start.DEFER if other_run_alive else verdict
 
 
 def pause_ends(state: EntryState, after: datetime, now: datetime) -> datetime | None:

@@ -76,14 +76,14 @@ def _summarize_skips(skips: Sequence[NewSkip]) -> None:
 def report_claims(
     claimed: Sequence[Claim], reclaimed: Sequence[Claim], metrics: BeatMetrics
 ) -> None:
-    """Count this tick's claims, and say so when stale claims are taken over."""
+    """Count this tick's claims, and say so when stale claims or dead runs are taken over."""
     metrics.claimed(len(claimed))
     if reclaimed:
         for claim in reclaimed:
             metrics.republished(claim.entry)
         logger.warning(
             "safebeat: re-publishing %d claim(s) left unsent past safebeat_claim_timeout "
-            "(same task ids)",
+            "or whose run died (same task ids)",
             len(reclaimed),
         )
 

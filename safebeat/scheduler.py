@@ -30,7 +30,6 @@ from safebeat.housekeeping import heartbeat, prune
 from safebeat.identity import current_replica
 from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
-from safebeat.overlap import overlap_timeouts
 from safebeat.planning import Planned, plan_tick
 from safebeat.publishing import Publisher
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
@@ -89,7 +88,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.replica = current_replica()
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
-        self._overlap_timeouts: dict[str, timedelta] = {}
         self._store = store
         self._monotonic = monotonic or time.monotonic
         self._ready = False
@@ -166,7 +164,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
         self.data = dict(self.entries)
-        self._overlap_timeouts = overlap_timeouts(self.app, self.safebeat_config, entries)
         self._ready = False
 
     def refresh_entries(self) -> None:
@@ -322,7 +319,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             states,
             now,
             namespace=self.safebeat_config.namespace,
-            overlap_timeouts=self._overlap_timeouts,
             retry_after=timedelta(seconds=self.max_interval),
         )
 

@@ -43,7 +43,7 @@ execution_duplicate = Signal(name="safebeat.execution_duplicate")
 
 #: A worker took over a window whose run started and never finished (its lease expired):
 #: this delivery runs it again. Sender: the task.
-#: Arguments: namespace, entry, window, task_id, retries, stale_after.
+#: Arguments: namespace, entry, window, task_id, retries, lease.
 execution_taken_over = Signal(name="safebeat.execution_taken_over")
 
 ALL = (

@@ -634,22 +634,20 @@ def _excluded(decision: Due, calendar: Calendar) -> Due:
     return dataclasses.replace(decision, dispatch=tuple(keep), skipped=(*decision.skipped, *spans))
 
 
-def forbid_overlap(
-    decision: Due, *, running_since: datetime | None, now: datetime, timeout: timedelta
-) -> Due:
+def forbid_overlap(decision: Due, *, running_since: datetime | None) -> Due:
     """Apply `overlap="forbid"` to one entry's answer.
 
-    While the entry's newest unfinished run, started at `running_since`, is younger than
-    `timeout`, nothing is dispatched: the windows `decision` would dispatch are skipped
-    as `overlap`. Otherwise at most the newest one is dispatched, since two windows sent
-    at once would run side by side; older ones are skipped as `overlap`. A run older
-    than `timeout` is presumed over (its worker died without saying so) and blocks nothing.
+    While the entry has a live run (`running_since`: the start of its newest unfinished
+    run whose lease is alive, as the store reports it), nothing is dispatched: the
+    windows `decision` would dispatch are skipped as `overlap`. Otherwise at most the
+    newest one is dispatched, since two windows sent at once would run side by side;
+    older ones are skipped as `overlap`. A run whose lease expired (its worker died) is
+    not live, whatever its age, so it blocks nothing.
     """
     dispatch = decision.dispatch
     if not dispatch:
         return decision
-    running = running_since is not None and now - running_since < timeout
-    keep = () if running else dispatch[-1:]
+    keep = () if running_since is not None else dispatch[-1:]
     blocked = dispatch[: len(dispatch) - len(keep)]
     if not blocked:
         return decision

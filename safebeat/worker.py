@@ -11,12 +11,21 @@ headers), the hook asks the store before the task body runs (`Store.start_execut
 - the window's first delivery, or a Celery retry of it: the body runs, and the dispatch
   row records when it started, on which worker, and (afterwards) when it finished, how
   (success, failure, retry) and for how long;
-- a second delivery of a window that already started or finished (a broker redelivery,
-  a re-published claim): the body is skipped, the message acknowledged, and the
-  duplicate counted on the row and logged;
-- a delivery of a window whose run started longer ago than its hard time limit (else
-  `safebeat_overlap_timeout`) and never finished: that run is presumed lost with its
-  worker, and this delivery takes it over.
+- while the body runs, its lease on the row is renewed (`safebeat.leases`): every
+  `safebeat_execution_lease / 3` a daemon thread of the worker process extends it to
+  store now + `safebeat_execution_lease`, for all runs of the process in one call;
+- a delivery of a window whose run is alive (its lease has not expired) is deferred: the
+  same message (same task id, same headers) is sent again with a countdown of one lease
+  and this delivery is skipped, so a copy still exists if the live run dies;
+- a delivery of a window whose run's lease expired without a finish takes it over: that
+  run died with its worker (whatever the pool, whatever its time limits);
+- a delivery of a window whose run finished is the only one skipped as a duplicate: the
+  message is acknowledged, and the duplicate counted on the row and logged;
+- for an entry with `overlap="forbid"` (the `safebeat_overlap` header), a delivery that
+  would start while another window of the entry runs with a live lease is deferred too,
+  so two windows of the entry never run at once, however the broker orders them;
+- a task that raises `Reject(requeue=True)` did not run: its lease is ended at once, so
+  the requeued copy runs.
 
 Tasks without safebeat's headers, and eager calls, are left alone. It works with the
 prefork, threads and solo pools: each process (and thread) opens its own store.
@@ -41,17 +50,24 @@ from datetime import timedelta
 from typing import Any
 
 from celery import signals, states
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 from safebeat import signals as safebeat_signals
 from safebeat.backoff import Backoff
 from safebeat.contrib import opentelemetry
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
-from safebeat.identity import format_window, task_id_for
+from safebeat.identity import (
+    ENTRY_HEADER,
+    OVERLAP_HEADER,
+    PERIODIC_TASK_HEADER,
+    WINDOW_HEADER,
+    format_window,
+    task_id_for,
+)
+from safebeat.leases import renewer
 from safebeat.local_store import config_of, store_of
-from safebeat.overlap import running_timeout
-from safebeat.records import Outcome, Start
+from safebeat.records import LeasedRun, Outcome, Start
 from safebeat.worker_metrics import child_exited, pool_name
 from safebeat.worker_metrics import metrics as worker_metrics
 
@@ -69,6 +85,15 @@ _OUTCOMES = {
     states.IGNORED: Outcome.SUCCESS,
 }
 
+
+#: The headers beat sends with a window, which a deferred copy must carry too.
+_CARRIED_HEADERS = (
+    ENTRY_HEADER,
+    WINDOW_HEADER,
+    PERIODIC_TASK_HEADER,
+    OVERLAP_HEADER,
+    "celery_beat_task",
+)
 
 _installed: weakref.WeakSet[Any] = weakref.WeakSet()
 _install_mutex = threading.Lock()
@@ -95,6 +120,8 @@ def install(app: Any) -> None:
             signals.worker_process_init.connect(_on_worker_process_init, weak=False)
             signals.task_prerun.connect(_on_prerun, weak=False)
             signals.task_postrun.connect(_on_postrun, weak=False)
+            signals.task_received.connect(_on_received, weak=False)
+            signals.task_failure.connect(_on_failure, weak=False)
             _signals_connected = True
     _guard_tasks(app)
 
@@ -179,6 +206,7 @@ class _Execution:
     worker: str
     retries: int
     started: float
+    lease: int  # the renewer's token for this run (safebeat.leases)
     start: Start = Start.RUN  # the store's verdict: run, or take over
 
 
@@ -196,7 +224,10 @@ def _check_delivery(task: Any) -> None:
     try:
         execution = begin(task, request, window)
     except Ignore:
-        _annotate(window, Start.DUPLICATE.value)
+        deferred = getattr(request, "_safebeat_deferred", False)
+        _annotate(window, (Start.DEFER if deferred else Start.DUPLICATE).value)
+        raise
+    except Reject:
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
@@ -218,8 +249,10 @@ def _annotate(window: CurrentWindow, delivery: str | None) -> None:
 def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     """Ask the store whether this delivery runs; return its execution, None if untracked.
 
-    Raises Ignore for a duplicate: Celery then acknowledges the message without running
-    the body and without storing a result.
+    Raises Ignore for a duplicate, and for a deferred delivery once its copy is sent
+    again: Celery then acknowledges the message without running the body and without
+    storing a result. Raises Reject(requeue=True) for a deferred delivery whose copy
+    could not be sent, so the broker keeps it.
     """
     if not _backoff.ready():
         _untracked(task, window)
@@ -241,19 +274,14 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             return None
         worker = f"{request.hostname or socket.gethostname()}:{os.getpid()}"
         retries = int(request.retries or 0)
-        stale_after = running_timeout(
-            config,
-            (request.timelimit or (None, None))[0],
-            getattr(task, "time_limit", None),
-            task.app.conf.task_time_limit,
-        )
         verdict = store.start_execution(
             config.namespace,
             window.entry,
             window.window,
             worker=worker,
             retries=retries,
-            stale_after=stale_after,
+            lease=config.execution_lease,
+            exclusive=_header(request, OVERLAP_HEADER) == "forbid",
         )
     except SafebeatError as exc:  # the store is down, or its settings are wrong: fail open
         _backoff.failed(exc)
@@ -264,8 +292,8 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     if verdict is Start.DUPLICATE:
         worker_metrics.duplicate(config.namespace, window.entry)
         logger.warning(
-            "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window "
-            "already started or finished",
+            "safebeat: duplicate delivery of %s skipped (task %s, retry %d): that window's "
+            "run already finished",
             where,
             request.id,
             retries,
@@ -280,6 +308,9 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             retries=retries,
         )
         raise Ignore()
+    if verdict is Start.DEFER:
+        worker_metrics.deferred(config.namespace, window.entry)
+        _defer(task, request, where, config.execution_lease)
     if verdict is Start.UNKNOWN:
         _warn_once(
             ("unknown", window.entry),
@@ -292,10 +323,9 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
     worker_metrics.started(config.namespace, window.entry, takeover=verdict is Start.TAKEOVER)
     if verdict is Start.TAKEOVER:
         logger.warning(
-            "safebeat: %s started more than %s ago and never finished; presumed lost with "
-            "its worker, this delivery (task %s) runs it again",
+            "safebeat: the run of %s stopped renewing its lease without finishing (its "
+            "worker died); this delivery (task %s) runs it again",
             where,
-            stale_after,
             request.id,
         )
         safebeat_signals.send(
@@ -306,9 +336,54 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> _Execution | None:
             window=window.window,
             task_id=request.id,
             retries=retries,
-            stale_after=stale_after,
+            lease=config.execution_lease,
         )
-    return _Execution(window, worker, retries, time.monotonic(), verdict)
+    token = renewer.hold(config, LeasedRun(window.entry, window.window, worker, retries))
+    return _Execution(window, worker, retries, time.monotonic(), token, verdict)
+
+
+def _header(request: Any, name: str) -> object:
+    headers = getattr(request, "headers", None)
+    found = headers.get(name) if isinstance(headers, dict) else None
+    return found if found is not None else getattr(request, name, None)
+
+
+def _defer(task: Any, request: Any, where: str, lease: timedelta) -> None:
+    """Send this delivery again (same id, same headers) one lease from now, then skip it.
+
+    A re-sent copy, not `Reject(requeue=True)`: a requeued message comes straight back
+    and would spin between the workers for as long as the live run lasts; the copy waits
+    one lease, by which time the run finished (the copy is then a duplicate) or its
+    lease expired (the copy takes it over).
+    """
+    headers = dict(getattr(request, "headers", None) or {})
+    # Celery keeps a message's custom headers as attributes of the request: carry them over.
+    for name in _CARRIED_HEADERS:
+        value = _header(request, name)
+        if value is not None:
+            headers[name] = value
+    try:
+        task.signature_from_request(
+            request, countdown=lease.total_seconds(), headers=headers
+        ).apply_async()
+    except Exception as exc:  # the broker is down: keep this delivery instead (logged)
+        logger.warning(
+            "safebeat: %s runs elsewhere; sending this delivery (task %s) again for later "
+            "failed (%s), so it goes back to the broker",
+            where,
+            request.id,
+            exc,
+        )
+        raise Reject(str(exc), requeue=True) from exc
+    logger.info(
+        "safebeat: %s is running elsewhere (its lease is alive); this delivery (task %s) "
+        "is sent again to look in %s",
+        where,
+        request.id,
+        lease,
+    )
+    request._safebeat_deferred = True
+    raise Ignore()
 
 
 def _untracked(task: Any, window: CurrentWindow) -> None:
@@ -335,16 +410,40 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
     )
 
 
-def _on_postrun(sender: Any = None, task: Any = None, state: str | None = None, **_: Any) -> None:
+def _on_postrun(
+    sender: Any = None,
+    task: Any = None,
+    state: str | None = None,
+    retval: Any = None,
+    **_: Any,
+) -> None:
     task = task or sender
     execution = getattr(getattr(task, "request", None), "_safebeat_execution", None)
     if not isinstance(execution, _Execution):
         return
+    if state == states.REJECTED and getattr(retval, "requeue", False):
+        not_run(task, execution)
+        return
     finish(task, execution, _OUTCOMES.get(state or "", Outcome.FAILURE))
+
+
+def not_run(task: Any, execution: _Execution) -> None:
+    """A run that gave its message back to the broker (`Reject(requeue=True)`): end its
+    lease now, so the requeued copy takes the window over at once."""
+    renewer.release(execution.lease)
+    run = LeasedRun(
+        execution.window.entry, execution.window.window, execution.worker, execution.retries
+    )
+    try:
+        config, store = store_of(task.app)
+        store.renew_executions(config.namespace, [run], lease=timedelta(0))
+    except SafebeatError as exc:  # the lease lapses by itself within one lease
+        _backoff.failed(exc)
 
 
 def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
     """Record how the execution ended; a store that is down only costs the record."""
+    renewer.release(execution.lease)
     runtime = timedelta(seconds=time.monotonic() - execution.started)
     try:
         namespace = config_of(task.app).namespace
@@ -369,6 +468,84 @@ def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
         _backoff.failed(exc)
     except Exception:  # the task has run; only the record is lost (logged)
         logger.exception("safebeat: recording the end of task %s failed", task.request.id)
+
+
+# --- a pool child lost, as the worker's main process sees it ---------------------------
+
+#: The requests of safebeat windows this (main) process handed to its pool, by task id,
+#: while the pool runs them; a finished request is dropped with it.
+_received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+
+def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    task = getattr(request, "task", None)
+    if task is None or task.app not in _installed:
+        return
+    if window_of(_Headers(request.request_dict)) is not None:
+        _received[request.id] = request
+
+
+@dataclass(frozen=True)
+class _Headers:
+    headers: dict[str, Any]
+
+
+def _on_failure(
+    sender: Any = None, task_id: str | None = None, exception: object = None, **_: Any
+) -> None:
+    """Record a run whose pool child died (WorkerLostError) or was killed at its hard time
+    limit (TimeLimitExceeded): Celery reports both in the worker's main process only."""
+    if not isinstance(exception, WorkerLostError | TimeLimitExceeded) or task_id is None:
+        return
+    request = _received.pop(task_id, None)
+    if request is None or request.worker_pid is None:
+        return
+    window = window_of(_Headers(request.request_dict))
+    if window is None:
+        return
+    run = LeasedRun(
+        window.entry,
+        window.window,
+        f"{request.hostname}:{request.worker_pid}",
+        int(request.request_dict.get("retries") or 0),
+    )
+    try:
+        lost(request.task.app, run, exception)
+    except SafebeatError as exc:  # the lease lapses by itself within one lease
+        _backoff.failed(exc)
+
+
+def lost(app: Any, run: LeasedRun, exception: object) -> None:
+    """A run whose pool child died: a hard time limit is a failure, recorded as finished
+    (running it again would meet the same limit); any other death frees the window at
+    once (its lease ends), for the requeued copy or beat's re-publish to take it over."""
+    config, store = store_of(app)
+    if isinstance(exception, TimeLimitExceeded):
+        store.finish_execution(
+            config.namespace,
+            run.entry,
+            run.window,
+            worker=run.worker,
+            retries=run.retries,
+            outcome=Outcome.FAILURE,
+            runtime=timedelta(0),
+            detail=f"the pool killed the run at its hard time limit ({_limit(exception)} s)",
+        )
+    else:
+        store.renew_executions(config.namespace, [run], lease=timedelta(0))
+    logger.warning(
+        "safebeat: the pool child running entry %r window %s was lost (%s); %s",
+        run.entry,
+        format_window(run.window),
+        type(exception).__name__,
+        "recorded as failed"
+        if isinstance(exception, TimeLimitExceeded)
+        else "its window is free to run again",
+    )
+
+
+def _limit(exception: TimeLimitExceeded) -> object:
+    return exception.args[0] if exception.args else "?"
 
 
 # --- store trouble ------------------------------------------------------------------------

@@ -39,6 +39,8 @@ class WorkerTotals:
     duplicates: int = 0
     untracked: int = 0
     store_errors: int = 0
+    deferred: int = 0
+    renewal_errors: int = 0
 
 
 class WorkerMetrics:
@@ -63,8 +65,14 @@ class WorkerMetrics:
         )
         self._duplicates = Counter(
             "safebeat_duplicates_suppressed",
-            "Deliveries of a window that already started or finished, skipped without "
-            "running the task.",
+            "Deliveries of a window whose run already finished, skipped without running the task.",
+            ["namespace", "entry"],
+            registry=registry,
+        )
+        self._deferred = Counter(
+            "safebeat_deliveries_deferred",
+            "Deliveries of a window whose run was alive (or, for overlap=forbid, of an entry "
+            "with a live run), sent again for later instead of running.",
             ["namespace", "entry"],
             registry=registry,
         )
@@ -106,6 +114,14 @@ class WorkerMetrics:
         self.totals.duplicates += 1
         if self.recording:
             self._duplicates.labels(namespace, entry).inc()
+
+    def deferred(self, namespace: str, entry: str) -> None:
+        self.totals.deferred += 1
+        if self.recording:
+            self._deferred.labels(namespace, entry).inc()
+
+    def renewal_error(self) -> None:
+        self.totals.renewal_errors += 1
 
     def untracked(self, namespace: str | None, entry: str) -> None:
         """A delivery ran without the duplicate check (`namespace` None: settings unreadable)."""

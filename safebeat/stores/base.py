@@ -29,6 +29,7 @@ from safebeat.records import (
     Definition,
     DispatchRecord,
     EntryState,
+    LeasedRun,
     NewClaim,
     NewSkip,
     Outcome,
@@ -55,6 +56,7 @@ __all__ = [
     "EffectStore",
     "EntryState",
     "ExecutionStore",
+    "LeasedRun",
     "NewClaim",
     "NewSkip",
     "Outcome",
@@ -148,9 +150,12 @@ class TickStore(StoreConnection, Protocol):
           claim is simply not returned (someone else has it): never an error;
         - set `last_window` to the later of the stored value and each advance;
         - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of
-          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`,
-          oldest first (their `attempts` grows by one and `claimed_at` becomes now, so no
-          other replica takes them too);
+          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`, or
+          whose run's lease expired without a finish (its worker died, and no broker
+          may deliver it again), oldest first: their `attempts` grows by one, `claimed_at`
+          becomes now and their status `claimed`, so no other replica takes them too, and
+          `lease_until` is cleared, so a dead run is taken once (the delivery of the
+          re-published message takes the run over);
         and commit. Only committed claims are returned. The lock saves work; correctness
         comes from the unique key alone, so a lost lock cannot produce a second claim.
         """
@@ -195,27 +200,44 @@ class ExecutionStore(StoreConnection, Protocol):
         *,
         worker: str,
         retries: int,
-        stale_after: timedelta,
+        lease: timedelta,
+        exclusive: bool = False,
     ) -> Start:
         """Decide whether this delivery of a window may run, and record its start if so.
 
         Called by the worker hook before the task body runs. Atomic: of any number of
         concurrent calls for one window, at most one records a start, and every call
         sees the effect of those before it. On the dispatch row (namespace, entry,
-        window) that carries a task id (claimed, sent or failed; not skipped):
+        window) that carries a task id (claimed, sent or failed; not skipped), by
+        `records.decide_start`:
 
         - no such row: return UNKNOWN and write nothing;
         - the row never started, or `retries` is greater than its recorded `retries`
           (a Celery retry of the window): record the start and return RUN;
-        - the row started, never finished, and started before store now - `stale_after`
-          (its worker is presumed lost): record the start and return TAKEOVER;
-        - otherwise (it started within `stale_after` and has not finished, or it has
-          finished, with `retries` not greater than recorded): add one to `duplicates`
-          and return DUPLICATE.
+        - the row finished (and `retries` is not greater): add one to `duplicates` and
+          return DUPLICATE;
+        - the row started, never finished, and its `lease_until` is after store now
+          (its run is alive): write nothing and return DEFER;
+        - the row started, never finished, and its lease expired (its run is dead):
+          record the start and return TAKEOVER;
+        - with `exclusive` (the entry's `overlap="forbid"`), a RUN or TAKEOVER while
+          another window of the entry has an unfinished run with a live lease: write
+          nothing and return DEFER.
 
-        Recording the start sets `started_at` = store now, `worker`, `retries`, clears
-        `finished_at`, `outcome` and `runtime`, and adds one to `runs`. The row's status
-        is not changed (a worker may start a window before beat marks it sent).
+        Recording the start sets `started_at` = store now, `lease_until` = store now +
+        `lease`, `worker`, `retries`, clears `finished_at`, `outcome` and `runtime`, and
+        adds one to `runs`. The row's status is not changed (a worker may start a window
+        before beat marks it sent).
+        """
+        ...
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        """Extend the lease of each of `runs` to store now + `lease`, in one call.
+
+        Only a row whose `worker` and `retries` are the run's and that has not finished
+        is renewed (a run taken over or finished renews nothing); return how many were.
         """
         ...
 

@@ -2,9 +2,9 @@
 
 The rule is `records.decide_start`; the flow around it is here: under the window's row
 lock, no dispatched row means UNKNOWN, a duplicate is counted, a run or a takeover is
-recorded as started. The memory, SQLite and Django ORM stores give `DecidedStart` the
-row (`_execution_row`); PostgreSQL and Redis decide inside the server in one round trip
-by the same rule.
+recorded as started with a new lease, a deferred delivery writes nothing. The memory,
+SQLite and Django ORM stores give `DecidedStart` the row (`_execution_row`); PostgreSQL
+and Redis decide inside the server in one round trip by the same rule.
 """
 
 from __future__ import annotations
@@ -22,24 +22,30 @@ from safebeat.records import Start, decide_start
 class ExecutionRow:
     """A dispatched window's execution columns, read under its row's lock at store `now`.
 
-    `start(worker, retries)` records a start (started_at = now, finished_at, outcome and
-    runtime cleared, runs + 1); `duplicate()` adds one to its duplicates.
+    `other_run_alive`: another window of the entry has an unfinished run with a live
+    lease (only looked up when the caller asked for it: `overlap="forbid"`).
+    `start(worker, retries, lease_until)` records a start (started_at = now, the lease,
+    finished_at, outcome and runtime cleared, runs + 1); `duplicate()` adds one to its
+    duplicates.
     """
 
     now: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    lease_until: datetime | None
     retries: int | None
-    start: Callable[[str, int], object]
+    other_run_alive: bool
+    start: Callable[[str, int, datetime], object]
     duplicate: Callable[[], object]
 
 
 class _LocksExecutionRows(Protocol):
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime
+        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
     ) -> AbstractContextManager[ExecutionRow | None]:
         """Lock the dispatch row of (namespace, entry, window) that carries a task id and
-        yield it (None: there is none) inside a transaction committed at the end."""
+        yield it (None: there is none) inside a transaction committed at the end; with
+        `exclusive`, look up whether another window of the entry runs with a live lease."""
         ...
 
 
@@ -54,21 +60,23 @@ class DecidedStart:
         *,
         worker: str,
         retries: int,
-        stale_after: timedelta,
+        lease: timedelta,
+        exclusive: bool = False,
     ) -> Start:
-        with self._execution_row(namespace, entry, window) as row:
+        with self._execution_row(namespace, entry, window, exclusive=exclusive) as row:
             if row is None:
                 return Start.UNKNOWN
             verdict = decide_start(
                 started_at=row.started_at,
                 finished_at=row.finished_at,
+                lease_until=row.lease_until,
                 recorded_retries=row.retries,
                 retries=retries,
                 now=row.now,
-                stale_after=stale_after,
+                other_run_alive=row.other_run_alive,
             )
             if verdict is Start.DUPLICATE:
                 row.duplicate()
-            else:
-                row.start(worker, retries)
+            elif verdict is not Start.DEFER:
+                row.start(worker, retries, row.now + lease)
             return verdict

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta, timezone
@@ -24,6 +26,7 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.publishing import message_for
 from safebeat.stores.base import Claim, DispatchRecord, NewClaim, Outcome, Status, Store, TickPlan
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import runscope
 from tests.acceptance.harness import Cluster
@@ -83,9 +86,22 @@ def claim_window(store: Store, namespace: str, entry: str) -> Claim:
     return claim
 
 
-def publish(broker_url: str, queue: str, claim: Claim, copies: int, sleep: float) -> None:
+def publish(
+    broker_url: str,
+    queue: str,
+    claim: Claim,
+    *,
+    copies: int,
+    sleep: float,
+    options: dict[str, Any] | None = None,
+) -> None:
     """Publish the window's message `copies` times, exactly as beat publishes it."""
-    raw = {"task": "workers.record", "schedule": 3600, "kwargs": {"sleep": sleep}}
+    raw = {
+        "task": "workers.record",
+        "schedule": 3600,
+        "kwargs": {"sleep": sleep},
+        "options": options or {},
+    }
     entry = compile_entry(claim.entry, raw, app_timezone=timezone.utc, config=Config())
     args, kwargs, options = message_for(entry, claim)
     sender = Celery("publisher", broker=broker_url, set_as_current=False)
@@ -97,9 +113,13 @@ def publish(broker_url: str, queue: str, claim: Claim, copies: int, sleep: float
 
 
 def wait_for(
-    store: Store, namespace: str, done: Callable[[DispatchRecord], bool], workers: Cluster
+    store: Store,
+    namespace: str,
+    done: Callable[[DispatchRecord], bool],
+    workers: Cluster,
+    timeout: float = 30,
 ) -> DispatchRecord:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + timeout
     while True:
         rows = store.history(namespace, limit=10)
         if rows and done(rows[0]):
@@ -112,12 +132,20 @@ def wait_for(
 def test_duplicate_delivery_of_one_message_runs_once(
     tmp_path: Path, redis_url: str, queue: str, namespace: str, pool: str
 ) -> None:
-    """The same message delivered twice runs its body once, on every pool; the copy is counted."""
+    """The same message delivered twice runs its body once, on every pool; a copy that
+    comes while the run lives is deferred, then skipped and counted once it finished."""
     url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
     store = SqliteStore(url)
     store.migrate()
     claim = claim_window(store, namespace, "report")
-    workers = cluster(tmp_path, redis_url, queue, store_url=url, namespace=namespace)
+    workers = cluster(
+        tmp_path,
+        redis_url,
+        queue,
+        store_url=url,
+        namespace=namespace,
+        SAFEBEAT_EXECUTION_LEASE="2",  # a deferred copy looks again 2 s later
+    )
     name, concurrency = pool.split(":")
     workers.start_workers(1, pool=name, concurrency=int(concurrency))
     try:
@@ -157,6 +185,7 @@ def test_republished_stale_claim_executes_once(
         namespace=namespace,
         schedule=schedule,
         SAFEBEAT_CLAIM_TIMEOUT="2",
+        SAFEBEAT_EXECUTION_LEASE="2",
     )
     processes.start_workers(1)
     processes.start(1)
@@ -200,4 +229,124 @@ def test_forbid_holds_across_two_workers_with_a_long_task(
     skipped = [r for r in store.history(namespace, "slow", limit=100) if r.reason == "overlap"]
     assert skipped, "no window was skipped for overlap"
     assert all(r.status is Status.SKIPPED for r in skipped)
+    store.close()
+
+
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_a_live_run_past_its_time_limit_is_never_run_twice(
+    tmp_path: Path, redis_url: str, queue: str, namespace: str, pool: str
+) -> None:
+    """On pools that do not enforce time limits, a run that outlives its time_limit is
+    alive while it renews its lease: a second copy delivered meanwhile waits, then is
+    skipped; the body runs once."""
+    url = f"sqlite:///{tmp_path}/safebeat.sqlite3"
+    store = SqliteStore(url)
+    store.migrate()
+    claim = claim_window(store, namespace, "long")
+    workers = cluster(
+        tmp_path,
+        redis_url,
+        queue,
+        store_url=url,
+        namespace=namespace,
+        SAFEBEAT_EXECUTION_LEASE="2",
+    )
+    workers.start_workers(2, pool=pool, concurrency=1)
+    try:
+        workers.wait_started()
+        publish(redis_url, queue, claim, copies=1, sleep=5.0, options={"time_limit": 1})
+        wait_for(store, namespace, lambda r: r.started_at is not None, workers)
+        publish(redis_url, queue, claim, copies=1, sleep=5.0, options={"time_limit": 1})
+        row = wait_for(store, namespace, lambda r: r.duplicates >= 1, workers)
+        time.sleep(0.5)
+    finally:
+        workers.stop()
+    assert [t["task_id"] for t in traces(tmp_path)] == [claim.task_id], workers.logs()
+    assert (row.runs, row.outcome, row.duplicates) == (1, Outcome.SUCCESS, 1)
+    assert "is running elsewhere (its lease is alive)" in workers.logs(200)
+    store.close()
+
+
+# --- a worker dies mid-run ------------------------------------------------------------
+
+#: (how the run dies, acks_late, store). By default each way to die once, and each pair of
+#: (acks late or early, store) once among them; SAFEBEAT_TEST_FULL_MATRIX=1 runs all 16.
+KILL_MATRIX = [
+    ("prefork parent", True, "postgres"),
+    ("prefork child", False, "redis"),
+    ("solo", False, "postgres"),
+    ("threads", True, "redis"),
+]
+if os.environ.get("SAFEBEAT_TEST_FULL_MATRIX") == "1":
+    KILL_MATRIX = [
+        (kill, acks_late, store_kind)
+        for kill in ("prefork parent", "prefork child", "solo", "threads")
+        for acks_late in (True, False)
+        for store_kind in ("postgres", "redis")
+    ]
+LEASE = 3  # seconds: short, so a dead run is noticed quickly
+
+
+def pid_of(worker: str | None) -> int:
+    """The process id in a row's `worker` (`nodename:pid`)."""
+    assert worker is not None
+    return int(worker.rsplit(":", 1)[1])
+
+
+@pytest.mark.parametrize(
+    "case",
+    KILL_MATRIX,
+    ids=[f"{k.replace(' ', '-')}-acks-{'late' if a else 'early'}-{s}" for k, a, s in KILL_MATRIX],
+)
+def test_a_window_whose_worker_dies_mid_run_completes_once(  # noqa: PLR0917 - fixtures
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    redis_url: str,
+    queue: str,
+    namespace: str,
+    case: tuple[str, bool, str],
+) -> None:
+    """A worker (or pool child) killed while it runs a window: the window's task still
+    completes, exactly once, within a lease and a reclaim pass of the kill."""
+    kill, acks_late, store_kind = case
+    store_url = request.getfixturevalue("pg_url") if store_kind == "postgres" else redis_url
+    store: Store = PostgresStore(store_url) if store_kind == "postgres" else RedisStore(store_url)
+    claim = claim_window(store, namespace, "job")
+    processes = cluster(
+        tmp_path,
+        redis_url,
+        queue,
+        store_url=store_url,
+        namespace=namespace,
+        schedule={"job": {"seconds": 3600, "sleep": 3.0}},  # beat re-publishes "job" like this
+        SAFEBEAT_EXECUTION_LEASE=str(LEASE),
+        SAFEBEAT_CLAIM_TIMEOUT="2",  # a reclaim pass every second
+        SB_ACKS_LATE="1" if acks_late else "0",
+    )
+    pool = kill.split(maxsplit=1)[0]
+    processes.start(1)
+    processes.start_workers(1, pool=pool, concurrency=1)
+    try:
+        processes.wait_started()
+        publish(redis_url, queue, claim, copies=1, sleep=3.0)
+        store.record_publish(namespace, [claim.id], {})  # as beat confirms a publish
+        started = wait_for(store, namespace, lambda r: r.started_at is not None, processes)
+        victim = pid_of(started.worker) if kill == "prefork child" else processes.processes[1].pid
+        os.kill(victim, signal.SIGKILL)
+        killed_at = store.clock()
+        if kill != "prefork child":
+            processes.start_workers(1, pool=pool, concurrency=1)  # the replacement worker
+        done = wait_for(
+            store, namespace, lambda r: r.outcome is Outcome.SUCCESS, processes, timeout=60
+        )
+        time.sleep(1.0)  # let a wrongly run second copy leave its trace
+    finally:
+        processes.stop()
+    ran = [t for t in traces(tmp_path) if t["task_id"] == claim.task_id]
+    assert len(ran) == 1, processes.logs()
+    assert done.runs == 2, f"{done}\n{processes.logs()}"
+    assert done.finished_at is not None
+    took = (done.finished_at - killed_at).total_seconds()
+    acks = "late" if acks_late else "early"
+    print(f"{kill}, acks {acks}, {store_kind}: done {took:.1f}s after the kill")
     store.close()

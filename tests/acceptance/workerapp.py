@@ -2,7 +2,8 @@
 
 Configured by environment: SB_BROKER_URL, SB_QUEUE, SB_TRACES (a folder), SB_SCHEDULE
 (JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid"}).
-safebeat reads its own SAFEBEAT_* variables. Each execution of `workers.record` writes
+SB_ACKS_LATE ("1", the default, or "0") sets task_acks_late. safebeat reads its own
+SAFEBEAT_* variables. Each execution of `workers.record` writes
 one JSON file into SB_TRACES: its task id, entry, window, pid and start and end times.
 """
 
@@ -34,7 +35,7 @@ app.conf.update(
         for name, spec in json.loads(os.environ.get("SB_SCHEDULE", "{}")).items()
     },
     result_expires=None,
-    task_acks_late=True,
+    task_acks_late=os.environ.get("SB_ACKS_LATE", "1") == "1",
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
 )

@@ -157,7 +157,7 @@ def test_hostile_names_round_trip_as_data_and_the_tables_survive(
         window,
         worker=payload,
         retries=0,
-        stale_after=timedelta(hours=1),
+        lease=timedelta(hours=1),
     )
     assert start is Start.RUN
     store.finish_execution(

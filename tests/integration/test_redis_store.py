@@ -268,7 +268,7 @@ def exercise(store: Store, namespace: str) -> None:
     store.record_publish(namespace, [result.claimed[0].id], {})
     window = result.claimed[0].window
     started = store.start_execution(
-        namespace, "a", window, worker="w@h:1", retries=0, stale_after=timedelta(hours=1)
+        namespace, "a", window, worker="w@h:1", retries=0, lease=timedelta(hours=1)
     )
     assert started is Start.RUN
     store.finish_execution(

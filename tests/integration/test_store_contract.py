@@ -14,8 +14,10 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
     AuditAction,
     AuditEvent,
+    Claim,
     Definition,
     EntryState,
+    LeasedRun,
     NewClaim,
     NewSkip,
     Outcome,
@@ -393,6 +395,49 @@ def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     assert again.reclaimed == []
 
 
+def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
+    store: Store, namespace: str
+) -> None:
+    """A sent window whose run's lease expired without a finish is handed back to beat once
+    (status claimed, attempts counted, same task id); the re-published delivery takes the
+    run over. Live and finished runs are left alone."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    dead, live, done = (window_after(state, n) for n in (1, 2, 3))
+    result = store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: claim_plan("a", namespace, dead, live, done),
+        replica=REPLICA,
+    )
+    assert result is not None
+    store.record_publish(namespace, [c.id for c in result.claimed], {})
+    start(store, namespace, dead, lease=timedelta(0))
+    start(store, namespace, live)
+    start(store, namespace, done, lease=timedelta(0))
+    finish(store, namespace, done)
+
+    def reclaimed() -> list[Claim]:
+        after = store.tick(
+            namespace,
+            ["a"],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim(["a"], HOUR),
+        )
+        assert after is not None
+        return list(after.reclaimed)
+
+    [taken] = reclaimed()
+    assert (taken.window, taken.attempts) == (dead, 2)
+    assert taken.task_id == task_id_for(namespace, "a", dead)
+    row = row_of(store, namespace, dead)
+    assert (row.status, row.lease_until, row.replica) == (Status.CLAIMED, None, OTHER.id)  # type: ignore[attr-defined]
+    assert reclaimed() == []  # taken once
+    assert start(store, namespace, dead, worker="w2@host:2") is Start.TAKEOVER
+    store.record_publish(namespace, [taken.id], {})
+    assert reclaimed() == []  # the takeover holds a live lease
+
+
 def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:
     """forget_replica (a clean stop) drops that replica at once, keeps the others, and may
     be called twice; a later heartbeat lists it again."""
@@ -532,7 +577,7 @@ def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
 
 
 def start(store: Store, namespace: str, window: datetime, **overrides: object) -> Start:
-    options: dict[str, object] = {"worker": "w1@host:1", "retries": 0, "stale_after": HOUR}
+    options: dict[str, object] = {"worker": "w1@host:1", "retries": 0, "lease": HOUR}
     options.update(overrides)
     return store.start_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
 
@@ -554,16 +599,19 @@ def row_of(store: Store, namespace: str, window: datetime) -> object:
     return row
 
 
-def test_first_delivery_runs_and_a_second_is_a_duplicate(store: Store, namespace: str) -> None:
-    """The first start of a window records it; a second delivery is counted as a duplicate."""
+def test_first_delivery_runs_and_a_second_while_it_lives_is_deferred(
+    store: Store, namespace: str
+) -> None:
+    """The first start of a window records it with a lease; a second delivery while that
+    lease is alive is deferred and writes nothing."""
     window = dispatched(store, namespace)
     before = store.clock()
     assert start(store, namespace, window) is Start.RUN
-    assert start(store, namespace, window, worker="w2@host:2") is Start.DUPLICATE
+    assert start(store, namespace, window, worker="w2@host:2") is Start.DEFER
     row = row_of(store, namespace, window)
     assert row.started_at is not None  # type: ignore[attr-defined]
     assert row.started_at >= before  # type: ignore[attr-defined]
-    assert (row.worker, row.retries, row.runs, row.duplicates) == ("w1@host:1", 0, 1, 1)  # type: ignore[attr-defined]
+    assert (row.worker, row.retries, row.runs, row.duplicates) == ("w1@host:1", 0, 1, 0)  # type: ignore[attr-defined]
     assert row.finished_at is None  # type: ignore[attr-defined]
     assert row.status is Status.CLAIMED  # type: ignore[attr-defined]
 
@@ -580,7 +628,7 @@ def test_finished_execution_is_recorded_and_later_deliveries_are_duplicates(
     assert row.outcome is Outcome.SUCCESS  # type: ignore[attr-defined]
     assert row.runtime == runtime  # type: ignore[attr-defined]
     assert row.finished_at >= row.started_at  # type: ignore[attr-defined]
-    stale = start(store, namespace, window, worker="w2@host:2", stale_after=timedelta(0))
+    stale = start(store, namespace, window, worker="w2@host:2", lease=timedelta(0))
     assert stale is Start.DUPLICATE  # finished runs are never taken over
     assert row_of(store, namespace, window).duplicates == 1  # type: ignore[attr-defined]
 
@@ -608,21 +656,22 @@ def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None
     start(store, namespace, window)
     finish(store, namespace, window, outcome=Outcome.RETRY)
     assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.RUN
-    assert start(store, namespace, window, worker="w1@host:1", retries=1) is Start.DUPLICATE
+    assert start(store, namespace, window, worker="w1@host:1", retries=1) is Start.DEFER
     row = row_of(store, namespace, window)
     assert (row.worker, row.retries, row.runs) == ("w2@host:2", 1, 2)  # type: ignore[attr-defined]
     assert (row.outcome, row.finished_at, row.runtime) == (None, None, None)  # type: ignore[attr-defined]
 
 
-def test_an_unfinished_run_older_than_stale_after_is_taken_over(
-    store: Store, namespace: str
-) -> None:
-    """A run that never finished is taken over after stale_after; its late finish is ignored."""
+def test_an_unfinished_run_whose_lease_expired_is_taken_over(store: Store, namespace: str) -> None:
+    """A run that never finished and whose lease ended is taken over with a new lease,
+    however young; its late finish is ignored."""
     window = dispatched(store, namespace)
-    start(store, namespace, window)
-    time.sleep(0.01)
-    taken = start(store, namespace, window, worker="w2@host:2", stale_after=timedelta(0))
+    start(store, namespace, window, lease=timedelta(0))
+    taken = start(store, namespace, window, worker="w2@host:2")
     assert taken is Start.TAKEOVER
+    row = row_of(store, namespace, window)
+    assert row.lease_until > store.clock()  # type: ignore[attr-defined]
+    assert start(store, namespace, window, worker="w3@host:3") is Start.DEFER
     for worker in ("w1@host:1", "w2@host:2"):
         finish(
             store,
@@ -667,9 +716,35 @@ def test_concurrent_deliveries_start_a_window_once(
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(verdicts) == sorted([Start.RUN] + [Start.DUPLICATE] * 5)
+    assert sorted(verdicts) == sorted([Start.RUN] + [Start.DEFER] * 5)
     row = row_of(stores[0], namespace, window)
-    assert (row.runs, row.duplicates) == (1, 5)  # type: ignore[attr-defined]
+    assert (row.runs, row.duplicates) == (1, 0)  # type: ignore[attr-defined]
+
+
+def test_concurrent_exclusive_starts_of_two_windows_run_one(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Two windows of a forbid entry delivered at once on several workers: exactly one
+    delivery of one window runs; every other is deferred."""
+    stores = [open_store() for _ in range(6)]
+    windows = [dispatched(stores[0], namespace, 1), dispatched(stores[0], namespace, 2)]
+    verdicts: list[Start] = []
+    barrier = threading.Barrier(len(stores))
+
+    def deliver(store: Store, index: int) -> None:
+        barrier.wait(10)
+        window = windows[index % 2]
+        verdicts.append(
+            start(store, namespace, window, worker=f"w{index}@host:{index}", exclusive=True)
+        )
+
+    threads = [threading.Thread(target=deliver, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(verdicts) == sorted([Start.RUN] + [Start.DEFER] * 5)
+    assert sum(row_of(stores[0], namespace, w).runs for w in windows) == 1  # type: ignore[attr-defined]
 
 
 def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace: str) -> None:
@@ -689,6 +764,55 @@ def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace
     assert running_since() == started
     finish(store, namespace, window, outcome=Outcome.FAILURE)
     assert running_since() is None
+
+
+def test_a_run_whose_lease_expired_is_not_running(store: Store, namespace: str) -> None:
+    """running_since counts only runs with a live lease: a dead run blocks no `forbid`."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window, lease=timedelta(0))
+    result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+    assert result is not None
+    assert result.states["a"].running_since is None
+    assert store.states(namespace)["a"].running_since is None
+
+
+def test_renewing_extends_only_the_leases_of_runs_still_held(store: Store, namespace: str) -> None:
+    """renew_executions extends, in one call, the lease of each unfinished run whose worker
+    and retry number match; a taken-over or finished run is left alone."""
+    first = dispatched(store, namespace, 1)
+    second = dispatched(store, namespace, 2)
+    third = dispatched(store, namespace, 3)
+    for window in (first, second, third):
+        start(store, namespace, window, lease=timedelta(0))
+    start(store, namespace, second, worker="w2@host:2", lease=timedelta(0))  # taken over
+    finish(store, namespace, third)
+    runs = [LeasedRun("a", w, "w1@host:1", 0) for w in (first, second, third)]
+    assert store.renew_executions(namespace, runs, lease=HOUR) == 1
+    assert store.renew_executions(namespace, [], lease=HOUR) == 0
+    # The renewed run is alive again; the taken-over one still has its dead lease.
+    assert start(store, namespace, first, worker="w9@host:9") is Start.DEFER
+    assert start(store, namespace, second, worker="w9@host:9") is Start.TAKEOVER
+    ended = store.renew_executions(namespace, [runs[0]], lease=timedelta(0))
+    assert ended == 1
+    assert start(store, namespace, first, worker="w9@host:9") is Start.TAKEOVER
+
+
+def test_an_exclusive_start_waits_while_another_window_of_the_entry_lives(
+    store: Store, namespace: str
+) -> None:
+    """With exclusive (forbid), a window does not start while another window of the entry
+    runs with a live lease; it starts once that run finished or its lease expired."""
+    first = dispatched(store, namespace, 1)
+    second = dispatched(store, namespace, 2)
+    assert start(store, namespace, second) is Start.RUN
+    assert start(store, namespace, first, exclusive=True) is Start.DEFER
+    assert start(store, namespace, first) is Start.RUN  # without exclusive: allowed
+    third = dispatched(store, namespace, 3)
+    assert start(store, namespace, third, exclusive=True) is Start.DEFER
+    finish(store, namespace, second)
+    store.renew_executions(namespace, [LeasedRun("a", first, "w1@host:1", 0)], lease=timedelta(0))
+    assert start(store, namespace, third, exclusive=True) is Start.RUN
+    assert row_of(store, namespace, third).runs == 1  # type: ignore[attr-defined]
 
 
 # --- effect keys (safebeat.claim) --------------------------------------------------------

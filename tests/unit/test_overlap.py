@@ -10,7 +10,7 @@ import pytest
 from safebeat.config import Config, load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError
-from safebeat.overlap import running_timeout
+from safebeat.records import LeasedRun
 from safebeat.stores.base import Outcome, Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, forbid_overlap
@@ -31,10 +31,8 @@ def due(*dispatch: datetime) -> Due:
 
 
 def test_a_running_previous_window_blocks_every_due_window() -> None:
-    """While the previous run is younger than the timeout, due windows become overlap skips."""
-    decided = forbid_overlap(
-        due(T0, T0 + MINUTE), running_since=T0 + 30 * S, now=T0 + MINUTE, timeout=MINUTE
-    )
+    """While the entry has a live run, due windows become overlap skips."""
+    decided = forbid_overlap(due(T0, T0 + MINUTE), running_since=T0 + 30 * S)
     assert decided.dispatch == ()
     assert decided.skipped == (SkippedSpan(T0, T0 + MINUTE, 2, SkipReason.OVERLAP),)
     assert decided.last_window == T0 + MINUTE
@@ -42,33 +40,21 @@ def test_a_running_previous_window_blocks_every_due_window() -> None:
 
 def test_without_a_running_window_only_the_newest_is_dispatched() -> None:
     """Nothing running: one window goes out, since two at once would overlap each other."""
-    decided = forbid_overlap(
-        due(T0, T0 + MINUTE, T0 + 2 * MINUTE), running_since=None, now=T0, timeout=MINUTE
-    )
+    decided = forbid_overlap(due(T0, T0 + MINUTE, T0 + 2 * MINUTE), running_since=None)
     assert decided.dispatch == (T0 + 2 * MINUTE,)
     assert decided.skipped == (SkippedSpan(T0, T0 + MINUTE, 2, SkipReason.OVERLAP),)
     single = due(T0)
-    assert forbid_overlap(single, running_since=None, now=T0, timeout=MINUTE) == single
-
-
-def test_a_run_older_than_the_timeout_blocks_nothing() -> None:
-    """A run started longer ago than the timeout is presumed over: the window is dispatched."""
-    decided = forbid_overlap(due(T0), running_since=T0 - MINUTE, now=T0, timeout=MINUTE)
-    assert decided.dispatch == (T0,)
-    assert decided.skipped == ()
-
-
-def test_running_timeout_prefers_the_hard_time_limit() -> None:
-    """The first positive time limit wins; without one, safebeat_overlap_timeout decides."""
-    config = Config(overlap_timeout=timedelta(minutes=10))
-    assert running_timeout(config, None, 90, 300) == timedelta(seconds=90)
-    assert running_timeout(config, None, None, 300.5) == timedelta(seconds=300.5)
-    assert running_timeout(config, 0, "soon", True, None) == timedelta(minutes=10)
+    assert forbid_overlap(single, running_since=None) == single
 
 
 def test_overlap_settings_default_and_validate() -> None:
-    """overlap defaults to allow and overlap_timeout to an hour; bad values stop startup."""
+    """overlap defaults to allow, execution_lease to 30 s (overlap_timeout, superseded, is
+    still accepted); bad values stop startup."""
     assert load_config({}, environ={}).overlap is Overlap.ALLOW
+    assert load_config({}, environ={}).execution_lease == timedelta(seconds=30)
+    assert load_config({"safebeat_execution_lease": "5s"}, environ={}).execution_lease == 5 * S
+    with pytest.raises(ConfigError, match="safebeat_execution_lease=0: must be greater than"):
+        load_config({"safebeat_execution_lease": 0}, environ={})
     assert load_config({}, environ={}).overlap_timeout == timedelta(hours=1)
     config = load_config(
         {}, environ={"SAFEBEAT_OVERLAP": "Forbid", "SAFEBEAT_OVERLAP_TIMEOUT": "5m"}
@@ -100,8 +86,9 @@ def test_entries_take_forbid_from_their_options_or_the_default() -> None:
     assert forbidden.digest != allowed.digest  # type: ignore[attr-defined]
 
 
-def test_beat_skips_windows_while_the_previous_run_runs(queue: str) -> None:
-    """With forbid, a window due while the last run is unfinished is skipped as overlap."""
+def test_beat_skips_windows_while_the_previous_run_holds_its_lease(queue: str) -> None:
+    """With forbid, a window due while the last run is unfinished and its lease alive is
+    skipped as overlap; once the lease expires without a finish, the run blocks nothing."""
     clock = FakeClock(T0)
     app = make_app(
         queue,
@@ -112,69 +99,42 @@ def test_beat_skips_windows_while_the_previous_run_runs(queue: str) -> None:
                 "options": {"safebeat": {"overlap": "forbid"}},
             }
         },
-        safebeat_overlap_timeout="25s",
+        safebeat_execution_lease="25s",
+        task_time_limit=5,  # a time limit plays no part: the lease decides
     )
     scheduler = memory_scheduler(app, clock)
     store = scheduler.store
+    lease = timedelta(seconds=25)
+    run = {"worker": "w1@host:1", "retries": 0}
 
     def tick_at(seconds: int) -> list[tuple[str, str]]:
         clock.set(T0 + seconds * S)
         scheduler.tick()
         return sorted(windows_sent(drain(app, queue)))
 
-    def run(window_seconds: int, finish: bool) -> None:
-        window = T0 + window_seconds * S
-        kwargs = {"worker": "w1@host:1", "retries": 0}
-        store.start_execution("unit", "sync", window, stale_after=MINUTE, **kwargs)  # type: ignore[arg-type]
-        if finish:
-            store.finish_execution(
-                "unit",
-                "sync",
-                window,
-                outcome=Outcome.SUCCESS,
-                runtime=S,
-                **kwargs,  # type: ignore[arg-type]
-            )
-
     scheduler.tick()
     assert tick_at(10) == [("sync", "2026-03-01T12:00:10Z")]
-    run(10, finish=False)
-    assert tick_at(20) == []  # the 12:00:10 run is still running
-    run(10, finish=True)
+    store.start_execution("unit", "sync", T0 + 10 * S, lease=lease, **run)  # type: ignore[arg-type]
+    assert tick_at(20) == []  # the 12:00:10 run is alive
+    store.finish_execution(
+        "unit",
+        "sync",
+        T0 + 10 * S,
+        outcome=Outcome.SUCCESS,
+        runtime=S,
+        **run,  # type: ignore[arg-type]
+    )
     assert tick_at(30) == [("sync", "2026-03-01T12:00:30Z")]
-    run(30, finish=False)  # never finishes: its worker died
+    store.start_execution("unit", "sync", T0 + 30 * S, lease=lease, **run)  # type: ignore[arg-type]
     assert tick_at(40) == []
+    clock.set(T0 + 45 * S)
+    store.renew_executions(  # a live worker renews; its lease now ends at 12:01:10
+        "unit", [LeasedRun("sync", T0 + 30 * S, "w1@host:1", 0)], lease=lease
+    )
     assert tick_at(50) == []
-    assert tick_at(60) == [("sync", "2026-03-01T12:01:00Z")]  # 30 s > the 25 s timeout
+    assert tick_at(60) == []  # 30 s after its start, a run still renewing blocks
+    # Renewals stopped (its worker died): the lease ends at 12:01:10, and the run with it.
+    assert tick_at(70) == [("sync", "2026-03-01T12:01:10Z")]
     rows = {r.window: r for r in store.history("unit", "sync")}
-    assert {w.second for w, r in rows.items() if r.reason == "overlap"} == {20, 40, 50}
+    assert {w.second for w, r in rows.items() if r.reason == "overlap"} == {20, 40, 50, 0}
     assert all(r.status is Status.SKIPPED for r in rows.values() if r.reason == "overlap")
-
-
-def test_the_task_time_limit_bounds_how_long_a_run_blocks(queue: str) -> None:
-    """Without safebeat_overlap_timeout, a run blocks for the task's hard time limit at most."""
-    clock = FakeClock(T0)
-    app = make_app(
-        queue,
-        {
-            "sync": {
-                "task": "t.sync",
-                "schedule": 10.0,
-                "options": {"safebeat": {"overlap": "forbid"}},
-            }
-        },
-        task_time_limit=15,
-    )
-    scheduler = memory_scheduler(app, clock)
-    scheduler.tick()
-    clock.set(T0 + 10 * S)
-    scheduler.tick()
-    scheduler.store.start_execution(
-        "unit", "sync", T0 + 10 * S, worker="w", retries=0, stale_after=MINUTE
-    )
-    sent = []
-    for seconds in (20, 30):
-        clock.set(T0 + seconds * S)
-        scheduler.tick()
-        sent.append(sorted(windows_sent(drain(app, queue))))
-    assert sent == [[("sync", "2026-03-01T12:00:10Z")], [("sync", "2026-03-01T12:00:30Z")]]

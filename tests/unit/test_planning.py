@@ -37,7 +37,6 @@ def test_a_due_window_is_claimed_with_its_task_id_and_advances_the_entry() -> No
         {"a": state("a")},
         now,
         namespace="plan",
-        overlap_timeouts={},
         retry_after=RETRY,
     )
     assert list(planned.claims) == [
@@ -57,7 +56,6 @@ def test_a_paused_entry_skips_its_windows_as_paused() -> None:
         {"a": state("a", paused=True)},
         now,
         namespace="plan",
-        overlap_timeouts={},
         retry_after=RETRY,
     )
     assert planned.claims == []
@@ -71,7 +69,6 @@ def plan_at(now: datetime, paused_state: EntryState, **raw: object) -> Planned:
         {"a": paused_state},
         now,
         namespace="plan",
-        overlap_timeouts={},
         retry_after=RETRY,
     )
 
@@ -132,7 +129,6 @@ def test_an_entry_that_fails_is_reported_and_the_others_are_planned() -> None:
         {"bad": state("bad"), "a": state("a")},
         now,
         namespace="plan",
-        overlap_timeouts={},
         retry_after=RETRY,
     )
     assert set(planned.errors) == {"bad"}
@@ -148,7 +144,6 @@ def test_states_of_entries_this_replica_does_not_define_are_left_alone() -> None
         {"other": state("other")},
         ANCHOR + timedelta(hours=1),
         namespace="plan",
-        overlap_timeouts={},
         retry_after=RETRY,
     )
     assert (planned.claims, planned.skips, planned.advances, planned.upcoming) == ([], [], {}, {})

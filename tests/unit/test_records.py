@@ -1,4 +1,4 @@
-"""The pure rules over safebeat's records: run, take over or skip a delivery of a window."""
+"""The pure rules over safebeat's records: run, take over, defer or skip a delivery of a window."""
 
 from __future__ import annotations
 
@@ -6,53 +6,75 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from safebeat.records import Start, decide_start
+from safebeat.records import Start, decide_start, lease_alive
 
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=timezone.utc)
-STALE_AFTER = timedelta(minutes=15)
+S = timedelta(seconds=1)
 
 
 def decide(
     started: timedelta | None,
     finished: bool = False,
+    *,
+    lease_left: timedelta | None = 10 * S,
     recorded_retries: int | None = 0,
     retries: int = 0,
+    other_run_alive: bool = False,
 ) -> Start:
-    """Decide for a row that started `started` before NOW (None: never started)."""
+    """Decide for a row that started `started` before NOW (None: never started) and whose
+    lease ends `lease_left` after NOW (negative: expired; None: no lease recorded)."""
     started_at = None if started is None else NOW - started
-    finished_at = started_at + timedelta(seconds=1) if finished and started_at else None
+    finished_at = started_at + S if finished and started_at else None
     return decide_start(
         started_at=started_at,
         finished_at=finished_at,
+        lease_until=None if lease_left is None else NOW + lease_left,
         recorded_retries=recorded_retries,
         retries=retries,
         now=NOW,
-        stale_after=STALE_AFTER,
+        other_run_alive=other_run_alive,
     )
 
 
 def test_a_window_that_never_started_runs() -> None:
     """The first delivery of a dispatched window runs, whatever its retry number."""
-    assert decide(None, recorded_retries=None) is Start.RUN
-    assert decide(None, recorded_retries=None, retries=3) is Start.RUN
+    assert decide(None, recorded_retries=None, lease_left=None) is Start.RUN
+    assert decide(None, recorded_retries=None, retries=3, lease_left=None) is Start.RUN
 
 
 def test_a_celery_retry_of_the_window_runs_even_while_the_first_try_is_recorded() -> None:
     """A delivery whose retry number is above the recorded one is a Celery retry: it runs."""
     assert decide(timedelta(minutes=1), recorded_retries=0, retries=1) is Start.RUN
-    assert decide(timedelta(minutes=1), finished=True, recorded_retries=1, retries=2) is Start.RUN
+    assert decide(timedelta(minutes=1), True, recorded_retries=1, retries=2) is Start.RUN
 
 
 @pytest.mark.parametrize("retries", [0, 1])
-def test_a_second_delivery_of_a_live_or_finished_run_is_a_duplicate(retries: int) -> None:
-    """A run that started within stale_after, or that finished, makes a redelivery with a
-    retry number not above the recorded one a duplicate."""
-    assert decide(timedelta(minutes=1), recorded_retries=1, retries=retries) is Start.DUPLICATE
-    assert decide(timedelta(hours=2), True, recorded_retries=1, retries=retries) is Start.DUPLICATE
+def test_only_a_delivery_of_a_finished_run_is_a_duplicate(retries: int) -> None:
+    """A finished run makes a redelivery (retry number not above the recorded) a duplicate,
+    whatever its lease says."""
+    for lease_left in (10 * S, -10 * S, None):
+        verdict = decide(S, True, lease_left=lease_left, recorded_retries=1, retries=retries)
+        assert verdict is Start.DUPLICATE
 
 
-def test_a_run_silent_past_stale_after_is_taken_over() -> None:
-    """A run that started more than stale_after ago and never finished is taken over; at
-    exactly stale_after it still counts as alive."""
-    assert decide(STALE_AFTER + timedelta(microseconds=1)) is Start.TAKEOVER
-    assert decide(STALE_AFTER) is Start.DUPLICATE
+def test_a_delivery_of_a_run_with_a_live_lease_is_deferred_whatever_its_age() -> None:
+    """An unfinished run whose lease is alive is alive, even started days ago: defer."""
+    assert decide(S) is Start.DEFER
+    assert decide(timedelta(days=3), lease_left=S) is Start.DEFER
+
+
+def test_a_run_whose_lease_expired_is_taken_over_however_young() -> None:
+    """An unfinished run whose lease ended (or that has none) is dead: take it over. At the
+    lease's last instant it is already dead."""
+    assert decide(S, lease_left=-S) is Start.TAKEOVER
+    assert decide(S, lease_left=timedelta(0)) is Start.TAKEOVER
+    assert decide(S, lease_left=None) is Start.TAKEOVER
+    assert not lease_alive(NOW, NOW)
+    assert lease_alive(NOW + timedelta(microseconds=1), NOW)
+
+
+def test_forbid_defers_a_start_while_another_window_of_the_entry_is_alive() -> None:
+    """With another window's run alive, a run or a takeover is deferred; a duplicate stays one."""
+    assert decide(None, lease_left=None, other_run_alive=True) is Start.DEFER
+    assert decide(S, lease_left=-S, other_run_alive=True) is Start.DEFER
+    assert decide(S, True, other_run_alive=True) is Start.DUPLICATE

@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.local_store import store_of
-from safebeat.stores.base import NewClaim, Outcome, Status, Store, TickPlan
+from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
 from safebeat.worker_metrics import WorkerTotals
+from tests.unit.test_scheduler import drain
 
 NAMESPACE = "unit"
 WINDOW = datetime(2026, 3, 2, 6, 0, tzinfo=timezone.utc)
@@ -156,19 +157,118 @@ def test_postrun_states_become_outcomes(app: Celery, task: Any) -> None:
     assert outcomes == {WINDOW: Outcome.RETRY, WINDOW + timedelta(days=7): Outcome.FAILURE}
 
 
-def test_an_unfinished_run_past_the_time_limit_is_taken_over(
+def test_an_unfinished_run_whose_lease_expired_is_taken_over(
     app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
 ) -> None:
-    """A delivery after the first run's hard time limit, with no end recorded, runs again."""
+    """A delivery of a window whose run stopped renewing its lease, with no end recorded,
+    runs again (no time limit involved)."""
     task_id = dispatch(app)
-    task.push_request(id=task_id, headers=None, is_eager=False)
     store(app).start_execution(
-        NAMESPACE, "weekly", WINDOW, worker="dead@host:9", retries=0, stale_after=timedelta(0)
+        NAMESPACE, "weekly", WINDOW, worker="dead@host:9", retries=0, lease=timedelta(0)
     )
-    task.pop_request()
-    assert deliver(task, task_id, timelimit=(1e-6, None)) == "SUCCESS"
+    assert deliver(task, task_id) == "SUCCESS"
     assert ran == [task_id]
     assert fresh_counters.taken_over == 1
+    assert (row(app).runs, row(app).outcome) == (2, Outcome.SUCCESS)
+
+
+def test_a_delivery_of_a_live_run_is_sent_again_for_later_and_skipped(
+    app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
+) -> None:
+    """A redelivery while the window's run holds a live lease does not run and is not lost:
+    the same message (same id, same headers) is sent again one lease later."""
+    queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, "weekly", WINDOW, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+    )
+    assert deliver(task, task_id) == "IGNORED"
+    assert ran == []
+    [copy] = drain(app, queue)
+    assert (copy["id"], copy["task"]) == (task_id, "reports.weekly")
+    assert (copy["safebeat_entry"], copy["safebeat_window"]) == ("weekly", "2026-03-02T06:00:00Z")
+    assert copy["eta"] is not None
+    assert copy["retries"] == 0
+    assert (fresh_counters.deferred, row(app).duplicates, row(app).runs) == (1, 0, 1)
+
+
+def test_a_deferral_the_broker_refuses_goes_back_to_the_broker(
+    app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the copy of a deferred delivery cannot be sent, the delivery is rejected with
+    requeue, so the broker keeps it: it is never acknowledged away."""
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, "weekly", WINDOW, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    headers = {"safebeat_entry": "weekly", "safebeat_window": format_window(WINDOW)}
+    task.push_request(id=task_id, headers=headers, is_eager=False, hostname="w1@host")
+    try:
+        with pytest.raises(Reject) as rejected:
+            task.before_start(task_id, (), {})
+    finally:
+        task.pop_request()
+    assert rejected.value.requeue is True
+    assert ran == []
+
+
+def test_forbid_defers_a_window_while_another_window_of_the_entry_runs(
+    app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
+) -> None:
+    """With overlap="forbid", an older window delivered while a newer one runs with a live
+    lease waits (is sent again), so two windows of the entry never run at once."""
+    queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
+    later = WINDOW + timedelta(days=7)
+    older_id, _ = dispatch(app), dispatch(app, later)
+    store(app).start_execution(
+        NAMESPACE, "weekly", later, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+    )
+    forbid = {
+        "safebeat_entry": "weekly",
+        "safebeat_window": format_window(WINDOW),
+        "safebeat_overlap": "forbid",
+    }
+    assert deliver(task, older_id, headers=forbid) == "IGNORED"
+    assert ran == []
+    [copy] = drain(app, queue)
+    assert (copy["id"], copy["safebeat_overlap"]) == (older_id, "forbid")
+    store(app).finish_execution(
+        NAMESPACE,
+        "weekly",
+        later,
+        worker="alive@host:9",
+        retries=0,
+        outcome=Outcome.SUCCESS,
+        runtime=timedelta(seconds=1),
+    )
+    assert deliver(task, older_id, headers=forbid) == "SUCCESS"
+    assert ran == [older_id]
+
+
+def test_reject_with_requeue_ends_the_lease_so_the_requeued_copy_runs(
+    app: Celery, task: Any, ran: list[str]
+) -> None:
+    """A run that raised Reject(requeue=True) counts as not run: its requeued copy runs
+    at once instead of waiting for a lease or being skipped as a duplicate."""
+    task_id = dispatch(app)
+    headers = {"safebeat_entry": "weekly", "safebeat_window": format_window(WINDOW)}
+    task.push_request(id=task_id, headers=headers, is_eager=False, hostname="w1@host")
+    try:
+        task.before_start(task_id, (), {})
+        safebeat.worker._on_postrun(
+            task=task, state="REJECTED", retval=Reject("busy", requeue=True)
+        )
+    finally:
+        task.pop_request()
+    assert row(app).finished_at is None
+    assert deliver(task, task_id, hostname="w2@host") == "SUCCESS"
+    assert ran == [task_id]
     assert (row(app).runs, row(app).outcome) == (2, Outcome.SUCCESS)
 
 
@@ -298,7 +398,7 @@ def test_duplicate_and_takeover_are_sent_as_signals(app: Celery, task: Any) -> N
         other = dispatch(app, later)
         task.push_request(id=other, headers=None, is_eager=False)
         store(app).start_execution(
-            NAMESPACE, "weekly", later, worker="dead@host:9", retries=0, stale_after=timedelta(0)
+            NAMESPACE, "weekly", later, worker="dead@host:9", retries=0, lease=timedelta(0)
         )
         task.pop_request()
         deliver(task, other, window=later, timelimit=(1e-6, None))
@@ -330,3 +430,55 @@ def test_a_signal_receiver_that_raises_never_fails_the_task(
         signals.execution_duplicate.disconnect(broken)
     assert ran == [task_id]
     assert "plugin bug" in caplog.text
+
+
+class PoolRequest:
+    """What Celery's main process holds for a message it handed to a pool child."""
+
+    def __init__(self, task: Any, task_id: str, child_pid: int) -> None:
+        self.task, self.id, self.hostname = task, task_id, "w1@host"
+        self.worker_pid: int | None = None
+        self.request_dict = {
+            "id": task_id,
+            "retries": 0,
+            "safebeat_entry": "weekly",
+            "safebeat_window": format_window(WINDOW),
+        }
+        self.child_pid = child_pid
+
+
+def lost_in_child(app: Celery, task: Any, exception: Exception) -> PoolRequest:
+    """A child of the worker starts the window, then dies; the main process is told."""
+    task_id = dispatch(app)
+    request = PoolRequest(task, task_id, child_pid=4242)
+    safebeat.worker._on_received(request=request)
+    request.worker_pid = request.child_pid  # the pool accepted it
+    verdict = store(app).start_execution(
+        NAMESPACE, "weekly", WINDOW, worker="w1@host:4242", retries=0, lease=timedelta(hours=1)
+    )
+    assert verdict is Start.RUN
+    safebeat.worker._on_failure(task_id=task_id, exception=exception)
+    return request
+
+
+def test_a_lost_pool_child_frees_its_window_at_once(app: Celery, task: Any, ran: list[str]) -> None:
+    """A child killed mid-run (WorkerLostError in the main process) ends its run's lease,
+    so the next delivery takes the window over without waiting for the lease."""
+    lost_in_child(app, task, WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL)."))
+    assert row(app).finished_at is None
+    assert deliver(task, row(app).task_id, hostname="w2@host") == "SUCCESS"
+    assert ran == [row(app).task_id]
+    assert (row(app).runs, row(app).outcome) == (2, Outcome.SUCCESS)
+
+
+def test_a_child_killed_at_its_hard_time_limit_is_recorded_as_failed(
+    app: Celery, task: Any, ran: list[str]
+) -> None:
+    """A hard time limit kill is recorded from the main process as a failure, with why;
+    a later delivery is a duplicate, since running again would meet the same limit."""
+    lost_in_child(app, task, TimeLimitExceeded(5.0))
+    record = row(app)
+    assert (record.outcome, record.runs) == (Outcome.FAILURE, 1)
+    assert record.error == "the pool killed the run at its hard time limit (5.0 s)"
+    assert deliver(task, record.task_id, hostname="w2@host") == "IGNORED"
+    assert ran == []

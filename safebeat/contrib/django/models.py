@@ -83,6 +83,8 @@ class Dispatch(models.Model):  # type: ignore[misc]  # Django is untyped here
     retries = models.IntegerField(_("retries"), null=True)
     runs = models.IntegerField(_("runs"), db_default=0)
     duplicates = models.IntegerField(_("duplicates"), db_default=0)
+    # The running execution is alive until then (schema version 4).
+    lease_until = models.DateTimeField(_("lease until"), null=True)
 
     class Meta:
         db_table = "safebeat_dispatch"

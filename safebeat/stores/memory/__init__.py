@@ -16,6 +16,7 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
+    DispatchRecord,
     EntryState,
     Reclaim,
     Registration,
@@ -149,17 +150,22 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
     ) -> list[Claim]:
         reclaimed: list[Claim] = []
         names, stale_before = set(reclaim.entries), now - reclaim.timeout
+
+        def lost(r: DispatchRecord) -> bool:
+            # Unsent past the timeout, or a run whose lease expired without a finish.
+            unsent = r.status is Status.CLAIMED and r.claimed_at < stale_before
+            dead = r.finished_at is None and r.lease_until is not None and r.lease_until <= now
+            return r.task_id is not None and (unsent or dead)
+
         stale = sorted(
-            (
-                r
-                for r in ns.dispatches.values()
-                if r.status is Status.CLAIMED and r.entry in names and r.claimed_at < stale_before
-            ),
+            (r for r in ns.dispatches.values() if r.entry in names and lost(r)),
             key=lambda r: r.claimed_at,
         )
         for record in stale[: reclaim.limit]:
             taken = replace(
                 record,
+                status=Status.CLAIMED,
+                lease_until=None,
                 claimed_at=now,
                 attempts=record.attempts + 1,
                 replica=replica.id,

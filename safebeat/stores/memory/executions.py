@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from safebeat.records import (
-    Outcome,
-)
+from safebeat.records import LeasedRun, Outcome, lease_alive
 from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.memory.state import MemoryState, _Effect
 
@@ -19,7 +17,7 @@ class MemoryExecutions(DecidedStart, MemoryState):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime
+        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
         with self._mutex:
             ns, now, key = self._ns(namespace), self.clock(), (entry, window)
@@ -29,10 +27,11 @@ class MemoryExecutions(DecidedStart, MemoryState):
                 return
             found = record
 
-            def start(worker: str, retries: int) -> None:
+            def start(worker: str, retries: int, lease_until: datetime) -> None:
                 ns.dispatches[key] = replace(
                     found,
                     started_at=now,
+                    lease_until=lease_until,
                     worker=worker,
                     retries=retries,
                     finished_at=None,
@@ -44,9 +43,44 @@ class MemoryExecutions(DecidedStart, MemoryState):
             def duplicate() -> None:
                 ns.dispatches[key] = replace(found, duplicates=found.duplicates + 1)
 
-            yield ExecutionRow(
-                now, found.started_at, found.finished_at, found.retries, start, duplicate
+            other_run_alive = exclusive and any(
+                r.entry == entry
+                and r.window != window
+                and r.started_at is not None
+                and r.finished_at is None
+                and lease_alive(r.lease_until, now)
+                for r in ns.dispatches.values()
             )
+            yield ExecutionRow(
+                now,
+                found.started_at,
+                found.finished_at,
+                found.lease_until,
+                found.retries,
+                other_run_alive,
+                start,
+                duplicate,
+            )
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        renewed = 0
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            for run in runs:
+                record = ns.dispatches.get((run.entry, run.window))
+                if (
+                    record is not None
+                    and record.worker == run.worker
+                    and record.retries == run.retries
+                    and record.finished_at is None
+                ):
+                    ns.dispatches[(run.entry, run.window)] = replace(
+                        record, lease_until=now + lease
+                    )
+                    renewed += 1
+        return renewed
 
     def finish_execution(
         self,

@@ -15,6 +15,7 @@ from safebeat.records import (
     EntryState,
     ReplicaRecord,
     Status,
+    lease_alive,
     system_clock,
 )
 
@@ -54,12 +55,19 @@ class MemoryState:
     def clock(self) -> datetime:
         return self._clock()
 
-    @staticmethod
-    def _with_running(ns: _Namespace, states: Mapping[str, EntryState]) -> dict[str, EntryState]:
-        """`states` with `running_since`: the newest start of an unfinished execution."""
+    def _with_running(
+        self, ns: _Namespace, states: Mapping[str, EntryState]
+    ) -> dict[str, EntryState]:
+        """`states` with `running_since`: the newest start of an unfinished execution whose
+        lease is alive."""
         running: dict[str, datetime] = {}
+        now = self.clock()
         for record in ns.dispatches.values():
-            if record.started_at is not None and record.finished_at is None:
+            if (
+                record.started_at is not None
+                and record.finished_at is None
+                and lease_alive(record.lease_until, now)
+            ):
                 previous = running.get(record.entry)
                 if previous is None or record.started_at > previous:
                     running[record.entry] = record.started_at

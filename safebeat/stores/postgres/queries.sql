@@ -48,7 +48,8 @@ SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+          AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
@@ -57,7 +58,8 @@ WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+          AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
@@ -116,13 +118,19 @@ FROM unnest(%(advance_names)s::text[], %(advance_windows)s::timestamptz[])
 WHERE e.namespace = %(namespace)s AND e.name = u.name;
 
 -- name: reclaim_stale
+-- Claims left unsent past the timeout, and runs whose lease expired without a finish
+-- (their worker died, and no broker may deliver them again): claimed again, to be
+-- re-published with the same task id. The lease is cleared, so each dead run is taken
+-- once; the delivery of the re-published message takes the run over.
 UPDATE safebeat_dispatch AS d
-SET claimed_at = %(now)s, attempts = d.attempts + 1,
-    replica = %(replica)s, host = %(host)s, pid = %(pid)s
+SET claimed_at = %(now)s, attempts = d.attempts + 1, status = 'claimed',
+    lease_until = NULL, replica = %(replica)s, host = %(host)s, pid = %(pid)s
 WHERE d.id IN (
     SELECT id FROM safebeat_dispatch
-    WHERE namespace = %(namespace)s AND status = 'claimed'
-      AND claimed_at < %(stale_before)s AND entry = ANY(%(reclaim_names)s::text[])
+    WHERE namespace = %(namespace)s AND entry = ANY(%(reclaim_names)s::text[])
+      AND task_id IS NOT NULL
+      AND ((status = 'claimed' AND claimed_at < %(stale_before)s)
+           OR (finished_at IS NULL AND lease_until <= %(now)s))
     ORDER BY claimed_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -159,7 +167,8 @@ ORDER BY heartbeat_at DESC;
 -- name: history
 SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
        skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error,
-       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates
+       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates,
+       lease_until
 FROM safebeat_dispatch
 WHERE namespace = %(namespace)s AND (%(entry)s::text IS NULL OR entry = %(entry)s)
 ORDER BY window_at DESC, id DESC
@@ -179,34 +188,58 @@ DELETE FROM safebeat_replica WHERE namespace = %(namespace)s AND replica = %(rep
 -- name: namespaces
 SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
+-- name: lock_entry_starts
+-- Held until the start of a forbid entry's window commits (see start_execution).
+SELECT pg_advisory_xact_lock(%(key)s);
+
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each
--- decides on the row as the one before it left it (run, takeover or duplicate).
+-- decides on the row as the one before it left it, by records.decide_start: run,
+-- takeover (lease expired), defer (lease alive; or, for `forbid`, another window of the
+-- entry runs with a live lease) or duplicate (finished).
 WITH current AS (
     SELECT id,
-           CASE WHEN started_at IS NULL OR coalesce(retries, 0) < %(retries)s THEN 'run'
-                WHEN finished_at IS NULL
-                     AND started_at < clock_timestamp() - %(stale_after)s::interval
-                     THEN 'takeover'
-                ELSE 'duplicate' END AS verdict
+           CASE WHEN started_at IS NOT NULL AND coalesce(retries, 0) >= %(retries)s
+                     AND finished_at IS NOT NULL THEN 'duplicate'
+                WHEN started_at IS NOT NULL AND coalesce(retries, 0) >= %(retries)s
+                     AND lease_until > clock_timestamp() THEN 'defer'
+                WHEN %(exclusive)s AND EXISTS (
+                         SELECT 1 FROM safebeat_dispatch AS o
+                         WHERE o.namespace = %(namespace)s AND o.entry = %(entry)s
+                           AND o.window_at <> %(window)s
+                           AND o.started_at IS NOT NULL AND o.finished_at IS NULL
+                           AND o.lease_until > clock_timestamp()) THEN 'defer'
+                WHEN started_at IS NULL OR coalesce(retries, 0) < %(retries)s THEN 'run'
+                ELSE 'takeover' END AS verdict
     FROM safebeat_dispatch
     WHERE namespace = %(namespace)s AND entry = %(entry)s AND window_at = %(window)s
       AND task_id IS NOT NULL
     FOR UPDATE
 )
 UPDATE safebeat_dispatch AS d
-SET started_at = CASE WHEN c.verdict = 'duplicate' THEN d.started_at
-                      ELSE clock_timestamp() END,
-    worker = CASE WHEN c.verdict = 'duplicate' THEN d.worker ELSE %(worker)s END,
-    retries = CASE WHEN c.verdict = 'duplicate' THEN d.retries ELSE %(retries)s END,
-    finished_at = CASE WHEN c.verdict = 'duplicate' THEN d.finished_at END,
-    outcome = CASE WHEN c.verdict = 'duplicate' THEN d.outcome END,
-    runtime = CASE WHEN c.verdict = 'duplicate' THEN d.runtime END,
-    runs = d.runs + (c.verdict <> 'duplicate')::integer,
+SET started_at = CASE WHEN c.verdict IN ('run', 'takeover') THEN clock_timestamp()
+                      ELSE d.started_at END,
+    lease_until = CASE WHEN c.verdict IN ('run', 'takeover')
+                       THEN clock_timestamp() + %(lease)s::interval ELSE d.lease_until END,
+    worker = CASE WHEN c.verdict IN ('run', 'takeover') THEN %(worker)s ELSE d.worker END,
+    retries = CASE WHEN c.verdict IN ('run', 'takeover') THEN %(retries)s ELSE d.retries END,
+    finished_at = CASE WHEN c.verdict IN ('run', 'takeover') THEN NULL ELSE d.finished_at END,
+    outcome = CASE WHEN c.verdict IN ('run', 'takeover') THEN NULL ELSE d.outcome END,
+    runtime = CASE WHEN c.verdict IN ('run', 'takeover') THEN NULL ELSE d.runtime END,
+    runs = d.runs + (c.verdict IN ('run', 'takeover'))::integer,
     duplicates = d.duplicates + (c.verdict = 'duplicate')::integer
 FROM current AS c
 WHERE d.id = c.id
 RETURNING c.verdict;
+
+-- name: renew_executions
+-- Every run of one worker process in one statement; a run taken over or finished is left.
+UPDATE safebeat_dispatch AS d
+SET lease_until = clock_timestamp() + %(lease)s::interval
+FROM unnest(%(entries)s::text[], %(windows)s::timestamptz[], %(workers)s::text[],
+            %(retries)s::integer[]) AS r(entry, window_at, worker, retries)
+WHERE d.namespace = %(namespace)s AND d.entry = r.entry AND d.window_at = r.window_at
+  AND d.worker = r.worker AND d.retries = r.retries AND d.finished_at IS NULL;
 
 -- name: finish_execution
 UPDATE safebeat_dispatch

@@ -31,6 +31,7 @@ from safebeat.records import (
     Definition,
     DispatchRecord,
     EntryState,
+    LeasedRun,
     NewClaim,
     Outcome,
     Planner,
@@ -449,9 +450,17 @@ class PostgresOperations:
         *,
         worker: str,
         retries: int,
-        stale_after: timedelta,
+        lease: timedelta,
+        exclusive: bool = False,
     ) -> Start:
-        with self._cursors.statement("record the start of an execution") as cursor:
+        begin = self._cursors.transaction if exclusive else self._cursors.statement
+        with begin("record the start of an execution") as cursor:
+            if exclusive:
+                # Starts of one forbid entry queue here, so two windows starting at once
+                # each see the other's start (one statement's snapshot would not).
+                cursor.execute(
+                    Q["lock_entry_starts"], {"key": advisory_key("start", namespace, entry)}
+                )
             cursor.execute(
                 Q["start_execution"],
                 {
@@ -460,11 +469,31 @@ class PostgresOperations:
                     "window": window,
                     "worker": worker,
                     "retries": retries,
-                    "stale_after": stale_after,
+                    "lease": lease,
+                    "exclusive": exclusive,
                 },
             )
             row = cursor.fetchone()
             return Start.UNKNOWN if row is None else Start(row[0])
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        if not runs:
+            return 0
+        with self._cursors.statement("renew execution leases") as cursor:
+            cursor.execute(
+                Q["renew_executions"],
+                {
+                    "namespace": namespace,
+                    "lease": lease,
+                    "entries": [r.entry for r in runs],
+                    "windows": [r.window for r in runs],
+                    "workers": [r.worker for r in runs],
+                    "retries": [r.retries for r in runs],
+                },
+            )
+            return cursor.rowcount
 
     def finish_execution(
         self,

@@ -153,6 +153,7 @@ def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
         retries=number("retries"),
         runs=number("runs") or 0,
         duplicates=number("duplicates") or 0,
+        lease_until=_maybe_instant(fields.get("lease_until")),
     )
 
 

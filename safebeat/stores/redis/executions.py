@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from safebeat.records import (
-    Outcome,
-    Start,
-)
+from safebeat.records import LeasedRun, Outcome, Start
 from safebeat.stores.redis.base import RedisBase, _claim_key, _micros, key_prefix
 
 
@@ -22,16 +20,29 @@ class RedisExecutions(RedisBase):
         *,
         worker: str,
         retries: int,
-        stale_after: timedelta,
+        lease: timedelta,
+        exclusive: bool = False,
     ) -> Start:
         prefix = key_prefix(namespace)
         with self._boundary("record an execution's start"):
             verdict = self._run(
                 "start_execution",
                 [_claim_key(prefix, entry, window)],
-                [prefix, entry, worker, retries, _micros(stale_after)],
+                [prefix, entry, worker, retries, _micros(lease), int(exclusive)],
             )
         return Start(verdict)
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        if not runs:
+            return 0
+        prefix = key_prefix(namespace)
+        args: list[object] = [prefix, _micros(lease)]
+        for run in runs:
+            args += [run.entry, _claim_key(prefix, run.entry, run.window), run.worker, run.retries]
+        with self._boundary("renew execution leases"):
+            return int(self._run("renew_executions", [f"{prefix}:seq"], args))
 
     def finish_execution(
         self,

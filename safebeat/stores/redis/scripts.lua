@@ -27,6 +27,7 @@
 --   P:audit                zset id -> at, every audit record (for listing and pruning)
 --   P:audit:entry:<entry>  zset id -> at, one entry's audit records
 --   P:running:<entry>     zset row id -> started_at, executions started and not finished
+--                          (alive while the row's lease_until is after now)
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
@@ -41,9 +42,26 @@ local function now_us()
     return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
+-- The newest started_at (text) of `entry`'s unfinished executions whose lease is alive at
+-- `now` (a number), leaving out row `except_id`; false if there is none.
+local function alive_since(p, entry, now, except_id)
+    local newest, newest_text = nil, false
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry, '-inf', '+inf')) do
+        if id ~= except_id then
+            local f = redis.call('HMGET', p .. ':row:' .. id, 'started_at', 'lease_until')
+            if f[1] and f[2] and tonumber(f[2]) > now
+                    and (newest == nil or tonumber(f[1]) > newest) then
+                newest, newest_text = tonumber(f[1]), f[1]
+            end
+        end
+    end
+    return newest_text
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution, or false) and paused (the P:paused value, or false).
+-- unfinished execution whose lease is alive, or false) and paused (the P:paused value,
+-- or false).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         local values = {}
@@ -53,9 +71,9 @@ local function load_states(p, names, result)
         result[#result + 1] = values
     end
     local running, paused = {}, {}
+    local now = tonumber(now_us())
     for _, name in ipairs(names) do
-        local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
-        running[#running + 1] = newest[2] or false
+        running[#running + 1] = alive_since(p, name, now, false)
         paused[#paused + 1] = redis.call('HGET', p .. ':paused', name)
     end
     result[#result + 1] = running
@@ -227,6 +245,27 @@ if timeout ~= '' then
         end
         offset = offset + #ids
     end
+    -- Runs whose lease expired without a finish: claimed again, to be re-published with
+    -- the same task id; the lease is cleared, so the pass takes each dead run once.
+    for i = at, at + n_reclaim - 1 do
+        local entry = ARGV[i]
+        for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry,
+                '-inf', '+inf')) do
+            local row = p .. ':row:' .. id
+            local f = redis.call('HMGET', row, 'lease_until', 'finished_at', 'window',
+                'task_id')
+            if #reclaimed < limit and f[1] and not f[2] and f[4]
+                    and tonumber(f[1]) <= tonumber(now) then
+                local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+                redis.call('HSET', row, 'status', 'claimed', 'claimed_at', now,
+                    'replica', replica, 'host', host, 'pid', pid)
+                redis.call('HDEL', row, 'lease_until')
+                redis.call('ZADD', p .. ':unsent', now, id)
+                redis.call('ZADD', p .. ':age', now, id)
+                reclaimed[#reclaimed + 1] = {tonumber(id), entry, f[3], f[4], attempts}
+            end
+        end
+    end
 end
 
 if redis.call('GET', KEYS[1]) == token then
@@ -327,8 +366,9 @@ redis.call('HDEL', p .. ':started', ARGV[2])
 return redis.call('ZREM', KEYS[1], ARGV[2])
 
 -- name: start_execution
--- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, stale_after (us).
--- Returns run, takeover, duplicate or unknown (see Store.start_execution).
+-- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, lease (us),
+-- exclusive (1 for `forbid`, else 0).
+-- Returns run, takeover, defer, duplicate or unknown (see records.decide_start).
 local p, entry, worker, retries = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = redis.call('GET', KEYS[1])
 if not id then
@@ -336,7 +376,7 @@ if not id then
 end
 local row = p .. ':row:' .. id
 local fields = redis.call('HMGET', row, 'status', 'task_id', 'started_at', 'finished_at',
-    'retries')
+    'retries', 'lease_until')
 if not fields[1] or fields[1] == 'skipped' or not fields[2] then
     return 'unknown'
 end
@@ -344,17 +384,43 @@ local now = now_us()
 local verdict
 if not fields[3] or tonumber(retries) > tonumber(fields[5] or '0') then
     verdict = 'run'
-elseif not fields[4] and tonumber(fields[3]) < tonumber(now) - tonumber(ARGV[5]) then
-    verdict = 'takeover'
-else
+elseif fields[4] then
     redis.call('HINCRBY', row, 'duplicates', 1)
     return 'duplicate'
+elseif fields[6] and tonumber(fields[6]) > tonumber(now) then
+    return 'defer'
+else
+    verdict = 'takeover'
 end
-redis.call('HSET', row, 'started_at', now, 'worker', worker, 'retries', retries)
+if ARGV[6] == '1' and alive_since(p, entry, tonumber(now), id) then
+    return 'defer'
+end
+redis.call('HSET', row, 'started_at', now, 'worker', worker, 'retries', retries,
+    'lease_until', string.format('%d', tonumber(now) + tonumber(ARGV[5])))
 redis.call('HDEL', row, 'finished_at', 'outcome', 'runtime')
 redis.call('HINCRBY', row, 'runs', 1)
 redis.call('ZADD', p .. ':running:' .. entry, now, id)
 return verdict
+
+-- name: renew_executions
+-- KEYS[1]: any key of the namespace. ARGV: prefix, lease (us), then (entry, claim key,
+-- worker, retries) per run. Extends the lease of each run still this worker's and
+-- unfinished; returns how many were.
+local p = ARGV[1]
+local lease_until = string.format('%d', tonumber(now_us()) + tonumber(ARGV[2]))
+local renewed = 0
+for i = 3, #ARGV, 4 do
+    local id = redis.call('GET', ARGV[i + 1])
+    if id then
+        local row = p .. ':row:' .. id
+        local f = redis.call('HMGET', row, 'worker', 'retries', 'finished_at')
+        if f[1] == ARGV[i + 2] and f[2] == ARGV[i + 3] and not f[3] then
+            redis.call('HSET', row, 'lease_until', lease_until)
+            renewed = renewed + 1
+        end
+    end
+end
+return renewed
 
 -- name: finish_execution
 -- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, outcome, runtime

@@ -178,6 +178,7 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
             {
                 "namespace": namespace,
                 "stale_before": _us(now - reclaim.timeout),
+                "now": _us(now),
                 "names": json.dumps(list(reclaim.entries)),
                 "limit": reclaim.limit,
             },

@@ -33,7 +33,9 @@ class SqliteAdmin(SqliteConnection):
 
     def states(self, namespace: str) -> dict[str, EntryState]:
         with self._boundary("load entry states") as conn:
-            rows = conn.execute(Q["all_states"], {"namespace": namespace}).fetchall()
+            rows = conn.execute(
+                Q["all_states"], {"namespace": namespace, "now": _us(self.clock())}
+            ).fetchall()
         return {row[0]: _state(row) for row in rows}
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:

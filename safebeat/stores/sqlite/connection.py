@@ -85,6 +85,7 @@ def _record(r: Sequence[Any]) -> DispatchRecord:
         retries=r[21],
         runs=r[22],
         duplicates=r[23],
+        lease_until=_maybe_instant(r[24]),
     )
 
 
@@ -195,11 +196,15 @@ class SqliteConnection:
     def clock(self) -> datetime:
         return self._clock()
 
-    @staticmethod
     def _load(
-        conn: sqlite3.Connection, namespace: str, names: Collection[str]
+        self, conn: sqlite3.Connection, namespace: str, names: Collection[str]
     ) -> dict[str, EntryState]:
         rows = conn.execute(
-            Q["load_states"], {"namespace": namespace, "names": json.dumps(list(names))}
+            Q["load_states"],
+            {
+                "namespace": namespace,
+                "names": json.dumps(list(names)),
+                "now": _us(self.clock()),
+            },
         )
         return {row[0]: _state(row) for row in rows}

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from safebeat.records import (
-    Outcome,
-)
+from safebeat.records import LeasedRun, Outcome
 from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -23,26 +21,62 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime
+        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
-        key = {"namespace": namespace, "entry": entry, "window": _us(window)}
         with self._write("record the start of an execution") as conn:
+            now = self.clock()
+            key = {
+                "namespace": namespace,
+                "entry": entry,
+                "window": _us(window),
+                "exclusive": exclusive,
+                "now": _us(now),
+            }
             row = conn.execute(Q["execution_of"], key).fetchone()
             if row is None:
                 yield None
                 return
-            row_id, started_at, finished_at, recorded_retries = row
-            now = self.clock()
+            row_id, started_at, finished_at, lease_until, recorded_retries, other_alive = row
             yield ExecutionRow(
                 now,
                 _maybe_instant(started_at),
                 _maybe_instant(finished_at),
+                _maybe_instant(lease_until),
                 recorded_retries,
-                start=lambda worker, retries: conn.execute(
+                bool(other_alive),
+                start=lambda worker, retries, lease_until: conn.execute(
                     Q["start_execution"],
-                    {"id": row_id, "now": _us(now), "worker": worker, "retries": retries},
+                    {
+                        "id": row_id,
+                        "now": _us(now),
+                        "lease_until": _us(lease_until),
+                        "worker": worker,
+                        "retries": retries,
+                    },
                 ),
                 duplicate=lambda: conn.execute(Q["count_duplicate"], {"id": row_id}),
+            )
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        if not runs:
+            return 0
+        with self._write("renew execution leases") as conn:
+            lease_until = _us(self.clock() + lease)
+            return sum(
+                conn.execute(
+                    Q["renew_execution"],
+                    {
+                        "namespace": namespace,
+                        "entry": run.entry,
+                        "window": _us(run.window),
+                        "worker": run.worker,
+                        "retries": run.retries,
+                        "lease_until": lease_until,
+                    },
+                ).rowcount
+                for run in runs
             )
 
     def finish_execution(

@@ -17,7 +17,8 @@ INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+          AND d.lease_until > :now) AS running_since,
        paused, paused_until, pause_note
 FROM safebeat_entry
 WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
@@ -26,7 +27,8 @@ WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
+          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+          AND d.lease_until > :now) AS running_since,
        paused, paused_until, pause_note
 FROM safebeat_entry
 WHERE namespace = :namespace;
@@ -58,16 +60,21 @@ SET last_window = max(coalesce(last_window, :window), :window)
 WHERE namespace = :namespace AND name = :name;
 
 -- name: stale_claims
+-- Claims left unsent past the timeout, and runs whose lease expired without a finish
+-- (see the PostgreSQL store's reclaim_stale).
 SELECT id, entry, window_at, task_id, attempts + 1
 FROM safebeat_dispatch
-WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
-  AND entry IN (SELECT value FROM json_each(:names))
+WHERE namespace = :namespace AND entry IN (SELECT value FROM json_each(:names))
+  AND task_id IS NOT NULL
+  AND ((status = 'claimed' AND claimed_at < :stale_before)
+       OR (finished_at IS NULL AND lease_until <= :now))
 ORDER BY claimed_at
 LIMIT :limit;
 
 -- name: reclaim
 UPDATE safebeat_dispatch
-SET claimed_at = :now, attempts = attempts + 1, replica = :replica, host = :host, pid = :pid
+SET claimed_at = :now, attempts = attempts + 1, status = 'claimed', lease_until = NULL,
+    replica = :replica, host = :host, pid = :pid
 WHERE id = :id;
 
 -- name: mark_sent
@@ -96,7 +103,8 @@ ORDER BY heartbeat_at DESC;
 -- name: history
 SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
        skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error,
-       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates
+       started_at, finished_at, outcome, runtime, worker, retries, runs, duplicates,
+       lease_until
 FROM safebeat_dispatch
 WHERE namespace = :namespace AND (:entry IS NULL OR entry = :entry)
 ORDER BY window_at DESC, id DESC
@@ -115,16 +123,27 @@ DELETE FROM safebeat_replica WHERE namespace = :namespace AND replica = :replica
 SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
 -- name: execution_of
-SELECT id, started_at, finished_at, retries
+-- other_run_alive: another window of the entry runs with a live lease (for `forbid`).
+SELECT id, started_at, finished_at, lease_until, retries,
+       :exclusive AND EXISTS (
+           SELECT 1 FROM safebeat_dispatch AS o
+           WHERE o.namespace = :namespace AND o.entry = :entry AND o.window_at <> :window
+             AND o.started_at IS NOT NULL AND o.finished_at IS NULL
+             AND o.lease_until > :now)
 FROM safebeat_dispatch
 WHERE namespace = :namespace AND entry = :entry AND window_at = :window
   AND task_id IS NOT NULL;
 
 -- name: start_execution
 UPDATE safebeat_dispatch
-SET started_at = :now, worker = :worker, retries = :retries,
+SET started_at = :now, lease_until = :lease_until, worker = :worker, retries = :retries,
     finished_at = NULL, outcome = NULL, runtime = NULL, runs = runs + 1
 WHERE id = :id;
+
+-- name: renew_execution
+UPDATE safebeat_dispatch SET lease_until = :lease_until
+WHERE namespace = :namespace AND entry = :entry AND window_at = :window
+  AND worker = :worker AND retries = :retries AND finished_at IS NULL;
 
 -- name: count_duplicate
 UPDATE safebeat_dispatch SET duplicates = duplicates + 1 WHERE id = :id;

@@ -10,7 +10,7 @@ from safebeat.contrib.django.schema import SchemaVersion
 
 
 class Migration(migrations.Migration):
-    dependencies = [("safebeat", "0004_binary_keys_on_mysql")]
+    dependencies = [("safebeat", "0005_execution_leases")]
 
     operations = [
         SchemaVersion(

@@ -190,15 +190,19 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         self, namespace: str, reclaim: Reclaim, now: datetime, replica: Replica
     ) -> list[Claim]:
         from django.db import connections  # noqa: PLC0415
-        from django.db.models import F  # noqa: PLC0415
+        from django.db.models import F, Q  # noqa: PLC0415
 
         m = django_models(self.alias)
+        # Claims left unsent past the timeout, and runs whose lease expired without a
+        # finish (see the PostgreSQL store's reclaim_stale).
+        unsent = Q(status="claimed", claimed_at__lt=now - reclaim.timeout)
+        dead = Q(finished_at__isnull=True, lease_until__lte=now)
         stale_rows = (
             m.Dispatch.objects.using(self.alias)
             .filter(
+                unsent | dead,
                 namespace=namespace,
-                status="claimed",
-                claimed_at__lt=now - reclaim.timeout,
+                task_id__isnull=False,
                 entry__in=list(reclaim.entries),
             )
             .order_by("claimed_at")
@@ -213,7 +217,11 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         if not stale:
             return []
         m.Dispatch.objects.using(self.alias).filter(id__in=[row[0] for row in stale]).update(
-            claimed_at=now, attempts=F("attempts") + 1, **replica_columns(replica)
+            status="claimed",
+            lease_until=None,
+            claimed_at=now,
+            attempts=F("attempts") + 1,
+            **replica_columns(replica),
         )
         return [
             Claim(i, entry, window, task_id, attempts + 1)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from safebeat.errors import StoreError
-from safebeat.records import (
-    Outcome,
-)
+from safebeat.records import LeasedRun, Outcome
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
@@ -21,7 +19,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime
+        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
         from django.db.models import F  # noqa: PLC0415
 
@@ -31,24 +29,48 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
             vendors.write(connection),
         ):
             rows = m.Dispatch.objects.using(self.alias)
+            if exclusive:
+                # Starts of one forbid entry queue on its entry row, so two windows
+                # starting at once each see the other's start.
+                list(
+                    m.Entry.objects.using(self.alias)
+                    .select_for_update()
+                    .filter(namespace=namespace, name=entry)
+                    .values_list("name")
+                )
             found = (
                 rows.select_for_update()
                 .filter(namespace=namespace, entry=entry, window_at=window, task_id__isnull=False)
-                .values_list("id", "started_at", "finished_at", "retries")
+                .values_list("id", "started_at", "finished_at", "lease_until", "retries")
                 .first()
             )
             if found is None:
                 yield None
                 return
-            row_id, started_at, finished_at, recorded_retries = found
+            row_id, started_at, finished_at, lease_until, recorded_retries = found
             now = vendors.clock(connection)
+            other_run_alive = (
+                exclusive
+                and rows.filter(
+                    namespace=namespace,
+                    entry=entry,
+                    started_at__isnull=False,
+                    finished_at__isnull=True,
+                    lease_until__gt=now,
+                )
+                .exclude(window_at=window)
+                .exists()
+            )
             yield ExecutionRow(
                 now,
                 started_at,
                 finished_at,
+                lease_until,
                 recorded_retries,
-                start=lambda worker, retries: rows.filter(id=row_id).update(
+                other_run_alive,
+                start=lambda worker, retries, lease_until: rows.filter(id=row_id).update(
                     started_at=now,
+                    lease_until=lease_until,
                     worker=worker,
                     retries=retries,
                     finished_at=None,
@@ -57,6 +79,30 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                     runs=F("runs") + 1,
                 ),
                 duplicate=lambda: rows.filter(id=row_id).update(duplicates=F("duplicates") + 1),
+            )
+
+    def renew_executions(
+        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        if not runs:
+            return 0
+        m = django_models(self.alias)
+        with (
+            self._boundary("renew execution leases") as connection,
+            vendors.write(connection),
+        ):
+            lease_until = vendors.clock(connection) + lease
+            rows = m.Dispatch.objects.using(self.alias)
+            return sum(
+                rows.filter(
+                    namespace=namespace,
+                    entry=run.entry,
+                    window_at=run.window,
+                    worker=run.worker,
+                    retries=run.retries,
+                    finished_at__isnull=True,
+                ).update(lease_until=lease_until)
+                for run in runs
             )
 
     def finish_execution(

@@ -54,6 +54,7 @@ HISTORY_COLUMNS = (
     "retries",
     "runs",
     "duplicates",
+    "lease_until",
 )
 
 
@@ -71,6 +72,7 @@ class DjangoOrmRows(DjangoStore):
 
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
         from django.db.models import OuterRef, Subquery  # noqa: PLC0415
+        from django.db.models.functions import Now  # noqa: PLC0415
 
         m = django_models(self.alias)
         running = (
@@ -80,6 +82,7 @@ class DjangoOrmRows(DjangoStore):
                 entry=OuterRef("name"),
                 started_at__isnull=False,
                 finished_at__isnull=True,
+                lease_until__gt=Now(),
             )
             .order_by("-started_at")
             .values("started_at")[:1]

@@ -1,0 +1,97 @@
+"""The worker's lease renewer: what it renews, in how many calls, and that failures pass."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from safebeat.config import Config
+from safebeat.errors import StoreUnavailable
+from safebeat.identity import Replica, task_id_for
+from safebeat.leases import LeaseRenewer
+from safebeat.records import LeasedRun, NewClaim, Start, TickPlan
+from safebeat.stores.memory import MemoryStore
+from safebeat.testing import FakeClock
+from safebeat.worker_metrics import WorkerTotals
+
+T0 = datetime(2026, 3, 2, 6, 0, tzinfo=timezone.utc)
+S = timedelta(seconds=1)
+LEASE = timedelta(seconds=30)
+CONFIG = Config(namespace="unit", execution_lease=LEASE)
+
+
+def started(store: MemoryStore, window: datetime, worker: str) -> LeasedRun:
+    """Claim `window` of entry "e" and record its start by `worker`; return the run."""
+    claim = NewClaim("e", window, task_id_for("unit", "e", window), "t")
+    store.tick("unit", [], lambda n, s: TickPlan(claims=[claim]), replica=Replica("h", 1, "r"))
+    verdict = store.start_execution("unit", "e", window, worker=worker, retries=0, lease=LEASE)
+    assert verdict is Start.RUN
+    return LeasedRun("e", window, worker, 0)
+
+
+def lease_of(store: MemoryStore, window: datetime) -> datetime | None:
+    [record] = [r for r in store.history("unit", "e") if r.window == window]
+    return record.lease_until
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts `renew_executions` calls."""
+
+    calls = 0
+
+    def renew_executions(self, *args: object, **kwargs: object) -> int:
+        self.calls += 1
+        return super().renew_executions(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_every_held_run_is_renewed_in_one_call_and_released_runs_are_not() -> None:
+    """One round renews all held runs of a store in one call, to store now + lease; a
+    released run is left to lapse."""
+    clock = FakeClock(T0)
+    store = CountingStore(clock=clock.now)
+    renewer = LeaseRenewer(store=lambda config: store)
+    first, second = started(store, T0, "w@h:1"), started(store, T0 + LEASE, "w@h:1")
+    token = renewer.hold(CONFIG, first)
+    renewer.hold(CONFIG, second)
+    clock.advance(20)
+    assert renewer.renew_now() == 2
+    assert store.calls == 1
+    assert lease_of(store, T0) == lease_of(store, T0 + LEASE) == T0 + 20 * S + LEASE
+    renewer.release(token)
+    clock.advance(20)
+    assert renewer.renew_now() == 1
+    assert lease_of(store, T0) == T0 + 20 * S + LEASE
+    assert renewer.held() == [second]
+
+
+def test_a_run_taken_over_by_another_worker_is_not_renewed() -> None:
+    """A renewal only extends the lease of the worker that still holds the run."""
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock.now)
+    renewer = LeaseRenewer(store=lambda config: store)
+    run = started(store, T0, "old@h:1")
+    renewer.hold(CONFIG, run)
+    clock.advance(31)
+    taken = store.start_execution("unit", "e", T0, worker="new@h:2", retries=0, lease=LEASE)
+    assert taken is Start.TAKEOVER
+    assert renewer.renew_now() == 0
+    assert lease_of(store, T0) == T0 + 31 * S + LEASE
+
+
+def test_a_store_error_while_renewing_is_counted_and_never_raised(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that is down costs the round, not the task: logged, counted, no exception."""
+    totals = WorkerTotals()
+    monkeypatch.setattr("safebeat.leases.worker_metrics.totals", totals)
+
+    class DownStore(MemoryStore):
+        def renew_executions(self, *args: object, **kwargs: object) -> int:
+            raise StoreUnavailable("store down")
+
+    renewer = LeaseRenewer(store=lambda config: DownStore())
+    renewer.hold(CONFIG, LeasedRun("e", T0, "w@h:1", 0))
+    assert renewer.renew_now() == 0
+    assert totals.renewal_errors == 1
+    assert "renewing the leases of 1 run(s) failed (store down)" in caplog.text
