@@ -257,9 +257,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if self.dispatcher.backoff.waiting(now):
-            # Claiming now would only pile up unsent claims; windows that pass meanwhile
-            # follow the missed-window policy, and other replicas may still send them.
+        if (due or reclaim) and not self.dispatcher.can_publish(self.connection):
+            # Claiming (or taking over) now would only leave unsent claims for the other
+            # replicas to wait a claim timeout for; windows that pass meanwhile follow
+            # the missed-window policy, and the replicas that reach the broker send them.
             due, reclaim = [], False
         if due or reclaim:
             result = self._locked_tick(due, reclaim=reclaim)
