@@ -49,7 +49,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         m = django_models(self.alias)
         names = [d.name for d in definitions]
         self._check_lengths(namespace, names)
-        with self._boundary("register entries") as connection, vendors.write(connection):
+        with (
+            self._boundary("register entries") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             before = dict(
                 m.Entry.objects.using(self.alias)
@@ -245,7 +248,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         if not sent and not failed:
             return
         m = django_models(self.alias)
-        with self._boundary("record publishing") as connection, vendors.write(connection):
+        with (
+            self._boundary("record publishing") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             rows = m.Dispatch.objects.using(self.alias).filter(status="claimed")
             if sent:
@@ -264,7 +270,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:
         m = django_models(self.alias)
-        with self._boundary("heartbeat") as connection, vendors.write(connection):
+        with (
+            self._boundary("heartbeat") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             updated = (
                 m.Replica.objects.using(self.alias)
@@ -295,7 +304,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
 
     def prune(self, namespace: str, before: datetime) -> int:
         m = django_models(self.alias)
-        with self._boundary("prune") as connection, vendors.write(connection):
+        with (
+            self._boundary("prune") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             deleted, _ = (
                 m.Dispatch.objects.using(self.alias)
