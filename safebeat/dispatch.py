@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -106,7 +106,10 @@ class Dispatcher:
         connection, it connects first (one attempt, bounded by the broker's connect
         timeout); a replica that reaches the store but not the broker then claims nothing
         and takes over nothing, so the windows stay free for the replicas that can send
-        them. While the connection is up and nothing failed, it costs nothing.
+        them. While the connection is up and nothing failed, it costs nothing. After a
+        failure the old connection is closed first: a transport may still call a dead
+        connection "connected" (kombu's Redis transport does), and only a new one proves
+        the broker answers. A producer on the old connection must then be made anew.
         """
         now = self._monotonic()
         if self.backoff.waiting(now):
@@ -115,6 +118,9 @@ class Dispatcher:
             return True
         broker_down = connection_errors(connection)
         timeout = float(getattr(connection, "connect_timeout", None) or 4.0)
+        if self.backoff.failures:
+            with suppress(Exception):  # closing a broken connection may fail too
+                connection.close()
         try:
             connection.ensure_connection(
                 max_retries=1, interval_start=0, interval_step=0, interval_max=0, timeout=timeout

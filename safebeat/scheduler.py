@@ -257,7 +257,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if (due or reclaim) and not self.dispatcher.can_publish(self.connection):
+        if (due or reclaim) and not self._can_publish():
             # Claiming (or taking over) now would only leave unsent claims for the other
             # replicas to wait a claim timeout for; windows that pass meanwhile follow
             # the missed-window policy, and the replicas that reach the broker send them.
@@ -272,6 +272,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if now >= self._next_prune and self._last_store_now is not None:
             self._prune(self._last_store_now)
         return self._sleep_time()
+
+    def _can_publish(self) -> bool:
+        reconnecting = self.dispatcher.backoff.failures > 0
+        ready = self.dispatcher.can_publish(self.connection)
+        if ready and reconnecting:
+            # The check closed the connection the cached producer's channel was on.
+            self.__dict__.pop("producer", None)
+        return ready
 
     def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
         config = self.safebeat_config
