@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -67,6 +67,13 @@ def retry_policy(connection: Any, seconds_left: float) -> dict[str, float | int]
     return {"max_retries": retries, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 
 
+def _connected(connection: Any) -> bool:
+    try:
+        return bool(connection.connected)
+    except Exception:  # noqa: BLE001 - a transport that cannot tell is checked by connecting
+        return False
+
+
 class Dispatcher:
     """Publishes claimed windows for one process and records what became of them.
 
@@ -91,6 +98,42 @@ class Dispatcher:
         self._claim_timeout = claim_timeout
         self._replica = replica
         self._monotonic = monotonic
+
+    def can_publish(self, connection: Any) -> bool:
+        """Whether this process can publish now: asked before it claims or takes over anything.
+
+        False during the broker backoff. After a broker failure, or before the first
+        connection, it connects first (one attempt, bounded by the broker's connect
+        timeout); a replica that reaches the store but not the broker then claims nothing
+        and takes over nothing, so the windows stay free for the replicas that can send
+        them. While the connection is up and nothing failed, it costs nothing. After a
+        failure the old connection is closed first: a transport may still call a dead
+        connection "connected" (kombu's Redis transport does), and only a new one proves
+        the broker answers. A producer on the old connection must then be made anew.
+        """
+        now = self._monotonic()
+        if self.backoff.waiting(now):
+            return False
+        if not self.backoff.failures and _connected(connection):
+            return True
+        broker_down = connection_errors(connection)
+        timeout = float(getattr(connection, "connect_timeout", None) or 4.0)
+        if self.backoff.failures:
+            with suppress(Exception):  # closing a broken connection may fail too
+                connection.close()
+        try:
+            connection.ensure_connection(
+                max_retries=1, interval_start=0, interval_step=0, interval_max=0, timeout=timeout
+            )
+        except broker_down as exc:
+            delay = self.backoff.failed(self._monotonic())
+            logger.warning(
+                "safebeat: broker unreachable (%s); claiming nothing, checking again in %.1fs",
+                exc,
+                delay,
+            )
+            return False
+        return True
 
     def dispatch(
         self,

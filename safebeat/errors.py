@@ -28,6 +28,12 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached right now; beat retries with backoff and claims nothing."""
 
 
+class TickTooLong(StoreUnavailable):
+    """The store ended a tick (its transaction, or its lock) because the tick lasted longer
+    than `safebeat_lock_timeout`; nothing of it was written. Beat claims fewer entries per
+    tick and tries again at once."""
+
+
 def shown(value: object) -> str:
     """`repr(value)` for an error message; never fails (a 5000-digit int has no repr)."""
     try:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from safebeat import signals
 from safebeat.backoff import Backoff
-from safebeat.errors import StoreError, StoreUnavailable
+from safebeat.errors import StoreError, StoreUnavailable, TickTooLong
 from safebeat.metrics import BeatMetrics
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -46,6 +46,11 @@ class TickGuard:
         """Run `step`; turn store trouble into a backoff and anything else into a log line."""
         try:
             delay = step()
+        except TickTooLong as exc:
+            # Not the store's health: the tick was too big. The next, smaller one goes now.
+            self._metrics.store_error("tick_too_long")
+            logger.warning("safebeat: %s", exc)
+            return 0.0
         except StoreUnavailable as exc:
             self._metrics.store_error("unavailable")
             return self._failed(exc, "store unreachable", logging.WARNING)

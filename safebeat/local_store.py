@@ -49,7 +49,11 @@ def store_of(app: Any) -> tuple[Config, Store]:
 def store_for(config: Config) -> Store:
     """Return this process's (and thread's) store for `config`, opened on first use.
 
-    With `safebeat_auto_migrate` on, the first use also creates or upgrades the tables.
+    With `safebeat_auto_migrate` on, the first use also creates or upgrades the tables,
+    only if they are behind: a schema already current is read, not locked, so a worker's
+    first task never waits behind a migrator (frozen or slow) holding the migration lock.
+    A migration that is needed waits at most the store's lock timeout; if it fails, the
+    error goes to the caller (the worker hook then runs the task untracked and counts it).
     """
     if _local.pid != os.getpid():
         # Forked (or first use): the inherited stores belong to the parent.
@@ -57,7 +61,7 @@ def store_for(config: Config) -> Store:
     store = _local.stores.get(config.url)
     if store is None:
         store = store_from_config(config)
-        if config.auto_migrate:
+        if config.auto_migrate and store.schema_version() < store.expected_schema_version:
             store.migrate()  # a worker may start before any beat created the tables
         _local.stores[config.url] = store
     return store

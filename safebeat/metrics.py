@@ -124,7 +124,8 @@ class BeatMetrics:
         )
         self._store_errors = Counter(
             "safebeat_store_errors",
-            "Store calls that failed: kind is unavailable (retried with backoff) or error.",
+            "Store calls that failed: kind is unavailable (retried with backoff), error, or "
+            "tick_too_long (the store ended a tick that outlasted the lock timeout).",
             ["namespace", "kind"],
             registry=r,
         )
@@ -164,7 +165,7 @@ class BeatMetrics:
         # Known label sets start at zero, so a rate() works before the first event.
         for kind in ("broker", "message"):
             self._publish_errors.labels(namespace, kind)
-        for kind in ("unavailable", "error"):
+        for kind in ("unavailable", "error", "tick_too_long"):
             self._store_errors.labels(namespace, kind)
         for metric in (self._busy, self._lag, self._ticks, self._left_unsent):
             metric.labels(namespace)

@@ -332,6 +332,31 @@ def pause_ends(state: EntryState, after: datetime, now: datetime) -> datetime | 
     return until
 
 
+def fenced(window: datetime, last_window: datetime | None) -> bool:
+    """Whether a plan may no longer write `window`: the fence of every tick's write.
+
+    `last_window` is the entry's stored newest decided window *at write time* (not when
+    the plan was made). A window at or before it was already decided, claimed or skipped,
+    by some replica: a plan made before that decision (a replica frozen or slow while
+    planning, whose lock expired meanwhile) must neither claim it nor record it as
+    skipped. Every backend applies this rule in the same statement or script as the write
+    (the SQL stores in `insert_dispatches`' `WHERE`, Redis in `finish_tick`, the others
+    through `fence`); the contract suite holds each backend to it. Windows claimed by
+    hand (`AdminStore.claim_extra`: a trigger, a backfill) are not a plan and not fenced.
+    """
+    return last_window is not None and window <= last_window
+
+
+def fence(plan: TickPlan, last_windows: Mapping[str, datetime | None]) -> TickPlan:
+    """The part of `plan` that `fenced` still lets through, given each entry's stored
+    last window at write time (entries missing from `last_windows` are let through)."""
+    claims = [c for c in plan.claims if not fenced(c.window, last_windows.get(c.entry))]
+    skips = [s for s in plan.skips if not fenced(s.window, last_windows.get(s.entry))]
+    if len(claims) == len(plan.claims) and len(skips) == len(plan.skips):
+        return plan
+    return replace(plan, claims=claims, skips=skips)
+
+
 def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, EntryState]:
     """Apply the plan's advances to `states` the way the stores do: the later window wins."""
     result = dict(states)

@@ -20,11 +20,12 @@ from typing import Any
 from celery import beat
 
 from safebeat.app_schedule import settings_source
+from safebeat.batching import ClaimBatch
 from safebeat.config import Config, config_from_app
 from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import EntryError, StoreError
+from safebeat.errors import EntryError, StoreError, StoreUnavailable, TickTooLong
 from safebeat.guard import TickGuard
 from safebeat.housekeeping import heartbeat, prune
 from safebeat.identity import current_replica
@@ -72,7 +73,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     reclaim_limit = 1000
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
+    #: A tick the store ends for outlasting safebeat_lock_timeout halves it, down to
+    #: `min_claim_batch` (see `safebeat.batching`).
     claim_batch = 5000
+    min_claim_batch = 10
 
     def __init__(
         self,
@@ -96,6 +100,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._next_reclaim = 0.0
         self._next_prune = 0.0
         self._last_store_now: datetime | None = None
+        self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
+        self._planning = False  # set while the store runs our planner
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
@@ -244,15 +250,18 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._bootstrap()
         # The most overdue first: with more due entries than one tick claims, entries that
         # were just sent must not come back ahead of the ones still waiting.
+        if self._batch.ceiling != self.claim_batch:  # set on the instance after __init__
+            self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
         due = heapq.nsmallest(
-            self.claim_batch,
+            self._batch.size,
             (name for name, at in self._due_at.items() if at <= now),
             key=self._due_at.__getitem__,
         )
         reclaim = now >= self._next_reclaim
-        if self.dispatcher.backoff.waiting(now):
-            # Claiming now would only pile up unsent claims; windows that pass meanwhile
-            # follow the missed-window policy, and other replicas may still send them.
+        if (due or reclaim) and not self._can_publish():
+            # Claiming (or taking over) now would only leave unsent claims for the other
+            # replicas to wait a claim timeout for; windows that pass meanwhile follow
+            # the missed-window policy, and the replicas that reach the broker send them.
             due, reclaim = [], False
         if due or reclaim:
             with opentelemetry.tick_span(self.safebeat_config.namespace, self.replica.id) as span:
@@ -272,22 +281,46 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._prune(self._last_store_now)
         return self._sleep_time()
 
+    def _can_publish(self) -> bool:
+        reconnecting = self.dispatcher.backoff.failures > 0
+        ready = self.dispatcher.can_publish(self.connection)
+        if ready and reconnecting:
+            # The check closed the connection the cached producer's channel was on.
+            self.__dict__.pop("producer", None)
+        return ready
+
     def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
         config = self.safebeat_config
         started = self._monotonic()
-        result = self.store.tick(
-            config.namespace,
-            due,
-            self._planner,
-            replica=self.replica,
-            reclaim=(
-                Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
-                if reclaim
-                else None
-            ),
-        )
+        lock_timeout = config.lock_timeout.total_seconds()
+        self._planning = False
+        try:
+            result = self.store.tick(
+                config.namespace,
+                due,
+                self._planner,
+                replica=self.replica,
+                reclaim=(
+                    Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
+                    if reclaim
+                    else None
+                ),
+            )
+        except StoreUnavailable as exc:
+            # The store answered the tick's first message (it ran our planner) and the tick
+            # failed after the lock timeout: the store ended it for lasting too long.
+            took = self._monotonic() - started
+            if isinstance(exc, TickTooLong) or (self._planning and took >= lock_timeout):
+                size = self._batch.too_long()
+                raise TickTooLong(
+                    f"tick took longer than safebeat_lock_timeout ({lock_timeout:g}s): "
+                    f"{len(due)} entries in {took:.1f}s, and the store ended it, writing "
+                    f"nothing; claiming fewer entries per tick ({size}) [{exc}]"
+                ) from exc
+            raise
         if result is None:
             return None
+        self._batch.finished(seconds=self._monotonic() - started, lock_timeout=lock_timeout)
         self._last_store_now = result.now
         planned = result.plan
         if not isinstance(planned, Planned):  # a store outside the contract: never spin
@@ -314,6 +347,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
         """The pure planner, with this replica's entries (run by the store under its lock)."""
+        self._planning = True
         return plan_tick(
             self.entries,
             states,

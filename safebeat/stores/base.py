@@ -148,6 +148,11 @@ class TickStore(StoreConnection, Protocol):
         - insert a dispatch row per claim and per skip, under the unique key
           (namespace, entry, window); a row that already exists is left alone and the
           claim is simply not returned (someone else has it): never an error;
+        - fenced (`safebeat.records.fenced`): a claim or skip whose window is at or
+          before the entry's `last_window` as stored when the row is written is not
+          written (some replica decided it after this plan was made), and a store whose
+          tick lock was lost while planning writes nothing and raises
+          `StoreUnavailable` (`TickTooLong` where it can tell the lock expired);
         - set `last_window` to the later of the stored value and each advance;
         - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of
           `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`, or

@@ -401,6 +401,12 @@ class Run:
         side.proxy = Proxy("127.0.0.1", port)
         return side.store_url.replace(f":{port}/", f":{side.proxy.port}/", 1)
 
+    def proxied_broker(self, side: Side) -> str:
+        """Put a TCP proxy between replica 0 of `side` and the broker; return the proxy URL."""
+        assert self.broker is not None
+        side.proxy = Proxy("127.0.0.1", self.broker.port)
+        return self.broker.url.replace(f":{self.broker.port}/", f":{side.proxy.port}/", 1)
+
     def start(self) -> None:
         """Start every replica of every side at once; return once every side has sent every
         entry (so no fault lands before a store has even been registered with)."""

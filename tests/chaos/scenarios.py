@@ -1,4 +1,4 @@
-"""The eight chaos scenarios: what each one does to the replicas, the store or the broker.
+"""The nine chaos scenarios: what each one does to the replicas, the store or the broker.
 
 Every fault hits every side of the run at the same moment (stock beat included, where the
 fault exists for it: stock beat has no store). Process faults are timed a few milliseconds
@@ -121,6 +121,28 @@ def broker_down(run: Run) -> None:
     _recover(run, limit=60)
 
 
+def _proxy_replica_zero_broker(run: Run, side: Side, slot: int) -> None:
+    if slot == 0 and side.proxy is None:
+        side.slot_env[0] = {"SB_BROKER_URL": run.proxied_broker(side)}
+
+
+def cut_one_replica_from_the_broker(run: Run) -> None:
+    """Cut the TCP connection between replica 0 and the broker (it still reaches its store),
+    then restore it: the others must not wait for the windows it cannot send."""
+    outage = run.mode.broker_outage
+    run.at_window_boundary()
+    for side in run.sides:
+        if side.proxy is not None:
+            side.proxy.cut()
+    run.fault(f"replica 0 cut off from the broker for {outage:g}s")
+    run.sleep(outage)
+    for side in run.sides:
+        if side.proxy is not None:
+            side.proxy.restore()
+    run.fault_over("replica 0 reaches the broker again")
+    _recover(run, limit=60)
+
+
 def _skew_clock(run: Run, side: Side, slot: int) -> None:
     offset = CLOCK_SKEWS[slot % len(CLOCK_SKEWS)]
     if offset:
@@ -171,6 +193,8 @@ SCENARIOS = [
     Scenario("store-cut", "cut one replica's store connection, restore it", SHARED_STORES,
              cut_one_replica_off, store_fault=True, before_start=_proxy_replica_zero),
     Scenario("broker-down", "broker down, then back", ALL_STORES, broker_down),
+    Scenario("broker-cut", "cut one replica's broker connection, restore it", ALL_STORES,
+             cut_one_replica_from_the_broker, before_start=_proxy_replica_zero_broker),
     Scenario("clock-skew", "replica clocks skewed by +/-120 s (libfaketime)", SHARED_STORES,
              skewed_clocks, before_start=_skew_clock),
     Scenario("rolling-deploy", "replicas replaced one by one, one entry's args changed",

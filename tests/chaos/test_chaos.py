@@ -103,6 +103,20 @@ def test_windows_claimed_while_the_broker_is_down_are_published_once_it_is_back(
         assert side.tally.max_lag >= chaos_mode.broker_outage / 2, side.as_dict()
 
 
+def test_a_replica_cut_off_from_the_broker_delays_no_window(
+    chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
+) -> None:
+    """One replica's broker connection cut by a TCP proxy while it still reaches its store:
+    after the tick in which the connection broke, it claims and takes over nothing, so at
+    most that tick's windows (one per entry) wait for a take-over, once."""
+    result = run("broker-cut", chaos_mode, tmp_path, chaos_postgres)
+    for side in safebeat_sides(result):
+        assert side.log_signs["broker_unreachable"] >= 1, side.as_dict()
+        assert side.tally.taken_over <= chaos_mode.entries, side.as_dict()
+        assert side.tally.max_lag is not None
+        assert side.tally.max_lag < 1.5 * chaos_mode.claim_timeout + 1.0, side.as_dict()
+
+
 def test_skewed_replica_clocks_change_no_window(
     chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
 ) -> None:

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
-from safebeat.errors import StoreError
+from safebeat.errors import StoreError, TickTooLong
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
     Definition,
@@ -31,7 +31,6 @@ from safebeat.stores.base import (
     Start,
     Store,
     TickPlan,
-    TickResult,
 )
 from safebeat.stores.redis import RedisStore, key_prefix
 from tests import runscope, services
@@ -126,8 +125,10 @@ def test_windows_this_replica_claimed_stay_claimed_when_redis_forgets_them(
 ) -> None:
     """After Redis loses a claim (restart from an older snapshot), its replica won't claim it again.
 
-    Another replica, which never saw the claim, could: that is what `appendfsync always`
-    in docs/redis.md is for.
+    Its tick still advances the entry's last window past it, so from then on the fence
+    keeps every other replica from claiming it too. A replica that ticks first, before
+    the one that claimed it, could: that is what `appendfsync always` in docs/redis.md is
+    for.
     """
     store, other = RedisStore(own_redis.url), RedisStore(own_redis.url)
     state = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
@@ -148,9 +149,9 @@ def test_windows_this_replica_claimed_stay_claimed_when_redis_forgets_them(
     assert again is not None
     assert again.claimed == []
     assert "no longer knows 1 window(s) this replica already claimed" in caplog.text
-    elsewhere = other.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    elsewhere = other.tick(namespace, ["a"], lambda now, s: plan, replica=OTHER)
     assert elsewhere is not None
-    assert len(elsewhere.claimed) == 1
+    assert elsewhere.claimed == []
     store.close()
     other.close()
 
@@ -435,10 +436,11 @@ def test_a_tick_is_two_round_trips_however_many_windows_it_claims(
 def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_nothing(
     redis_url: str, namespace: str
 ) -> None:
-    """A replica frozen inside its tick stalls the others for one lock TTL; its claim loses.
+    """A replica frozen inside its tick stalls the others for one lock TTL; it writes nothing.
 
     Redis cannot end the frozen replica's tick as PostgreSQL ends its transaction, so the
-    frozen one does finish its tick when it wakes: the claim key, not the lock, stops it.
+    frozen one sends its writes when it wakes: `finish_tick` finds the lock no longer its
+    own, writes nothing, and the tick raises TickTooLong (beat then claims fewer entries).
     """
     frozen = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
     alive = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
@@ -452,11 +454,13 @@ def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_noth
         wake.wait(20)  # the process is stopped here, holding the tick lock
         return claim_plan(namespace, "a", window)
 
-    thread = threading.Thread(
-        target=lambda: outcome.update(
-            result=frozen.tick(namespace, ["a"], freezing_planner, replica=REPLICA)
-        )
-    )
+    def frozen_replica() -> None:
+        try:
+            outcome["result"] = frozen.tick(namespace, ["a"], freezing_planner, replica=REPLICA)
+        except TickTooLong as exc:
+            outcome["result"] = exc
+
+    thread = threading.Thread(target=frozen_replica)
     thread.start()
     assert inside.wait(10)
     started, busy = time.monotonic(), 0
@@ -474,9 +478,8 @@ def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_noth
     assert busy > 0
     assert 0.5 < stalled < 3
     assert [c.window for c in result.claimed] == [window]
-    woke = outcome["result"]
-    assert isinstance(woke, TickResult)
-    assert woke.claimed == []
+    assert isinstance(outcome["result"], TickTooLong)
+    assert "expired while this replica planned" in str(outcome["result"])
     [row] = alive.history(namespace, "a")
     assert row.replica == OTHER.id
     frozen.close()

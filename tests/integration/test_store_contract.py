@@ -10,7 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.config import Config
+from safebeat.entries import Entry, compile_entry
 from safebeat.identity import Replica, task_id_for
+from safebeat.planning import plan_tick
 from safebeat.stores.base import (
     AuditAction,
     AuditEvent,
@@ -1128,3 +1131,136 @@ def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
     upper = store.register(namespace.upper(), definitions("Nightly"), REPLICA)
     assert sorted(upper.states) == ["Nightly"]
     assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
+
+
+# --- the fence: a plan's writes, checked against the store at write time ----------------
+
+#: Stores whose tick lock the server takes back from a frozen holder after the lock
+#: timeout (an idle-in-transaction timeout, a TTL): other replicas tick meanwhile. The
+#: in-memory and SQLite stores keep the lock for as long as its holder plans.
+LOCK_TAKEN_BACK = {
+    "postgres",
+    "redis",
+    "redis-cluster",
+    "redis-sentinel",
+    "django-postgres",
+    "django-mariadb",
+}
+
+FENCE_POLICIES = {
+    "skip": {"misfire": "skip"},
+    "grace": {"misfire": "all", "grace": 0.3},
+    "forbid": {"overlap": "forbid"},
+}
+
+
+def fence_entry(policy: str) -> Entry:
+    """An entry every 0.1 s with `policy`'s options, so windows pass while a planner waits."""
+    options = {"safebeat": FENCE_POLICIES[policy]}
+    return compile_entry(
+        "e",
+        {"task": "tasks.run", "schedule": 0.1, "options": options},
+        app_timezone=timezone.utc,
+        config=Config(),
+    )
+
+
+def real_planner(entry: Entry, namespace: str) -> Callable[..., TickPlan]:
+    def planner(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        return plan_tick(
+            {entry.name: entry},
+            states,
+            now,
+            namespace=namespace,
+            retry_after=SECOND,
+        )
+
+    return planner
+
+
+@pytest.mark.parametrize("policy", sorted(FENCE_POLICIES))
+def test_a_frozen_planner_writes_nothing_decided_while_it_was_frozen(
+    open_store: StoreFactory, namespace: str, request: pytest.FixtureRequest, policy: str
+) -> None:
+    """A replica frozen inside its planner while another replica ticks writes, when it
+    resumes, no claim or skip at or before what the other decided meanwhile (misfire
+    skip, a grace, overlap forbid), and no window ends both skipped and claimed."""
+    backend = request.node.callspec.params["open_store"]
+    frozen_store, live_store = open_store(), open_store()
+    entry = fence_entry(policy)
+    frozen_store.register(namespace, [entry.definition], REPLICA)
+    planner = real_planner(entry, namespace)
+    planned, resume = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def frozen(now: datetime, states: dict[str, EntryState]) -> TickPlan:
+        plan = planner(now, states)
+        planned.set()
+        resume.wait(30)  # frozen (a GC pause, SIGSTOP) until the other replica has ticked
+        return plan
+
+    def frozen_replica() -> None:
+        time.sleep(0.5)  # windows pass, so the frozen plan has some to write
+        try:
+            outcome.append(frozen_store.tick(namespace, ["e"], frozen, replica=REPLICA))
+        except Exception as exc:  # noqa: BLE001 - a lost session is one way to write nothing
+            outcome.append(exc)
+
+    thread = threading.Thread(target=frozen_replica)
+    thread.start()
+    assert planned.wait(30)
+    decided: datetime | None = None
+    deadline = time.monotonic() + 8  # lock timeout 2 s in these stores
+    while backend in LOCK_TAKEN_BACK and decided is None and time.monotonic() < deadline:
+        result = live_store.tick(namespace, ["e"], planner, replica=OTHER)
+        if result is None or result.states["e"].last_window is None:
+            time.sleep(0.05)  # the lock is still the frozen replica's
+            continue
+        decided = result.states["e"].last_window
+        for claim in result.claimed:  # the live replica's runs start: forbid sees them
+            live_store.start_execution(
+                namespace, "e", claim.window, worker="w1@host:1", retries=0, lease=HOUR
+            )
+    resume.set()
+    thread.join(30)
+    assert outcome, "the frozen replica's tick never returned"
+    rows = live_store.history(namespace, "e", limit=10_000)
+    if backend in LOCK_TAKEN_BACK:
+        assert decided is not None, "the other replica never ticked while one was frozen"
+        written = [r.window for r in rows if r.replica == REPLICA.id]
+        assert [w for w in written if w <= decided] == []
+    skipped = [(r.skipped_from or r.window, r.window) for r in rows if r.status is Status.SKIPPED]
+    for row in rows:
+        if row.task_id is not None:
+            assert not any(first <= row.window <= last for first, last in skipped), row
+
+
+def test_a_plan_is_fenced_by_the_last_window_stored_at_write_time(
+    store: Store, namespace: str
+) -> None:
+    """A claim or skip at or before the entry's last window as stored when the tick writes
+    is not written, whatever the planner saw: the rest of the plan is."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    store.tick(
+        namespace,
+        ["a"],
+        lambda now, s: TickPlan(
+            skips=[NewSkip("a", window_after(state, 5), window_after(state, 1), 5, "missed")],
+            advances={"a": window_after(state, 5)},
+        ),
+        replica=OTHER,
+    )
+    stale = claim_plan("a", namespace, window_after(state, 3), window_after(state, 6))
+    stale = TickPlan(
+        claims=stale.claims,
+        skips=[NewSkip("a", window_after(state, 4), window_after(state, 4), 1, "missed")],
+        advances=stale.advances,
+    )
+    result = store.tick(namespace, ["a"], lambda now, s: stale, replica=REPLICA)
+    assert result is not None
+    assert [c.window for c in result.claimed] == [window_after(state, 6)]
+    rows = sorted(store.history(namespace, "a"), key=lambda r: r.window)
+    assert [(r.window, r.status) for r in rows] == [
+        (window_after(state, 5), Status.SKIPPED),
+        (window_after(state, 6), Status.CLAIMED),
+    ]

@@ -559,3 +559,30 @@ def test_a_pause_with_an_end_ends_by_itself_on_every_replica(clock: FakeClock, q
     assert {r.reason for r in skipped} == {"paused"}
     assert max(r.window for r in skipped) < until
     assert store.states("unit")["fast"].paused  # nothing wrote a resume: the end did it
+
+
+def test_a_replica_cut_off_from_the_broker_claims_nothing_so_no_window_is_late(
+    clock: FakeClock, queue: str
+) -> None:
+    """Two replicas on one store for ten minutes, one of them unable to reach its broker:
+    the cut one claims and takes over nothing (it checks the broker first), so the
+    healthy one sends every window within one tick of it, once."""
+    schedule = {"a": {"task": "t.run", "schedule": 1.0}, "b": {"task": "t.run", "schedule": 7.0}}
+    healthy_app = make_app(queue, schedule)
+    cut_app = make_app(queue, schedule, broker_connection_timeout=0.2)
+    cut_app.conf.broker_url = "redis://127.0.0.1:2/0"  # nothing listens there: refused
+    store = MemoryStore(clock=clock.now)
+    healthy = memory_scheduler(healthy_app, clock, store)
+    cut = memory_scheduler(cut_app, clock, store)
+    step = 0.5
+    for _ in range(int(600 / step)):
+        cut.tick()  # the cut replica ticks first: it would claim the window if it could
+        healthy.tick()
+        clock.advance(step)
+    rows = [r for entry in schedule for r in store.history("unit", entry, limit=10_000)]
+    assert rows
+    assert {r.replica for r in rows} == {healthy.replica.id}
+    late = [r for r in rows if r.sent_at is None or r.sent_at - r.window > timedelta(seconds=step)]
+    assert late == []
+    assert max(windows_sent(drain(healthy_app, queue)).values()) == 1
+    assert cut.metrics.totals.dispatched == 0

@@ -55,7 +55,7 @@ class DjangoPostgresStore(PostgresOperations, DjangoStore):
         DjangoStore.__init__(self, url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
         PostgresOperations.__init__(
             self,
-            _DjangoCursors(self._boundary),
+            _DjangoCursors(self._boundary, lock_timeout),
             limits=tick_limits(lock_timeout, STATEMENT_TIMEOUT),
         )
 
@@ -63,8 +63,11 @@ class DjangoPostgresStore(PostgresOperations, DjangoStore):
 class _DjangoCursors:
     """Cursors of the alias's connection, with Django's transaction rules (see above)."""
 
-    def __init__(self, boundary: Callable[[str], AbstractContextManager[Any]]) -> None:
+    def __init__(
+        self, boundary: Callable[[str], AbstractContextManager[Any]], lock_timeout: timedelta
+    ) -> None:
         self._boundary = boundary
+        self._lock_timeout = lock_timeout
 
     @contextmanager
     def read(self, action: str) -> Iterator[Cursor]:
@@ -80,7 +83,7 @@ class _DjangoCursors:
     def transaction(self, action: str) -> Iterator[Cursor]:
         with (
             self._boundary(action) as connection,
-            vendors.write(connection),
+            vendors.write(connection, bound=self._lock_timeout),
             _cursor(connection) as cursor,
         ):
             yield cursor

@@ -17,6 +17,14 @@ SELECT set_config('idle_in_transaction_session_timeout', %s, true),
        set_config('lock_timeout', %s, true),
        set_config('statement_timeout', '60s', true);
 
+-- name: postgres_write_limits
+-- Bounds a write transaction safebeat opens (register, claim_extra, prune, ...), as a
+-- tick is bounded: a replica frozen inside it loses its session after the idle timeout,
+-- and it waits for another's row locks at most the lock timeout. Parameters: idle, lock.
+SELECT set_config('idle_in_transaction_session_timeout', %s, true),
+       set_config('lock_timeout', %s, true),
+       set_config('statement_timeout', '60s', true);
+
 -- name: postgres_try_tick_lock
 -- Transaction-scoped, so PgBouncer in transaction mode keeps working; never waits.
 SELECT pg_try_advisory_xact_lock(%s), clock_timestamp();
@@ -27,6 +35,14 @@ SET SESSION idle_transaction_timeout = %s;
 
 -- name: mariadb_default_idle_timeout
 SET SESSION idle_transaction_timeout = DEFAULT;
+
+-- name: mysql_lock_wait
+-- How long a statement of ours waits for another session's row lock (InnoDB's default is
+-- 50 s): a replica frozen inside a write holds up the others at most this long.
+SET SESSION innodb_lock_wait_timeout = %s;
+
+-- name: mysql_default_lock_wait
+SET SESSION innodb_lock_wait_timeout = DEFAULT;
 
 -- name: mysql_try_tick_lock
 -- GET_LOCK names are server-wide; the lock outlives the transaction, so it is released

@@ -6,8 +6,9 @@
   its session (and the lock) after `safebeat_lock_timeout`. Through psycopg 3 the store
   runs the `postgresql://` store's own statements instead (see `postgres`).
 - MySQL / MariaDB: `UTC_TIMESTAMP(6)`; `GET_LOCK(name, 0)`, which belongs to the session,
-  not the transaction, so it is released in a `finally` right after the commit. On
-  MariaDB the tick sets `idle_transaction_timeout`, which ends a frozen holder's session.
+  not the transaction, so it is released in a `finally` right after the commit. The tick
+  and every write transaction set `innodb_lock_wait_timeout`, and on MariaDB
+  `idle_transaction_timeout`, which ends a frozen holder's session.
 - SQLite: this host's clock; the write lock, taken with `BEGIN IMMEDIATE` and waited for
   only briefly by a tick.
 """
@@ -83,18 +84,49 @@ def _utc(value: datetime) -> datetime:
 
 
 @contextmanager
-def write(connection: Any, *, busy_wait: timedelta | None = None) -> Iterator[None]:
+def write(
+    connection: Any, *, busy_wait: timedelta | None = None, bound: timedelta | None = None
+) -> Iterator[None]:
     """A transaction that commits on success; in SQLite it holds the write lock from its start.
 
     SQLite: `BEGIN IMMEDIATE`, waiting `busy_wait` (default: the connection's own busy
     timeout) for another writer, then Django's "database is locked" error. Inside a
     transaction the caller already opened, it is a savepoint of that transaction.
+    With `bound` (the store's lock timeout), a transaction this opens is bounded as a tick
+    is: PostgreSQL ends it when it sits idle that long and its statements wait that long
+    for a lock; MariaDB ends an idle one too, and MySQL/MariaDB wait for a row lock at
+    most that long. (A caller's own transaction keeps the caller's settings.)
     """
     with ExitStack() as stack:
-        if connection.vendor == "sqlite" and not connection.in_atomic_block:
+        own = not connection.in_atomic_block
+        if connection.vendor == "sqlite" and own:
             stack.enter_context(_begin_immediate(connection, busy_wait))
+        if connection.vendor == "mysql" and own and bound is not None:
+            stack.enter_context(_mysql_bounds(connection, bound))
         stack.enter_context(transaction.atomic(using=connection.alias))
+        if connection.vendor == "postgresql" and own and bound is not None:
+            limit = f"{int(bound.total_seconds() * 1000)}ms"
+            with connection.cursor() as cursor:
+                cursor.execute(Q["postgres_write_limits"], [limit, limit])
         yield
+
+
+@contextmanager
+def _mysql_bounds(connection: Any, bound: timedelta) -> Iterator[None]:
+    """Bound this session's row-lock waits (and, on MariaDB, idle transactions) to `bound`
+    while the block runs; the server defaults come back after it."""
+    seconds = max(1, math.ceil(bound.total_seconds()))
+    with connection.cursor() as cursor:
+        cursor.execute(Q["mysql_lock_wait"], [seconds])
+        if connection.mysql_is_mariadb:
+            cursor.execute(Q["mariadb_idle_timeout"], [seconds])
+    try:
+        yield
+    finally:
+        with suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute(Q["mysql_default_lock_wait"])
+            if connection.mysql_is_mariadb:
+                cursor.execute(Q["mariadb_default_idle_timeout"])
 
 
 @contextmanager
@@ -172,8 +204,9 @@ def _mysql_lock_name(connection: Any, namespace: str) -> str:
 
 def _mysql_lock(connection: Any, name: str, lock_timeout: timedelta) -> tuple[bool, datetime]:
     with connection.cursor() as cursor:
+        seconds = max(1, math.ceil(lock_timeout.total_seconds()))
+        cursor.execute(Q["mysql_lock_wait"], [seconds])
         if connection.mysql_is_mariadb:
-            seconds = max(1, math.ceil(lock_timeout.total_seconds()))
             cursor.execute(Q["mariadb_idle_timeout"], [seconds])
         cursor.execute(Q["mysql_try_tick_lock"], [name])
         locked, now = cursor.fetchone()
@@ -186,5 +219,6 @@ def _mysql_release(connection: Any, name: str, *, locked: bool) -> None:
     with suppress(DatabaseError), connection.cursor() as cursor:
         if locked:
             cursor.execute(Q["mysql_release_tick_lock"], [name])
+        cursor.execute(Q["mysql_default_lock_wait"])
         if connection.mysql_is_mariadb:
             cursor.execute(Q["mariadb_default_idle_timeout"])

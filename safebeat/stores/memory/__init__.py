@@ -23,6 +23,7 @@ from safebeat.records import (
     ReplicaRecord,
     Status,
     TickPlan,
+    fence,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
@@ -118,6 +119,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
         self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime
     ) -> list[Claim]:
         inserted: list[Claim] = []
+        plan = fence(plan, {name: state.last_window for name, state in ns.entries.items()})
         for claim in plan.claims:
             record = self._new_row(
                 ns,

@@ -98,6 +98,10 @@ ON CONFLICT (namespace, name) DO NOTHING;
 -- name: insert_dispatches
 -- The claims: a row per window under the unique key; an existing row wins silently.
 -- This, advance_states and reclaim_stale end a tick, sent with COMMIT in one message.
+-- The fence (safebeat.records.fenced), on a tick's rows (`fenced`): a window at or
+-- before the entry's last window as stored now, when the row is written, was decided by
+-- some replica after this plan was made, and is neither claimed nor recorded as skipped.
+-- claim_extra (trigger, backfill) claims past windows on purpose: not fenced.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)
@@ -107,6 +111,10 @@ FROM unnest(%(entries)s::text[], %(windows)s::timestamptz[], %(statuses)s::text[
             %(task_ids)s::text[], %(task_names)s::text[], %(reasons)s::text[],
             %(skipped_from)s::timestamptz[], %(skipped_counts)s::integer[])
      AS d(entry, window_at, status, task_id, task_name, reason, skipped_from, skipped_count)
+WHERE NOT %(fenced)s OR NOT EXISTS (
+    SELECT 1 FROM safebeat_entry AS e
+    WHERE e.namespace = %(namespace)s AND e.name = d.entry AND e.last_window >= d.window_at
+)
 ON CONFLICT ON CONSTRAINT safebeat_dispatch_window DO NOTHING
 RETURNING id, entry, window_at, task_id, status;
 

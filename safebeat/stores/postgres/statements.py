@@ -143,7 +143,7 @@ def _tick(
     parts, params = [], {"namespace": namespace, "now": now, **replica_columns(replica)}
     if rows:
         parts.append(Q["insert_dispatches"])
-        params.update(as_columns(rows))
+        params.update(as_columns(rows), fenced=True)
     if plan.advances:
         parts.append(Q["advance_states"])
         params["advance_names"] = list(plan.advances)
@@ -436,6 +436,7 @@ class PostgresOperations:
                 {
                     "namespace": namespace,
                     "now": now,
+                    "fenced": False,  # past windows, claimed on purpose
                     **replica_columns(replica),
                     **as_columns(rows),
                 },

@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "safebeat's Redis store needs redis-py: pip install 'safebeat[redis]'"
     ) from exc
 
-from safebeat.errors import StoreError
+from safebeat.errors import StoreError, TickTooLong
 from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
@@ -169,6 +169,13 @@ class RedisStore(RedisExecutions, RedisAdmin):
             except BaseException:
                 self._release(lock, token)
                 raise
+        if finished is None:
+            raise TickTooLong(
+                f"Redis store {self.display_url}: the tick lock of namespace {namespace!r} "
+                f"expired while this replica planned {len(names)} entries (the tick took "
+                "longer than safebeat_lock_timeout); it wrote nothing and plans again from "
+                "the current state"
+            )
         _now, inserted, stale = finished
         claimed = [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in inserted]
         reclaimed = [

@@ -154,9 +154,15 @@ return 0
 -- n_claims, n_skips, n_advances, n_reclaim_entries, then reclaim timeout (us, '' for
 -- none) and limit, then claims (entry, window, task_id, task_name), skips (entry,
 -- window, reason, first, count or ''), advances (entry, window), reclaim entries.
--- Inserts rows whose marker is new, advances last windows, takes over stale claims,
--- releases the lock if still ours. Returns {now, claimed, reclaimed}.
+-- Writes only while this token holds the lock: a replica whose lock expired while it
+-- planned writes nothing and gets false. Otherwise inserts rows whose marker is new and
+-- whose window is after the entry's stored last window (the fence,
+-- safebeat.records.fenced), advances last windows, takes over stale claims, releases the
+-- lock. Returns {now, claimed, reclaimed}.
 local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('GET', KEYS[1]) ~= token then
+    return false
+end
 local n_claims, n_skips = tonumber(ARGV[6]), tonumber(ARGV[7])
 local n_advances, n_reclaim = tonumber(ARGV[8]), tonumber(ARGV[9])
 local timeout, limit = ARGV[10], tonumber(ARGV[11])
@@ -167,6 +173,10 @@ local function insert(entry, window, fields)
     local marker = p .. ':claim:' .. window .. ':' .. entry
     if redis.call('EXISTS', marker) == 1 then
         return nil
+    end
+    local last = redis.call('HGET', p .. ':last', entry)
+    if last and tonumber(window) <= tonumber(last) then
+        return nil  -- decided by some replica since this plan was made
     end
     local id = redis.call('INCR', p .. ':seq')
     redis.call('SET', marker, id)
@@ -268,9 +278,7 @@ if timeout ~= '' then
     end
 end
 
-if redis.call('GET', KEYS[1]) == token then
-    redis.call('DEL', KEYS[1])
-end
+redis.call('DEL', KEYS[1])  -- still ours: checked above, and a script runs alone
 return {now, claimed, reclaimed}
 
 -- name: record_publish

@@ -158,6 +158,7 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
                     "skipped_from": None if first is None else _us(first),
                     "skipped_count": count,
                     "now": _us(now),
+                    "fenced": True,
                     **who,
                 },
             ).fetchone()

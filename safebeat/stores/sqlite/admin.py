@@ -121,6 +121,7 @@ class SqliteAdmin(SqliteConnection):
                         "skipped_from": None,
                         "skipped_count": None,
                         "now": now,
+                        "fenced": False,  # past windows, claimed on purpose
                         **replica_columns(replica),
                     },
                 ).fetchone()

@@ -46,11 +46,19 @@ ON CONFLICT (namespace, name) DO UPDATE
     WHERE safebeat_entry.digest <> excluded.digest;
 
 -- name: insert_dispatch
+-- The fence (safebeat.records.fenced), on a tick's rows (:fenced): a window at or before
+-- the entry's last window as stored when the row is written was decided by some replica
+-- after this plan was made, and is neither claimed nor recorded as skipped. claim_extra
+-- (trigger, backfill) claims past windows on purpose: not fenced.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)
-VALUES (:namespace, :entry, :window, :status, :task_id, :task_name, :reason,
-        :skipped_from, :skipped_count, :replica, :host, :pid, :now)
+SELECT :namespace, :entry, :window, :status, :task_id, :task_name, :reason,
+       :skipped_from, :skipped_count, :replica, :host, :pid, :now
+WHERE NOT :fenced OR NOT EXISTS (
+    SELECT 1 FROM safebeat_entry
+    WHERE namespace = :namespace AND name = :entry AND last_window >= :window
+)
 ON CONFLICT (namespace, entry, window_at) DO NOTHING
 RETURNING id;
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -22,6 +21,8 @@ from safebeat.records import (
     Definition,
     Reclaim,
     Registration,
+    TickPlan,
+    fence,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.admin import DjangoOrmAdmin
@@ -48,7 +49,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         m = django_models(self.alias)
         names = [d.name for d in definitions]
         self._check_lengths(namespace, names)
-        with self._boundary("register entries") as connection, vendors.write(connection):
+        with (
+            self._boundary("register entries") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             before = dict(
                 m.Entry.objects.using(self.alias)
@@ -116,8 +120,24 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         except vendors.LockBusy as exc:
             raise TickLockBusy(namespace) from exc
 
-    def _insert(self, namespace: str, plan: Any, now: datetime, replica: Replica) -> list[Claim]:
+    def _insert(
+        self, namespace: str, plan: TickPlan, now: datetime, replica: Replica
+    ) -> list[Claim]:
         m = django_models(self.alias)
+        if not plan.claims and not plan.skips:
+            return []
+        # The fence, on the entries' last windows as stored now, their rows locked until
+        # the tick commits (the advance that follows writes them anyway).
+        planned = {c.entry for c in plan.claims} | {s.entry for s in plan.skips}
+        plan = fence(
+            plan,
+            dict(
+                m.Entry.objects.using(self.alias)
+                .select_for_update()
+                .filter(namespace=namespace, name__in=sorted(planned))
+                .values_list("name", "last_window")
+            ),
+        )
         rows = dispatch_rows(plan)
         if not rows:
             return []
@@ -236,7 +256,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         if not sent and not failed:
             return
         m = django_models(self.alias)
-        with self._boundary("record publishing") as connection, vendors.write(connection):
+        with (
+            self._boundary("record publishing") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             rows = m.Dispatch.objects.using(self.alias).filter(status="claimed")
             if sent:
@@ -255,7 +278,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:
         m = django_models(self.alias)
-        with self._boundary("heartbeat") as connection, vendors.write(connection):
+        with (
+            self._boundary("heartbeat") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             updated = (
                 m.Replica.objects.using(self.alias)
@@ -286,7 +312,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
 
     def prune(self, namespace: str, before: datetime) -> int:
         m = django_models(self.alias)
-        with self._boundary("prune") as connection, vendors.write(connection):
+        with (
+            self._boundary("prune") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             deleted, _ = (
                 m.Dispatch.objects.using(self.alias)

@@ -69,7 +69,10 @@ class DjangoOrmAdmin(DjangoOrmRows):
     ) -> bool:
         action = "pause an entry" if paused else "resume an entry"
         m = django_models(self.alias)
-        with self._boundary(action) as connection, vendors.write(connection):
+        with (
+            self._boundary(action) as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
             updated = (
                 m.Entry.objects.using(self.alias)
@@ -109,7 +112,10 @@ class DjangoOrmAdmin(DjangoOrmRows):
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         m = django_models(self.alias)
-        with self._boundary("forget an entry") as connection, vendors.write(connection):
+        with (
+            self._boundary("forget an entry") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             deleted, _ = (
                 m.Entry.objects.using(self.alias).filter(namespace=namespace, name=entry).delete()
             )
@@ -123,7 +129,10 @@ class DjangoOrmAdmin(DjangoOrmRows):
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
         who = replica_columns(replica)
-        with self._boundary("claim windows") as connection, vendors.write(connection):
+        with (
+            self._boundary("claim windows") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             now = vendors.clock(connection)
             dispatches = m.Dispatch.objects.using(self.alias)
             dispatches.bulk_create(

@@ -26,7 +26,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
         m = django_models(self.alias)
         with (
             self._boundary("record the start of an execution") as connection,
-            vendors.write(connection),
+            vendors.write(connection, bound=self._lock_timeout),
         ):
             rows = m.Dispatch.objects.using(self.alias)
             if exclusive:
@@ -123,7 +123,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
             changes["error"] = detail
         with (
             self._boundary("record the end of an execution") as connection,
-            vendors.write(connection),
+            vendors.write(connection, bound=self._lock_timeout),
         ):
             now = vendors.clock(connection)
             m.Dispatch.objects.using(self.alias).filter(
@@ -145,7 +145,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                     f"Django store {self.display_url}: effect key of {len(key)} characters; "
                     f"MySQL/MariaDB hold at most {m.EFFECT_KEY_LENGTH}: use a shorter key"
                 )
-            with vendors.write(connection):
+            with vendors.write(connection, bound=self._lock_timeout):
                 now = vendors.clock(connection)
                 effects = m.Effect.objects.using(self.alias)
                 record = {"owner": owner, "task_id": task_id, "claimed_at": now}
@@ -166,7 +166,10 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
 
     def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
         m = django_models(self.alias)
-        with self._boundary("release an effect key") as connection, vendors.write(connection):
+        with (
+            self._boundary("release an effect key") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
             deleted, _ = (
                 m.Effect.objects.using(self.alias)
                 .filter(namespace=namespace, key=key, owner=owner)

@@ -1,0 +1,86 @@
+"""A tick the store ends for outlasting the lock timeout: beat claims fewer entries per tick.
+
+On real PostgreSQL, with `safebeat_lock_timeout = 1s` and a planner slowed down per entry
+(the injected step sleeps; the test body does not): a tick of every due entry outlasts
+the lock timeout and the server ends its session; beat says so, halves its batch and
+dispatches every entry in smaller ticks, where it used to retry the same tick for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Mapping
+from datetime import datetime
+
+import pytest
+import redis
+
+from safebeat import Scheduler
+from safebeat.planning import Planned
+from safebeat.records import EntryState, Status
+from safebeat.stores.postgres import PostgresStore
+from tests import runscope
+from tests.integration.beat import make_app, run
+
+pytestmark = pytest.mark.postgres
+
+ENTRIES = 24
+PLAN_SECONDS_PER_ENTRY = 0.06  # 24 entries: 1.4 s, past the 1 s lock timeout; 12: 0.7 s
+
+
+class SlowPlanner(Scheduler):
+    """A scheduler whose planner takes a fixed time per entry, like counting a long backlog."""
+
+    claim_batch = ENTRIES
+    min_claim_batch = 3
+    slow = False
+
+    def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
+        if self.slow:
+            time.sleep(PLAN_SECONDS_PER_ENTRY * len(states))  # the controlled slow step
+        return super()._planner(now, states)
+
+
+def test_a_tick_the_store_ended_shrinks_the_batch_and_every_entry_is_dispatched(
+    pg_url: str, redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The killed tick is logged as longer than safebeat_lock_timeout with the smaller
+    batch (not "store unreachable"), its skipped windows are not reported (it committed
+    nothing), and the smaller ticks that follow dispatch every entry's latest window."""
+    queue = runscope.unique("toolong")
+    app = make_app(redis_url, queue, pg_url, namespace)
+    app.conf.beat_schedule = {
+        f"e{i:02d}": {"task": "faults.tick", "schedule": 0.2} for i in range(ENTRIES)
+    }
+    scheduler = SlowPlanner(app)
+    caplog.set_level(logging.INFO, logger="safebeat")
+    try:
+        scheduler.tick()  # registers every entry
+        scheduler._due_at = dict.fromkeys(scheduler.entries, math.inf)
+        run(scheduler, 1.2)  # beat idles while windows pass: a backlog of ~6 per entry
+        scheduler.slow = True
+        scheduler._due_at = dict.fromkeys(scheduler.entries, 0.0)  # all due at once
+        for _ in range(6):
+            scheduler.tick()
+            if all(at > time.monotonic() for at in scheduler._due_at.values()):
+                break
+        store = PostgresStore(pg_url)
+        history = store.history(namespace, limit=10_000)
+        store.close()
+    finally:
+        scheduler.close()
+        redis.Redis.from_url(redis_url).delete(queue)
+    messages = [r.getMessage() for r in caplog.records]
+    [first_too_long] = [
+        i for i, m in enumerate(messages) if "tick took longer than safebeat_lock_timeout" in m
+    ]
+    assert f"{ENTRIES} entries" in messages[first_too_long]
+    assert f"claiming fewer entries per tick ({ENTRIES // 2})" in messages[first_too_long]
+    assert not [m for m in messages if "store unreachable" in m]
+    assert not [m for m in messages[:first_too_long] if "skipped windows" in m]
+    assert [m for m in messages[first_too_long:] if "skipped windows" in m]
+    assert scheduler.metrics.totals.store_errors == 1
+    sent = {r.entry for r in history if r.status is Status.SENT}
+    assert sent == set(scheduler.entries)
