@@ -20,6 +20,10 @@ class EntryError(SafebeatError):
         self.problem = problem
 
 
+class ScheduleError(SafebeatError):
+    """The schedule an app's beat runs cannot be read (django-celery-beat's tables)."""
+
+
 class StoreError(SafebeatError):
     """The store failed in a way that retrying will not fix (bad schema, bad URL)."""
 

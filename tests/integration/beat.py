@@ -10,8 +10,13 @@ from safebeat import Scheduler
 
 
 def make_app(broker_url: str, queue: str, store_url: str, namespace: str, **conf: object) -> Celery:
-    """A Celery app with one entry every second, safebeat on `store_url`, short timeouts."""
+    """A Celery app with one entry every second, safebeat on `store_url`, short timeouts.
+
+    Its beat runs `safebeat.Scheduler`, so what reads the app's schedule (the CLI, the web
+    console) reads no django-celery-beat rows, whatever Django other tests configured.
+    """
     app = Celery("faults", broker=broker_url, set_as_current=False)
+    conf = {"beat_scheduler": "safebeat.Scheduler", **conf}
     app.conf.update(
         task_default_queue=queue,
         beat_schedule={"every-1s": {"task": "faults.tick", "schedule": 1.0}},

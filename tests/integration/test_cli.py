@@ -256,13 +256,15 @@ def app_module(
     sqlite_url: str,
     namespace: str,
 ) -> Iterator[str]:
-    """An importable Celery app module (`-A <name>`) with one entry every 60 s."""
+    """An importable Celery app module (`-A <name>`) with one entry every 60 s, whose beat
+    runs `safebeat.Scheduler` (so the CLI reads no periodic task rows, whatever Django other
+    tests in this process configured)."""
     name = f"cliops_{namespace.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(
         "from celery import Celery\n"
         f"app = Celery({namespace!r}, broker={redis_url!r})\n"
         f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
-        f"    task_default_queue={namespace!r},\n"
+        f"    task_default_queue={namespace!r}, beat_scheduler='safebeat.Scheduler',\n"
         "    beat_schedule={'report': {'task': 'ops.report', 'schedule': 60.0}})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -746,7 +748,16 @@ def test_trigger_without_an_app_is_one_line_exit_2(sqlite_url: str, namespace: s
 # --- django-celery-beat rows: the schedule beat runs -------------------------------------
 
 
-@pytest.fixture
+#: How a rows app names its beat's scheduler: by name, not at all (beat's `-S` gives it;
+#: the Django project has django_celery_beat installed), or as a subclass of its own.
+ROWS_SCHEDULERS = {
+    "named": "beat_scheduler='safebeat.contrib.django:DatabaseScheduler',",
+    "default": "",
+    "subclass": "beat_scheduler=__name__ + ':Custom',",
+}
+
+
+@pytest.fixture(params=sorted(ROWS_SCHEDULERS))
 def rows_app(
     request: pytest.FixtureRequest,
     tmp_path: Path,
@@ -759,13 +770,16 @@ def rows_app(
 
     alias = djangosite.alias_for(request, "sqlite")
     djangosite.migrate(alias, "django_celery_beat")
-    djangosite.BeatRouter.alias = alias
+    monkeypatch.setattr(djangosite.BeatRouter, "alias", alias)
     name = f"clirows_{namespace.replace('-', '_')}"
+    scheduler = ROWS_SCHEDULERS[request.param]
     (tmp_path / f"{name}.py").write_text(
         "from celery import Celery\n"
+        "from safebeat.contrib.django.scheduler import DatabaseScheduler\n"
+        "class Custom(DatabaseScheduler):\n"
+        "    pass\n"
         f"app = Celery({namespace!r}, broker='memory://', set_as_current=False)\n"
-        f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
-        "    beat_scheduler='safebeat.contrib.django:DatabaseScheduler',\n"
+        f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r}, {scheduler}\n"
         "    beat_schedule={'charge': {'task': 'billing.charge'}})\n"  # broken, and shadowed
         "@app.task(name='billing.charge', shared=False)\n"
         "def charge():\n"
@@ -775,11 +789,81 @@ def rows_app(
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     every, _ = IntervalSchedule.objects.get_or_create(every=60, period="seconds")
-    PeriodicTask.objects.create(name="charge", task="billing.charge", interval=every)
-    PeriodicTask.objects.create(name="bad-json", task="billing.charge", interval=every, args="[1")
-    yield name
-    PeriodicTask.objects.all().delete()
-    djangosite.BeatRouter.alias = "default"
+    try:
+        PeriodicTask.objects.create(name="charge", task="billing.charge", interval=every)
+        PeriodicTask.objects.create(
+            name="bad-json", task="billing.charge", interval=every, args="[1"
+        )
+        yield name
+    finally:
+        PeriodicTask.objects.all().delete()
+
+
+@pytest.fixture
+def unmigrated_rows(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django configured with django_celery_beat installed, its rows in a database where
+    django_celery_beat was never migrated."""
+    from tests import djangosite
+
+    request.getfixturevalue("django_aliases")
+    monkeypatch.setattr(djangosite.BeatRouter, "alias", "unmigrated")
+
+
+def settings_app(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str, namespace: str, *lines: str
+) -> str:
+    """An app module (`-A <name>`) with one good `beat_schedule` entry `report`, plus `lines`."""
+    name = f"clisettings_{namespace.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from celery import Celery\n"
+        f"app = Celery({namespace!r}, broker='memory://', set_as_current=False)\n"
+        f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
+        "    beat_schedule={'report': {'task': 'ops.report', 'schedule': 60.0}})\n"
+        + "".join(f"{line}\n" for line in lines)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+@pytest.mark.django
+@pytest.mark.usefixtures("unmigrated_rows")
+def test_unmigrated_periodic_tasks_are_one_line_naming_both_fixes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str, namespace: str
+) -> None:
+    """An app leaving beat_scheduler at Celery's default, in a Django project whose
+    django_celery_beat tables are missing, gets one line: migrate them, or name beat's
+    scheduler."""
+    app = settings_app(tmp_path, monkeypatch, sqlite_url, namespace)
+    registered(sqlite_url, namespace)
+    result = cli("-A", app, "status")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert "cannot read django-celery-beat's periodic tasks" in line
+    assert "django_celery_beat installed and beat_scheduler is Celery's default" in line
+    assert "python manage.py migrate django_celery_beat" in line
+    assert "set beat_scheduler (CELERY_BEAT_SCHEDULER in Django settings)" in line
+
+
+@pytest.mark.django
+@pytest.mark.usefixtures("unmigrated_rows")
+def test_a_beat_scheduler_naming_another_scheduler_reads_no_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_url: str, namespace: str
+) -> None:
+    """beat_scheduler naming safebeat.Scheduler keeps periodic task rows out of the CLI's
+    schedule, even in a Django project with django_celery_beat installed."""
+    app = settings_app(
+        tmp_path,
+        monkeypatch,
+        sqlite_url,
+        namespace,
+        "app.conf.beat_scheduler = 'safebeat.Scheduler'",
+    )
+    registered(sqlite_url, namespace)
+    result = cli("-A", app, "status", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert [entry["entry"] for entry in report["entries"]] == ["report"]
+    assert report["broken"] == []
 
 
 @pytest.mark.django

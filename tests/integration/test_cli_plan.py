@@ -14,7 +14,7 @@ import pytest
 from celery import Celery
 from click.testing import CliRunner, Result
 
-from safebeat import app_schedule, operations
+from safebeat import operations
 from safebeat.app_schedule import settings_schedule
 from safebeat.cli import main
 from safebeat.config import config_from_app
@@ -27,7 +27,9 @@ OLD_CODE = """
 from celery import Celery
 from celery.schedules import crontab
 app = Celery({namespace!r}, broker="memory://")
-app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC", beat_schedule={{
+# Beat runs safebeat.Scheduler: the schedule is beat_schedule, never periodic task rows.
+app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC",
+    beat_scheduler="safebeat.Scheduler", beat_schedule={{
     "same": {{"task": "t.same", "schedule": 60.0}},
     "retimed": {{"task": "t.retimed", "schedule": crontab(minute=0, hour=3)}},
     "new-args": {{"task": "t.args", "schedule": 300.0, "args": [1]}},
@@ -39,7 +41,9 @@ NEW_CODE = """
 from celery import Celery
 from celery.schedules import crontab
 app = Celery({namespace!r}, broker="memory://")
-app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC", beat_schedule={{
+# Beat runs safebeat.Scheduler: the schedule is beat_schedule, never periodic task rows.
+app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC",
+    beat_scheduler="safebeat.Scheduler", beat_schedule={{
     "same": {{"task": "t.same", "schedule": 60.0}},
     "retimed": {{"task": "t.retimed", "schedule": crontab(minute=30, hour=4)}},
     "new-args": {{"task": "t.args", "schedule": 300.0, "args": [2]}},
@@ -51,14 +55,6 @@ app.conf.update(result_expires=None, safebeat_url={url!r}, timezone="UTC", beat_
 
 def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
-
-
-@pytest.fixture(autouse=True)
-def settings_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These apps' beat runs their `beat_schedule` only. Other tests in this process may
-    have configured Django with django-celery-beat installed, which would make the CLI read
-    periodic task rows from a database that has no such table."""
-    monkeypatch.setattr(app_schedule, "reads_periodic_tasks", lambda app: False)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ server or database of its own, never the run that executes it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -55,9 +56,11 @@ def test_redis_sweep_deletes_the_runs_keys_and_names_the_untagged_ones(
 def test_postgres_sweep_drops_the_runs_databases_only(pg_admin_url: str) -> None:
     """Databases named `safebeat_<run>_…` are dropped, also while a session holds one;
     another run's database is left alone."""
-    run = "sbtfeedf00d"
+    # Made-up runs of this test's own: the server is shared with other test runs, which
+    # execute this test too, and would otherwise create and drop the same databases.
+    run, other_run = (f"sbt{uuid.uuid4().hex[:8]}" for _ in range(2))
     mine = services.create_database(pg_admin_url, f"safebeat_{run}_test_gw7")
-    other = f"safebeat_{OTHER_RUN}_test_gw0"
+    other = f"safebeat_{other_run}_test_gw0"
     services.create_database(pg_admin_url, other)
     try:
         with psycopg.connect(mine):  # an interrupted worker's session, still open

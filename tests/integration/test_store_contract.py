@@ -1128,8 +1128,12 @@ def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
     assert {name: states[name].last_window for name in LOOKALIKES} == dict.fromkeys(
         LOOKALIKES, window
     )
-    upper = store.register(namespace.upper(), definitions("Nightly"), REPLICA)
-    assert sorted(upper.states) == ["Nightly"]
+    # Two namespaces differing only in case, both carrying the run's tag as it is (so the
+    # end-of-run sweep finds their Redis keys; `namespace.upper()` would hide them).
+    lower, upper = f"{namespace}-case", f"{namespace}-CASE"
+    assert sorted(store.register(lower, definitions("nightly"), REPLICA).states) == ["nightly"]
+    assert sorted(store.register(upper, definitions("Nightly"), REPLICA).states) == ["Nightly"]
+    assert sorted(store.states(lower)) == ["nightly"]
     assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
 
 

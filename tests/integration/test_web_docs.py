@@ -39,6 +39,7 @@ def project(
         f"app = Celery('proj', broker={redis_url!r}, set_as_current=False)\n"
         f"app.conf.update(safebeat_url='sqlite:///{tmp_path}/safebeat.sqlite3',\n"
         f"    task_default_queue={namespace!r}, result_expires=None,\n"
+        "    beat_scheduler='safebeat.Scheduler',\n"  # no periodic task rows, whatever Django
         "    beat_schedule={'send-invoices': {'task': 'proj.send', 'schedule': 60.0}})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))

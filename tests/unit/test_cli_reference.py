@@ -31,9 +31,13 @@ The `safebeat` command (also `python -m safebeat`) reads the same settings as be
 `-A proj` loads the Celery app's `safebeat_*` settings (and, for `status`, `doctor`,
 `trigger` and `backfill`, the schedule its beat runs: the app's `beat_schedule` and, for
 `safebeat.contrib.django.DatabaseScheduler`, django-celery-beat's enabled rows, a row
-winning over a setting of its name; the rows are read when `beat_scheduler` names that
-scheduler or, since beat's `-S` is not visible here, when the app's Django project has
-`django_celery_beat` installed). `--url` names the store directly, and
+winning over a setting of its name). A `beat_scheduler` setting that names a scheduler
+decides whether the rows are read: that one or a subclass of it, yes; any other (such as
+`"safebeat.Scheduler"`), no. Left at Celery's default, since beat's `-S` is not visible
+here, the rows are read when the app's Django project has `django_celery_beat` installed;
+if its tables cannot be read (not migrated, say), the command stops with one line saying
+so: run `python manage.py migrate django_celery_beat`, or set `beat_scheduler` to the
+scheduler beat runs. `--url` names the store directly, and
 `SAFEBEAT_*` environment variables apply as they do for beat. `-A`, `--url` and
 `--namespace` may come before or after the command. Every command prints tables or lines
 for people; `status`, `history`, `doctor` and `plan` also take `--json`, for scripts.
