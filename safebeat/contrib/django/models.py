@@ -158,3 +158,34 @@ class Effect(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     def __str__(self) -> str:
         return self.key
+
+
+class RuntimeEntry(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """An entry added at run time (`safebeat.schedules.add`), as JSON (schema version 6)."""
+
+    pk = models.CompositePrimaryKey("namespace", "name")
+    namespace = KeyField(max_length=NAMESPACE_LENGTH)
+    name = KeyField(max_length=ENTRY_LENGTH)
+    spec = models.TextField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "safebeat_runtime_entry"
+        verbose_name = _("entry added at run time")
+        verbose_name_plural = _("entries added at run time")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class RuntimeVersion(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """How many changes a namespace's entries added at run time have had (schema version 6)."""
+
+    namespace = KeyField(max_length=NAMESPACE_LENGTH, primary_key=True)
+    version = models.BigIntegerField()
+
+    class Meta:
+        db_table = "safebeat_runtime_version"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}: {self.version}"

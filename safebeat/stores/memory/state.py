@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from safebeat.identity import Replica
@@ -31,6 +31,8 @@ class _Namespace:
     replicas: dict[str, ReplicaRecord]
     tick_lock: threading.Lock
     effects: dict[str, _Effect]
+    runtime: dict[str, str] = field(default_factory=dict)
+    runtime_version: int = 0
 
 
 class MemoryState:

@@ -243,3 +243,26 @@ WHERE namespace = %(namespace)s AND name = %(name)s;
 -- name: forget_entry
 -- An entry no code defines any more; its dispatch rows stay, so its windows stay decided.
 DELETE FROM safebeat_entry WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: add_runtime_entry
+INSERT INTO safebeat_runtime_entry (namespace, name, spec, updated_at)
+VALUES (%(namespace)s, %(name)s, %(spec)s, clock_timestamp())
+ON CONFLICT (namespace, name) DO NOTHING;
+
+-- name: replace_runtime_entry
+UPDATE safebeat_runtime_entry SET spec = %(spec)s, updated_at = clock_timestamp()
+WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: delete_runtime_entry
+DELETE FROM safebeat_runtime_entry WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: bump_runtime_version
+-- In the transaction of the change: a replica that reads the new version sees the change.
+INSERT INTO safebeat_runtime_version (namespace, version) VALUES (%(namespace)s, 1)
+ON CONFLICT (namespace) DO UPDATE SET version = safebeat_runtime_version.version + 1;
+
+-- name: runtime_entries
+SELECT name, spec FROM safebeat_runtime_entry WHERE namespace = %(namespace)s ORDER BY name;
+
+-- name: runtime_version
+SELECT coalesce(max(version), 0) FROM safebeat_runtime_version WHERE namespace = %(namespace)s;

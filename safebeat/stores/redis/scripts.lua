@@ -26,6 +26,8 @@
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
 --   P:effects              zset effect key -> expiry, for pruning
+--   P:runtime              hash entry -> definition (JSON), entries added at run time
+--   P:runtime_version      counter of changes to P:runtime (what replicas look at)
 
 -- name: prelude
 -- Prepended to every script below (see RedisStore): helpers they share.
@@ -459,3 +461,22 @@ for i = 6, #ARGV, 4 do
     end
 end
 return claimed
+
+-- name: save_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry, definition, 1 (replace a stored one) or 0 (add a
+-- new one). Returns 0 if nothing was stored (the entry exists, or is missing for replace).
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[2])
+if (exists == 1) ~= (ARGV[4] == '1') then
+    return 0
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1
+
+-- name: delete_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry. Returns 0 if no such entry was stored.
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1
