@@ -72,8 +72,10 @@ def test_one_django_migration_per_sql_migration(django_aliases: dict[str, str]) 
     from safebeat.stores.django.setup import migration_state
 
     _, known = migration_state(connections["sqlite"])
-    sql = [m.name.removesuffix(".sql") for m in postgres_migrations()]
-    assert [name for name in known if name not in MYSQL_ONLY_MIGRATIONS] == sql
+    # Compared by name without the number: after a MySQL-only migration the numbers differ.
+    sql = [m.name.removesuffix(".sql").split("_", 1)[1] for m in postgres_migrations()]
+    django = [name.split("_", 1)[1] for name in known if name not in MYSQL_ONLY_MIGRATIONS]
+    assert django == sql
     assert set(MYSQL_ONLY_MIGRATIONS) <= set(known)
 
 
@@ -173,8 +175,8 @@ def test_a_database_migrated_by_django_is_a_migrated_postgres_store(
 
     store = PostgresStore(pgconn.from_django(connections[django_aliases["postgres"]].settings_dict))
     try:
-        assert store.schema_version() == len(djangosite_sql_versions())
-        assert store.migrate() == len(djangosite_sql_versions())
+        assert store.schema_version() == djangosite_sql_versions()[-1]
+        assert store.migrate() == djangosite_sql_versions()[-1]
     finally:
         store.close()
 

@@ -178,14 +178,17 @@ class RuntimeEntry(models.Model):  # type: ignore[misc]  # Django is untyped her
         return f"{self.namespace}/{self.name}"
 
 
-class RuntimeVersion(models.Model):  # type: ignore[misc]  # Django is untyped here
-    """How many changes a namespace's entries added at run time have had (schema version 6)."""
+class Counter(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """A counter of a namespace: `runtime_entries` counts the changes to `RuntimeEntry`
+    rows, what replicas look at (schema version 6)."""
 
-    namespace = KeyField(max_length=NAMESPACE_LENGTH, primary_key=True)
-    version = models.BigIntegerField()
+    pk = models.CompositePrimaryKey("namespace", "name")
+    namespace = KeyField(max_length=NAMESPACE_LENGTH)
+    name = KeyField(max_length=ENTRY_LENGTH)
+    value = models.BigIntegerField()
 
     class Meta:
-        db_table = "safebeat_runtime_version"
+        db_table = "safebeat_counter"
 
     def __str__(self) -> str:
-        return f"{self.namespace}: {self.version}"
+        return f"{self.namespace}/{self.name}: {self.value}"

@@ -258,11 +258,12 @@ DELETE FROM safebeat_runtime_entry WHERE namespace = %(namespace)s AND name = %(
 
 -- name: bump_runtime_version
 -- In the transaction of the change: a replica that reads the new version sees the change.
-INSERT INTO safebeat_runtime_version (namespace, version) VALUES (%(namespace)s, 1)
-ON CONFLICT (namespace) DO UPDATE SET version = safebeat_runtime_version.version + 1;
+INSERT INTO safebeat_counter (namespace, name, value) VALUES (%(namespace)s, 'runtime_entries', 1)
+ON CONFLICT (namespace, name) DO UPDATE SET value = safebeat_counter.value + 1;
 
 -- name: runtime_entries
 SELECT name, spec FROM safebeat_runtime_entry WHERE namespace = %(namespace)s ORDER BY name;
 
 -- name: runtime_version
-SELECT coalesce(max(version), 0) FROM safebeat_runtime_version WHERE namespace = %(namespace)s;
+SELECT coalesce(max(value), 0) FROM safebeat_counter
+WHERE namespace = %(namespace)s AND name = 'runtime_entries';

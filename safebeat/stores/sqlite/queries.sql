@@ -176,11 +176,12 @@ DELETE FROM safebeat_runtime_entry WHERE namespace = :namespace AND name = :name
 
 -- name: bump_runtime_version
 -- In the transaction of the change: a replica that reads the new version sees the change.
-INSERT INTO safebeat_runtime_version (namespace, version) VALUES (:namespace, 1)
-ON CONFLICT (namespace) DO UPDATE SET version = safebeat_runtime_version.version + 1;
+INSERT INTO safebeat_counter (namespace, name, value) VALUES (:namespace, 'runtime_entries', 1)
+ON CONFLICT (namespace, name) DO UPDATE SET value = safebeat_counter.value + 1;
 
 -- name: runtime_entries
 SELECT name, spec FROM safebeat_runtime_entry WHERE namespace = :namespace ORDER BY name;
 
 -- name: runtime_version
-SELECT coalesce(max(version), 0) FROM safebeat_runtime_version WHERE namespace = :namespace;
+SELECT coalesce(max(value), 0) FROM safebeat_counter
+WHERE namespace = :namespace AND name = 'runtime_entries';

@@ -42,17 +42,24 @@ class Migration(migrations.Migration):
                     },
                 ),
                 migrations.CreateModel(
-                    name="RuntimeVersion",
+                    name="Counter",
                     fields=[
                         (
-                            "namespace",
-                            safebeat.contrib.django.fields.KeyField(
-                                max_length=128, primary_key=True, serialize=False
+                            "pk",
+                            models.CompositePrimaryKey(
+                                "namespace",
+                                "name",
+                                blank=True,
+                                editable=False,
+                                primary_key=True,
+                                serialize=False,
                             ),
                         ),
-                        ("version", models.BigIntegerField()),
+                        ("namespace", safebeat.contrib.django.fields.KeyField(max_length=128)),
+                        ("name", safebeat.contrib.django.fields.KeyField(max_length=512)),
+                        ("value", models.BigIntegerField()),
                     ],
-                    options={"db_table": "safebeat_runtime_version"},
+                    options={"db_table": "safebeat_counter"},
                 ),
             ],
         )

@@ -18,6 +18,9 @@ from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _rec
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import replica_columns
 
+#: The counter that moves with every change to the entries added at run time.
+RUNTIME_COUNTER = "runtime_entries"
+
 
 class DjangoOrmAdmin(DjangoOrmRows):
     """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoStore`'s)."""
@@ -165,14 +168,15 @@ class DjangoOrmAdmin(DjangoOrmRows):
         from django.db import IntegrityError, transaction  # noqa: PLC0415
         from django.db.models import F  # noqa: PLC0415
 
-        versions = django_models(self.alias).RuntimeVersion.objects.using(self.alias)
-        if versions.filter(namespace=namespace).update(version=F("version") + 1):
+        counters = django_models(self.alias).Counter.objects.using(self.alias)
+        counter = counters.filter(namespace=namespace, name=RUNTIME_COUNTER)
+        if counter.update(value=F("value") + 1):
             return
         try:
             with transaction.atomic(using=self.alias):
-                versions.create(namespace=namespace, version=1)
+                counters.create(namespace=namespace, name=RUNTIME_COUNTER, value=1)
         except IntegrityError:  # created meanwhile by another change: count this one too
-            versions.filter(namespace=namespace).update(version=F("version") + 1)
+            counter.update(value=F("value") + 1)
 
     def runtime_entries(self, namespace: str) -> dict[str, str]:
         m = django_models(self.alias)
@@ -188,9 +192,9 @@ class DjangoOrmAdmin(DjangoOrmRows):
         m = django_models(self.alias)
         with self._boundary("read the stored entries' version"):
             found = (
-                m.RuntimeVersion.objects.using(self.alias)
-                .filter(namespace=namespace)
-                .values_list("version", flat=True)
+                m.Counter.objects.using(self.alias)
+                .filter(namespace=namespace, name=RUNTIME_COUNTER)
+                .values_list("value", flat=True)
                 .first()
             )
         return 0 if found is None else int(found)

@@ -6,13 +6,14 @@ CREATE TABLE safebeat_runtime_entry (
     -- The entry's definition as JSON (task, schedule, args, kwargs, options).
     spec        text        NOT NULL,
     updated_at  timestamptz NOT NULL,
-    CONSTRAINT safebeat_runtime_entry_key PRIMARY KEY (namespace, name)
+    PRIMARY KEY (namespace, name)
 );
 
--- One counter per namespace, moved by every change above: replicas read it each look
--- instead of loading every definition.
-CREATE TABLE safebeat_runtime_version (
+-- Counters per namespace; `runtime_entries` moves with every change above, so replicas
+-- read one row each look instead of loading every definition.
+CREATE TABLE safebeat_counter (
     namespace   text    NOT NULL,
-    version     bigint  NOT NULL,
-    CONSTRAINT safebeat_runtime_version_key PRIMARY KEY (namespace)
+    name        text    NOT NULL,
+    value       bigint  NOT NULL,
+    PRIMARY KEY (namespace, name)
 );

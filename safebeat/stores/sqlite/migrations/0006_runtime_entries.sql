@@ -8,7 +8,9 @@ CREATE TABLE safebeat_runtime_entry (
     PRIMARY KEY (namespace, name)
 );
 
-CREATE TABLE safebeat_runtime_version (
-    namespace   TEXT    NOT NULL PRIMARY KEY,
-    version     INTEGER NOT NULL
+CREATE TABLE safebeat_counter (
+    namespace   TEXT    NOT NULL,
+    name        TEXT    NOT NULL,
+    value       INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
 );
