@@ -256,7 +256,7 @@ def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
 def status(options: Options, as_json: bool) -> None:
     """Every entry (next and last window, who sent it, lag, outcome) and the replicas."""
     with _opened(options) as (config, store):
-        schedule = options.schedule(config)
+        schedule = options.schedule(config, store)
         statuses = entry_statuses(
             store, config.namespace, None if schedule is None else schedule.entries
         )
@@ -528,8 +528,9 @@ def _prune_orphans(options: Options) -> None:
 
 
 def _changes(options: Options, config: Config, store: Store) -> list[Change]:
-    """How the app's schedule (-A) differs from what the store has registered."""
-    schedule = options.schedule(config)
+    """How the app's schedule (-A) and the entries added at run time differ from what the
+    store has registered."""
+    schedule = options.schedule(config, store)
     assert schedule is not None  # noqa: S101 - _require_app ran first
     return planning.plan(
         store.states(config.namespace),
@@ -650,9 +651,10 @@ def _require_app(options: Options, command: str, why: str = "publishes the task"
         )
 
 
-def _compiled_entry(options: Options, config: Config, name: str) -> Entry:
-    """ENTRY as this app's beat runs it (a beat_schedule item or a django-celery-beat row)."""
-    schedule = options.schedule(config)
+def _compiled_entry(options: Options, config: Config, store: Store, name: str) -> Entry:
+    """ENTRY as this app's beat runs it (a beat_schedule item, a django-celery-beat row or an
+    entry added at run time)."""
+    schedule = options.schedule(config, store)
     assert schedule is not None  # noqa: S101 - _require_app ran first
     return operations.scheduled_entry(schedule, name, config.namespace)
 
@@ -681,7 +683,7 @@ def trigger(options: Options, entry: str) -> None:
     """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
     _require_app(options, "trigger")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry)
+        compiled = _compiled_entry(options, config, store, entry)
         published = operations.trigger(options.app, store, config.namespace, compiled)
     _report(published, f"triggered {entry!r}")
 
@@ -715,7 +717,7 @@ def backfill(options: Options, entry: str, start: str, end: str, limit: int) -> 
     first, last = _instant(start, "--from"), _instant(end, "--to")
     _require_app(options, "backfill")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry)
+        compiled = _compiled_entry(options, config, store, entry)
         published = operations.backfill(
             options.app, store, config.namespace, compiled, start=first, end=last, limit=limit
         )
@@ -912,3 +914,9 @@ def web(
     mode = "read-only" if read_only else "read-write"
     click.echo(f"safebeat web: {where} ({mode}) on http://{bind}/", err=True)
     uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+# Defined in their own modules, which import this one's helpers.
+from safebeat.cli_schedule import schedule  # noqa: E402
+
+main.add_command(schedule)

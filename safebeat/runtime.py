@@ -24,6 +24,7 @@ from typing import Any
 
 from celery import schedules
 
+from safebeat.app_schedule import Schedule
 from safebeat.config import MAX_DURATION, Config, parse_duration
 from safebeat.crontab import crontab
 from safebeat.entries import Entry, compile_entry
@@ -221,3 +222,17 @@ def compile_runtime(
         except EntryError as exc:
             broken[name] = exc
     return Compiled(entries, broken, frozenset(specs.keys() & set(taken)))
+
+
+def with_runtime_entries(
+    schedule: Schedule, specs: Mapping[str, str], *, app_timezone: tzinfo, config: Config
+) -> Schedule:
+    """`schedule` (the code's) with the stored entries beat runs beside it, as beat compiles
+    them: a stored entry whose name the code uses is left out, the code's runs."""
+    runtime = compile_runtime(
+        specs,
+        taken=schedule.entries.keys() | schedule.broken.keys(),
+        app_timezone=app_timezone,
+        config=config,
+    )
+    return Schedule({**schedule.entries, **runtime.entries}, {**schedule.broken, **runtime.broken})

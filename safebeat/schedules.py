@@ -28,7 +28,7 @@ from safebeat.errors import EntryError
 from safebeat.runtime import compile_runtime, encode
 from safebeat.stores import Store, store_from_config
 
-__all__ = ["StoredEntry", "add", "get", "list", "remove", "update"]
+__all__ = ["StoredEntry", "add", "get", "list", "remove", "save", "update"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ def add(
     `beat_schedule`. `store`: a store to use instead of opening the app's.
     """
     spec = encode(name, task, schedule, args=args, kwargs=kwargs, options=options)
-    return _save(app, name, spec, store, replace=False)
+    config = config_from_app(app)
+    with _opened(config, store) as opened:
+        return save(app, config, opened, name, spec, replace=False)
 
 
 def update(
@@ -79,7 +81,9 @@ def update(
     window before it fires as a surprise); new arguments go with the next window.
     """
     spec = encode(name, task, schedule, args=args, kwargs=kwargs, options=options)
-    return _save(app, name, spec, store, replace=True)
+    config = config_from_app(app)
+    with _opened(config, store) as opened:
+        return save(app, config, opened, name, spec, replace=True)
 
 
 def remove(app: Any, name: str, *, store: Store | None = None) -> bool:
@@ -108,8 +112,11 @@ def list(app: Any, *, store: Store | None = None) -> dict[str, StoredEntry]:
     return {name: _compiled(app, config, name, spec) for name, spec in sorted(specs.items())}
 
 
-def _save(app: Any, name: str, spec: str, store: Store | None, *, replace: bool) -> StoredEntry:
-    config = config_from_app(app)
+def save(
+    app: Any, config: Config, store: Store, name: str, spec: str, *, replace: bool
+) -> StoredEntry:
+    """Store `spec` (from `safebeat.runtime.encode`) as entry `name` in `config`'s namespace:
+    what add and update do, for callers that chose the config and store (the CLI)."""
     code = beat_schedule(app, config)
     if code.find(name) is not None:
         raise EntryError(
@@ -118,14 +125,13 @@ def _save(app: Any, name: str, spec: str, store: Store | None, *, replace: bool)
             "choose another name, or change it in the code",
         )
     stored = _compiled(app, config, name, spec)
-    with _opened(config, store) as opened:
-        if not opened.save_runtime_entry(config.namespace, name, spec, replace=replace):
-            problem = (
-                "no entry of that name was added at run time; add it first"
-                if replace
-                else "an entry of that name was already added; update or remove it first"
-            )
-            raise EntryError(name, f"{problem} (namespace {config.namespace!r})")
+    if not store.save_runtime_entry(config.namespace, name, spec, replace=replace):
+        problem = (
+            "no entry of that name was added at run time; add it first"
+            if replace
+            else "an entry of that name was already added; update or remove it first"
+        )
+        raise EntryError(name, f"{problem} (namespace {config.namespace!r})")
     return stored
 
 
