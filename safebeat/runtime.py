@@ -185,14 +185,17 @@ def _schedule(name: str, spec: object) -> object:
 
 
 def describe_spec(text: str) -> str:
-    """A short text of a stored schedule, for `safebeat schedule list`."""
+    """A short text of a stored schedule (with the crontab's zone), for `schedule list`."""
     try:
-        schedule = json.loads(text)["schedule"]
-        [(kind, value)] = schedule.items()
+        spec = json.loads(text)
+        [(kind, value)] = spec["schedule"].items()
+        zone = (spec.get("options") or {}).get("safebeat", {}).get("timezone")
     except (ValueError, KeyError, TypeError, AttributeError):
         return "(unreadable)"
     if kind == "every":
         return f"every {value:g}s"
+    if kind == "crontab" and zone:
+        return f"crontab {value} in {zone}"
     return f"{kind} {value}"
 
 
