@@ -242,3 +242,25 @@ def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, 
         if state is not None and (state.last_window is None or window > state.last_window):
             result[name] = replace(state, last_window=window)
     return result
+
+
+def consecutive_failures(history: Sequence[DispatchRecord]) -> int:
+    """How many of an entry's latest finished runs failed in a row, counted back from its
+    newest window until a success.
+
+    `history` is the entry's dispatch rows in any order. Rows with no final outcome (not
+    started, running, or waiting for a Celery retry) are passed over: they neither count
+    nor break the run of failures. A window skipped because the entry was paused ends the
+    count: failures before a pause were already acted upon.
+    """
+    count = 0
+    for record in sorted(history, key=lambda r: r.window, reverse=True):
+        if record.status is Status.SKIPPED:
+            if record.reason == "paused":
+                break
+            continue
+        if record.outcome is Outcome.SUCCESS:
+            break
+        if record.outcome is Outcome.FAILURE:
+            count += 1
+    return count

@@ -43,6 +43,7 @@ from typing import Any
 from celery import signals, states
 from celery.exceptions import Ignore
 
+from safebeat import failures
 from safebeat.backoff import Backoff
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
@@ -333,6 +334,11 @@ def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
             outcome=outcome,
             runtime=runtime,
         )
+        threshold = failures.threshold_of(task.request)
+        if outcome is Outcome.FAILURE and threshold is not None:
+            entry = execution.window.entry
+            if failures.pause_if_failing(store, config.namespace, entry, threshold):
+                worker_metrics.paused_after_failures(config.namespace, entry)
     except SafebeatError as exc:
         _backoff.failed(exc)
     except Exception:  # the task has run; only the record is lost (logged)
