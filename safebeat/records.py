@@ -61,6 +61,9 @@ class EntryState:
     `running_since` is the start of the entry's newest execution that started and has not
     finished (see Store.start_execution), or None: what `overlap="forbid"` looks at.
     `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry.
+    `queued_since` is when the entry's newest dispatched window (claimed or sent) was
+    claimed, if no worker has started it yet, else None: what `overlap="skip_if_queued"`
+    looks at.
     """
 
     name: str
@@ -71,6 +74,7 @@ class EntryState:
     schedule: str
     running_since: datetime | None = None
     paused: bool = False
+    queued_since: datetime | None = None
 
     @property
     def decided_until(self) -> datetime:

@@ -689,6 +689,38 @@ def test_running_since_is_the_start_of_an_unfinished_run(store: Store, namespace
     assert running_since() is None
 
 
+def test_queued_since_is_the_claim_of_a_newest_window_no_worker_started(
+    store: Store, namespace: str
+) -> None:
+    """Ticks and states see when the entry's newest dispatched window was claimed while no
+    worker has started it; a start clears it, newer skips do not hide it, a failed publish
+    does not count, and a newer claim is queued again."""
+    window = dispatched(store, namespace)
+
+    def queued_since() -> datetime | None:
+        result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+        assert result is not None
+        assert store.states(namespace)["a"].queued_since == result.states["a"].queued_since
+        return result.states["a"].queued_since
+
+    claimed = row_of(store, namespace, window).claimed_at  # type: ignore[attr-defined]
+    assert queued_since() == claimed
+    [row_id] = [r.id for r in store.history(namespace, "a")]
+    store.record_publish(namespace, [row_id], {})
+    assert queued_since() == claimed
+    skip = NewSkip("a", window + SECOND, window + SECOND, 1, "overlap")
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
+    assert queued_since() == claimed
+    start(store, namespace, window)
+    assert queued_since() is None
+    later = window + 3 * SECOND
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, later), replica=REPLICA)
+    [newer] = [r for r in store.history(namespace, "a") if r.window == later]
+    assert queued_since() == newer.claimed_at
+    store.record_publish(namespace, [], {newer.id: "unroutable"})
+    assert queued_since() is None
+
+
 # --- effect keys (safebeat.claim) --------------------------------------------------------
 
 

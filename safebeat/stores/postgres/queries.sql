@@ -49,7 +49,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = e.namespace AND q.entry = e.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
@@ -58,7 +65,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = e.namespace AND q.entry = e.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
 

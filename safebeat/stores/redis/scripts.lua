@@ -38,9 +38,25 @@ local function now_us()
     return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
+-- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
+-- started it, else false; looks at most at the entry's newest 100 rows.
+local function queued_since(p, name)
+    local ids = redis.call('ZREVRANGE', p .. ':history:' .. name, 0, 99)
+    for _, id in ipairs(ids) do
+        local row = redis.call('HMGET', p .. ':row:' .. id, 'status', 'started_at', 'claimed_at')
+        if row[1] == 'claimed' or row[1] == 'sent' then
+            if row[2] then
+                return false
+            end
+            return row[3] or false
+        end
+    end
+    return false
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution, or false) and paused (0 or 1).
+-- unfinished execution, or false), paused (0 or 1) and queued_since (see above).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         local values = {}
@@ -49,14 +65,16 @@ local function load_states(p, names, result)
         end
         result[#result + 1] = values
     end
-    local running, paused = {}, {}
+    local running, paused, queued = {}, {}, {}
     for _, name in ipairs(names) do
         local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
         running[#running + 1] = newest[2] or false
         paused[#paused + 1] = redis.call('HEXISTS', p .. ':paused', name)
+        queued[#queued + 1] = queued_since(p, name)
     end
     result[#result + 1] = running
     result[#result + 1] = paused
+    result[#result + 1] = queued
     return result
 end
 

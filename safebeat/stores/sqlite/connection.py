@@ -43,7 +43,7 @@ def _maybe_instant(micros: int | None) -> datetime | None:
 
 
 def _state(row: Sequence[Any]) -> EntryState:
-    name, anchor, defined_at, last_window, digest, schedule, running_since, paused = row
+    name, anchor, defined_at, last_window, digest, schedule, running_since, paused, queued = row
     return EntryState(
         name,
         _instant(anchor),
@@ -53,6 +53,7 @@ def _state(row: Sequence[Any]) -> EntryState:
         schedule,
         _maybe_instant(running_since),
         bool(paused),
+        _maybe_instant(queued),
     )
 
 

@@ -18,7 +18,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry
 WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
 
@@ -27,7 +34,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
        (SELECT max(d.started_at) FROM safebeat_dispatch AS d
         WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL) AS running_since,
-       paused
+       paused,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry
 WHERE namespace = :namespace;
 
