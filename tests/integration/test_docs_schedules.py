@@ -26,6 +26,9 @@ def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "    beat_schedule={'nightly-report': {'task': 'proj.tasks.report', 'schedule': 3600}})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
+    # Not a Django project: where another test configured Django in this process, the CLI
+    # would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
+    monkeypatch.setattr("safebeat.app_schedule.reads_periodic_tasks", lambda app: False)
     monkeypatch.delitem(sys.modules, "proj", raising=False)  # another test's proj
 
 
