@@ -433,13 +433,13 @@ def health(options: Options, any_replica: bool, max_age: str) -> None:
 def doctor_command(options: Options, as_json: bool) -> None:
     """Check the setup for common mistakes; exit 1 if any check finds a problem."""
     config = options.config()
-    schedule = options.schedule(config)
     missing = missing_store(config)
     if missing is not None:
         findings = [doctor.Finding("store", doctor.Level.PROBLEM, missing)]
     else:
         store = store_from_config(config)
         try:
+            schedule = _schedule_or_none(options, config, store)
             findings = doctor.run_checks(
                 doctor.Context(
                     store=store,
@@ -458,6 +458,15 @@ def doctor_command(options: Options, as_json: bool) -> None:
             click.echo(f"{finding.level.value:8} {finding.check}: {finding.message}")
     if any(f.level is doctor.Level.PROBLEM for f in findings):
         sys.exit(1)
+
+
+def _schedule_or_none(options: Options, config: Config, store: Store) -> Schedule | None:
+    """The app's schedule with the store's entries added at run time; without them if the
+    store cannot be read (the doctor reports the store's problem itself)."""
+    try:
+        return options.schedule(config, store)
+    except SafebeatError:
+        return options.schedule(config)
 
 
 def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
