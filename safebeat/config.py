@@ -96,6 +96,13 @@ def _positive_int(value: object, name: str) -> int:
     return number
 
 
+def _optional_count(value: object, name: str) -> int | None:
+    """A whole number of at least 1, or None for off (None, "", "off")."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "off"}):
+        return None
+    return _positive_int(value, name)
+
+
 def _port(value: object, name: str) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in {"", "off"}):
         return None
@@ -181,6 +188,8 @@ class Config:
     lock_timeout: timedelta = timedelta(seconds=5)
     overlap: Overlap = Overlap.ALLOW
     overlap_timeout: timedelta = timedelta(hours=1)
+    #: Pause an entry after this many consecutive failed runs (None: never).
+    pause_after_failures: int | None = None
     redis_eviction: RedisEviction = "warn"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -204,6 +213,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "lock_timeout": _positive_duration,
     "overlap": parse_overlap,
     "overlap_timeout": _positive_duration,
+    "pause_after_failures": _optional_count,
     "redis_eviction": _redis_eviction,
 }
 SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)

@@ -1,4 +1,5 @@
-"""How long a started run counts as running: its hard time limit, else `safebeat_overlap_timeout`.
+"""How long a started run counts as running: its hard time limit, else `safebeat_overlap_timeout`;
+and how long a queued window blocks the next under `skip_if_queued`.
 
 Beat uses it for `overlap="forbid"` (a run older than this blocks nothing) and the
 worker hook for duplicate deliveries (a run older than this, never finished, is presumed
@@ -32,11 +33,18 @@ def running_timeout(config: Config, *time_limits: object) -> timedelta:
 def overlap_timeouts(
     app: Any, config: Config, entries: Mapping[str, Entry]
 ) -> dict[str, timedelta]:
-    """How long a started run blocks the next, for each entry with `overlap="forbid"`:
-    the entry's `time_limit` option, else its task's, else the app's, else the setting."""
+    """How long the previous window blocks the next, for each entry with an overlap rule.
+
+    `forbid`: how long a started run counts as running: the entry's `time_limit` option,
+    else its task's, else the app's, else the setting. `skip_if_queued`: how long a window
+    waits in the queue before it is presumed lost: the entry's `expires` option (seconds;
+    the worker drops the message after it), else the setting.
+    """
     timeouts: dict[str, timedelta] = {}
     for name, entry in entries.items():
-        if entry.overlap is Overlap.FORBID:
+        if entry.overlap is Overlap.SKIP_IF_QUEUED:
+            timeouts[name] = running_timeout(config, entry.options.get("expires"))
+        elif entry.overlap is Overlap.FORBID:
             task = app.tasks.get(entry.task)
             timeouts[name] = running_timeout(
                 config,

@@ -49,7 +49,8 @@ def plan_tick(
     For each: the windows after `entries.undecided_after` up to `now`
     follow its missed-window policy (`windows.due`); a paused entry skips them all (a
     pause with an end only those before `paused_until`, `records.pause_ends`); an
-    entry with `overlap="forbid"` skips them while its previous run is alive, by the
+    entry with `overlap="forbid"` skips them while its previous run is alive, one with
+    `overlap="skip_if_queued"` while its previous window waits in the queue, each by the
     timeout in `overlap_timeouts`. Dispatched windows become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
     advances to the last window decided. An entry whose windows cannot be computed is
@@ -76,6 +77,13 @@ def plan_tick(
             decision = windows.forbid_overlap(
                 decision,
                 running_since=state.running_since,
+                now=now,
+                timeout=overlap_timeouts[name],
+            )
+        elif entry.overlap is Overlap.SKIP_IF_QUEUED:
+            decision = windows.skip_if_queued(
+                decision,
+                queued_since=state.queued_since,
                 now=now,
                 timeout=overlap_timeouts[name],
             )

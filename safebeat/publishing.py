@@ -28,7 +28,13 @@ from celery.utils.time import subtract_datetimes
 
 from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
-from safebeat.identity import ENTRY_HEADER, PERIODIC_TASK_HEADER, WINDOW_HEADER, format_window
+from safebeat.identity import (
+    ENTRY_HEADER,
+    PAUSE_AFTER_FAILURES_HEADER,
+    PERIODIC_TASK_HEADER,
+    WINDOW_HEADER,
+    format_window,
+)
 from safebeat.records import Claim
 
 logger = logging.getLogger(__name__)
@@ -75,6 +81,8 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
             "celery_beat_task": True,
         }
     )
+    if entry.pause_after_failures is not None:
+        headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
     options["headers"] = headers
     options["task_id"] = claim.task_id
     return args, kwargs, options

@@ -32,7 +32,10 @@ class Migration:
 
 
 def load_migrations(package: str, folder_name: str = "migrations") -> list[Migration]:
-    """Return a package's `migrations/NNNN_name.sql` files (or `folder_name`'s) in version order."""
+    """Return a package's `migrations/NNNN_name.sql` files (or `folder_name`'s) in version order.
+
+    The schema version a store reaches is the last one's number (`schema_target`).
+    """
     folder = resources.files(package).joinpath(folder_name)
     migrations = []
     for item in folder.iterdir():
@@ -42,7 +45,14 @@ def load_migrations(package: str, folder_name: str = "migrations") -> list[Migra
                 Migration(int(match.group(1)), item.name, item.read_text(encoding="utf-8"))
             )
     migrations.sort(key=lambda m: m.version)
-    expected = list(range(1, len(migrations) + 1))
-    if [m.version for m in migrations] != expected:
-        raise ValueError(f"{package}: migrations must be numbered 0001, 0002, ... without gaps")
+    versions = [m.version for m in migrations]
+    # Numbers are reserved per change, so one may land before a lower one: a gap is allowed,
+    # a number used twice is not.
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise ValueError(f"{package}: migrations must be numbered from 0001, each number once")
     return migrations
+
+
+def schema_target(migrations: list[Migration]) -> int:
+    """The schema version `migrations` bring a store to: the highest number, 0 for none."""
+    return migrations[-1].version if migrations else 0

@@ -31,6 +31,8 @@
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
 --   P:effects              zset effect key -> expiry, for pruning
+--   P:runtime              hash entry -> definition (JSON), entries added at run time
+--   P:runtime_version      counter of changes to P:runtime (what replicas look at)
 
 -- name: prelude
 -- Prepended to every script below (see RedisStore): helpers they share.
@@ -41,9 +43,26 @@ local function now_us()
     return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
+-- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
+-- started it, else false; looks at most at the entry's newest 100 rows.
+local function queued_since(p, name)
+    local ids = redis.call('ZREVRANGE', p .. ':history:' .. name, 0, 99)
+    for _, id in ipairs(ids) do
+        local row = redis.call('HMGET', p .. ':row:' .. id, 'status', 'started_at', 'claimed_at')
+        if row[1] == 'claimed' or row[1] == 'sent' then
+            if row[2] then
+                return false
+            end
+            return row[3] or false
+        end
+    end
+    return false
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution, or false) and paused (the P:paused value, or false).
+-- unfinished execution, or false), paused (the P:paused value, or false) and
+-- queued_since (see above).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         local values = {}
@@ -52,14 +71,16 @@ local function load_states(p, names, result)
         end
         result[#result + 1] = values
     end
-    local running, paused = {}, {}
+    local running, paused, queued = {}, {}, {}
     for _, name in ipairs(names) do
         local newest = redis.call('ZREVRANGE', p .. ':running:' .. name, 0, 0, 'WITHSCORES')
         running[#running + 1] = newest[2] or false
         paused[#paused + 1] = redis.call('HGET', p .. ':paused', name)
+        queued[#queued + 1] = queued_since(p, name)
     end
     result[#result + 1] = running
     result[#result + 1] = paused
+    result[#result + 1] = queued
     return result
 end
 
@@ -509,3 +530,22 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
 end
 return #ids
+
+-- name: save_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry, definition, 1 (replace a stored one) or 0 (add a
+-- new one). Returns 0 if nothing was stored (the entry exists, or is missing for replace).
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[2])
+if (exists == 1) ~= (ARGV[4] == '1') then
+    return 0
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1
+
+-- name: delete_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry. Returns 0 if no such entry was stored.
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1
