@@ -5,7 +5,8 @@ message carries the entry's threshold (beat sets the `safebeat_pause_after_failu
 header from the entry's option or the `safebeat_pause_after_failures` setting). The rule
 itself is `safebeat.records.consecutive_failures`, over the store's history; pausing is
 the store's `set_paused`, as `safebeat pause` does, so every replica skips the entry's
-windows (reason `paused`) until an operator resumes it.
+windows (reason `paused`) until an operator resumes it. The pause carries a note saying
+why, and the audit trail records it under the actor `AUDIT_ACTOR`.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from safebeat.identity import PAUSE_AFTER_FAILURES_HEADER
-from safebeat.records import consecutive_failures
+from safebeat.records import AuditAction, AuditEvent, consecutive_failures
 from safebeat.stores.base import AdminStore
 
 logger = logging.getLogger("safebeat.worker")
 
 #: Rows read per check beyond the threshold: skipped and unfinished windows sit between runs.
 _SLACK = 20
+
+#: Who the audit trail names for a pause this hook made.
+AUDIT_ACTOR = "safebeat (pause_after_failures)"
 
 
 def pause_if_failing(store: AdminStore, namespace: str, entry: str, threshold: int) -> bool:
@@ -31,10 +35,13 @@ def pause_if_failing(store: AdminStore, namespace: str, entry: str, threshold: i
     failures = consecutive_failures(history)
     if failures < threshold:
         return False
-    if any(s.paused for name, s in store.states(namespace).items() if name == entry):
+    state = store.states(namespace).get(entry)
+    if state is not None and state.paused_at(store.clock()):
         return False
-    if not store.set_paused(namespace, entry, True):
+    note = f"{failures} failed runs in a row (pause_after_failures={threshold})"
+    if not store.set_paused(namespace, entry, True, note=note):
         return False
+    store.record_audit(namespace, AuditEvent(AUDIT_ACTOR, AuditAction.PAUSE, entry, (), note))
     logger.error(
         "safebeat: entry %r paused after %d failed runs in a row (pause_after_failures=%d); "
         "its windows are skipped until resumed: fix the task, then `safebeat resume %s`",

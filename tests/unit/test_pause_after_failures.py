@@ -14,9 +14,17 @@ import safebeat.worker
 from safebeat.config import load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError, EntryError
+from safebeat.failures import AUDIT_ACTOR
 from safebeat.identity import format_window
 from safebeat.publishing import message_for
-from safebeat.records import Claim, DispatchRecord, Outcome, Status, consecutive_failures
+from safebeat.records import (
+    AuditAction,
+    Claim,
+    DispatchRecord,
+    Outcome,
+    Status,
+    consecutive_failures,
+)
 from safebeat.stores.base import Definition
 from safebeat.worker_metrics import WorkerTotals
 from tests.unit.test_worker import (  # noqa: F401 - fixtures used by name
@@ -148,6 +156,25 @@ def test_the_worker_pauses_the_entry_after_the_threshold_of_failures(
     assert fresh_counters.paused_after_failures == 1
     assert "entry 'weekly' paused after 3 failed runs in a row" in caplog.text
     assert "safebeat resume weekly" in caplog.text
+
+
+def test_the_pause_after_failures_carries_its_reason_and_is_audited(
+    app: Celery,  # noqa: F811
+    task: Any,  # noqa: F811
+    fresh_counters: WorkerTotals,  # noqa: F811
+) -> None:
+    """The pause the hook makes has a note saying why, and the audit trail shows it once,
+    under the actor `safebeat (pause_after_failures)`."""
+    store(app).register(NAMESPACE, [Definition("weekly", "every 7d", "d")], REPLICA)
+    for week in range(2):
+        window = WINDOW + timedelta(days=7 * week)
+        fail(task, dispatch(app, window), window, threshold=2)
+    state = store(app).states(NAMESPACE)["weekly"]
+    assert state.pause_note == "2 failed runs in a row (pause_after_failures=2)"
+    [line] = store(app).audit(NAMESPACE, "weekly")
+    assert (line.actor, line.action) == (AUDIT_ACTOR, AuditAction.PAUSE)
+    assert line.note == state.pause_note
+    assert AUDIT_ACTOR == "safebeat (pause_after_failures)"
 
 
 def test_without_the_header_or_below_the_threshold_nothing_is_paused(
