@@ -87,7 +87,7 @@ end
 -- name: register
 -- ARGV: prefix, then (name, digest, schedule) triples.
 -- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
--- schedules, running_since, paused (0/1)}.
+-- schedules, running_since, paused, queued_since} (the state columns: see load_states).
 local p = ARGV[1]
 local now = now_us()
 local anchor = now:sub(1, -7) .. '000000'
@@ -125,8 +125,7 @@ return load_states(p, names, {names})
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
 -- Takes the tick lock (SET NX PX) or returns false. Otherwise returns {now,
 -- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since,
--- paused} for the names (running_since: the newest start of an unfinished execution, or
--- false; paused: 0 or 1).
+-- paused, queued_since} for the names (the state columns: see load_states).
 local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
