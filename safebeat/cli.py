@@ -258,7 +258,7 @@ def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
 def status(options: Options, as_json: bool) -> None:
     """Every entry (next and last window, who sent it, lag, outcome) and the replicas."""
     with _opened(options) as (config, store):
-        schedule = options.schedule(config)
+        schedule = options.schedule(config, store)
         statuses = entry_statuses(
             store, config.namespace, None if schedule is None else schedule.entries
         )
@@ -435,13 +435,13 @@ def health(options: Options, any_replica: bool, max_age: str) -> None:
 def doctor_command(options: Options, as_json: bool) -> None:
     """Check the setup for common mistakes; exit 1 if any check finds a problem."""
     config = options.config()
-    schedule = options.schedule(config)
     missing = missing_store(config)
     if missing is not None:
         findings = [doctor.Finding("store", doctor.Level.PROBLEM, missing)]
     else:
         store = store_from_config(config)
         try:
+            schedule = _schedule_or_none(options, config, store)
             findings = doctor.run_checks(
                 doctor.Context(
                     store=store,
@@ -460,6 +460,15 @@ def doctor_command(options: Options, as_json: bool) -> None:
             click.echo(f"{finding.level.value:8} {finding.check}: {finding.message}")
     if any(f.level is doctor.Level.PROBLEM for f in findings):
         sys.exit(1)
+
+
+def _schedule_or_none(options: Options, config: Config, store: Store) -> Schedule | None:
+    """The app's schedule with the store's entries added at run time; without them if the
+    store cannot be read (the doctor reports the store's problem itself)."""
+    try:
+        return options.schedule(config, store)
+    except SafebeatError:
+        return options.schedule(config)
 
 
 def _doctor_namespace(options: Options, config: Config, store: Store) -> Config:
@@ -533,8 +542,9 @@ def _prune_orphans(options: Options) -> None:
 
 
 def _changes(options: Options, config: Config, store: Store) -> list[Change]:
-    """How the app's schedule (-A) differs from what the store has registered."""
-    schedule = options.schedule(config)
+    """How the app's schedule (-A) and the entries added at run time differ from what the
+    store has registered."""
+    schedule = options.schedule(config, store)
     assert schedule is not None  # noqa: S101 - _require_app ran first
     return planning.plan(
         store.states(config.namespace),
@@ -726,9 +736,10 @@ def _require_app(options: Options, command: str, why: str = "publishes the task"
         )
 
 
-def _compiled_entry(options: Options, config: Config, name: str) -> Entry:
-    """ENTRY as this app's beat runs it (a beat_schedule item or a django-celery-beat row)."""
-    schedule = options.schedule(config)
+def _compiled_entry(options: Options, config: Config, store: Store, name: str) -> Entry:
+    """ENTRY as this app's beat runs it (a beat_schedule item, a django-celery-beat row or an
+    entry added at run time)."""
+    schedule = options.schedule(config, store)
     assert schedule is not None  # noqa: S101 - _require_app ran first
     return operations.scheduled_entry(schedule, name, config.namespace)
 
@@ -758,7 +769,7 @@ def trigger(options: Options, entry: str, note: str | None) -> None:
     """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
     _require_app(options, "trigger")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry)
+        compiled = _compiled_entry(options, config, store, entry)
         published = operations.trigger(
             options.app, store, config.namespace, compiled, actor=operations.cli_actor(), note=note
         )
@@ -797,7 +808,7 @@ def backfill(
     first, last = _instant(start, "--from"), _instant(end, "--to")
     _require_app(options, "backfill")
     with _opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, entry)
+        compiled = _compiled_entry(options, config, store, entry)
         published = operations.backfill(
             options.app,
             store,
@@ -1002,3 +1013,9 @@ def web(
     mode = "read-only" if read_only else "read-write"
     click.echo(f"safebeat web: {where} ({mode}) on http://{bind}/", err=True)
     uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+# Defined in their own modules, which import this one's helpers.
+from safebeat.cli_schedule import schedule  # noqa: E402
+
+main.add_command(schedule)

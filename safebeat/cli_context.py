@@ -21,6 +21,7 @@ from safebeat.cli_app import load_app
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
 from safebeat.overview import listed
+from safebeat.runtime import with_runtime_entries
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import backend_of
 
@@ -78,10 +79,21 @@ class Options:
         """Whether the namespace was chosen: --namespace, a setting, or -A (the app's name)."""
         return bool(self.namespace or self.app_name or "namespace" in config.sources)
 
-    def schedule(self, config: Config) -> Schedule | None:
-        """The schedule the app's beat runs (with -A), else None."""
+    def schedule(self, config: Config, store: Store | None = None) -> Schedule | None:
+        """The schedule the app's beat runs (with -A), else None; with `store`, the entries
+        added at run time in it too (beat runs them beside the code's)."""
         app = self.app
-        return None if app is None else beat_schedule(app, config)
+        if app is None:
+            return None
+        schedule = beat_schedule(app, config)
+        if store is None:
+            return schedule
+        return with_runtime_entries(
+            schedule,
+            store.runtime_entries(config.namespace),
+            app_timezone=app.timezone,
+            config=config,
+        )
 
 
 def missing_store(config: Config) -> str | None:

@@ -96,6 +96,13 @@ def _positive_int(value: object, name: str) -> int:
     return number
 
 
+def _optional_count(value: object, name: str) -> int | None:
+    """A whole number of at least 1, or None for off (None, "", "off")."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "off"}):
+        return None
+    return _positive_int(value, name)
+
+
 def _port(value: object, name: str) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in {"", "off"}):
         return None
@@ -182,6 +189,8 @@ class Config:
     overlap: Overlap = Overlap.ALLOW
     overlap_timeout: timedelta = timedelta(hours=1)  # superseded by execution_lease
     execution_lease: timedelta = timedelta(seconds=30)
+    #: Pause an entry after this many consecutive failed runs (None: never).
+    pause_after_failures: int | None = None
     redis_eviction: RedisEviction = "warn"
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -206,6 +215,7 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "overlap": parse_overlap,
     "overlap_timeout": _positive_duration,
     "execution_lease": _positive_duration,
+    "pause_after_failures": _optional_count,
     "redis_eviction": _redis_eviction,
 }
 SETTINGS = tuple(f"safebeat_{key}" for key in _PARSERS)

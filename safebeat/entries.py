@@ -54,6 +54,7 @@ POLICY_KEYS = frozenset(
         "end",
         "exclude",
         "jitter",
+        "pause_after_failures",
     }
 )
 #: The longest jitter: a window's send time stays within an hour of the window.
@@ -80,6 +81,8 @@ class Entry:
     overlap: Overlap = Overlap.ALLOW
     #: The earliest window this entry may dispatch (a django-celery-beat `start_time`).
     not_before: datetime | None = None
+    #: Pause the entry after this many consecutive failed runs (the worker hook decides).
+    pause_after_failures: int | None = None
 
     @property
     def definition(self) -> Definition:
@@ -153,6 +156,7 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         raise EntryError(name, "'schedule' is missing")
     policy, zone = _policy(name, safebeat_options, config, app_timezone)
     overlap = _overlap(name, safebeat_options, config)
+    pause_after = _pause_after_failures(name, safebeat_options, config)
     rule = _bounded(
         name,
         _rule(name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone),
@@ -170,13 +174,7 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         "options": options,
         "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
     }
-    # Each only when set, so that the digests of existing entries stay what they were.
-    if overlap is not Overlap.ALLOW:
-        described["overlap"] = overlap.value
-    if calendar is not None:
-        described["exclude"] = describe_calendar(calendar)
-    if jitter is not None:
-        described["jitter"] = _seconds_text(jitter.spread)
+    described.update(_set_parts(overlap, calendar, jitter, pause_after))
     try:
         digest = _digest(described)
     except (ValueError, RecursionError) as exc:  # a 5000-digit int, a list holding itself
@@ -194,7 +192,25 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         kwargs,
         options,
         overlap,
+        pause_after_failures=pause_after,
     )
+
+
+def _set_parts(
+    overlap: Overlap, calendar: Calendar | None, jitter: Jitter | None, pause_after: int | None
+) -> dict[str, object]:
+    """The digest's parts for policies an entry sets: each only when set, so that the
+    digests of existing entries stay what they were."""
+    parts: dict[str, object] = {}
+    if overlap is not Overlap.ALLOW:
+        parts["overlap"] = overlap.value
+    if calendar is not None:
+        parts["exclude"] = describe_calendar(calendar)
+    if jitter is not None:
+        parts["jitter"] = _seconds_text(jitter.spread)
+    if pause_after is not None:
+        parts["pause_after_failures"] = pause_after
+    return parts
 
 
 def _entry_name(name: object) -> str:
@@ -269,6 +285,22 @@ def _overlap(name: str, options: Mapping[str, Any], config: Config) -> Overlap:
         return parse_overlap(options["overlap"], "overlap")
     except ConfigError as exc:
         raise EntryError(name, f"options['safebeat']: {exc}") from None
+
+
+def _pause_after_failures(name: str, options: Mapping[str, Any], config: Config) -> int | None:
+    """The entry's `pause_after_failures` (None or "off": never), else the setting's."""
+    if "pause_after_failures" not in options:
+        return config.pause_after_failures
+    value = options["pause_after_failures"]
+    if value is None or value == "off":
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise EntryError(
+            name,
+            f"options['safebeat']: pause_after_failures={shown(value)}: expected a whole "
+            'number of at least 1, or None / "off"',
+        )
+    return value
 
 
 def _bounded(name: str, rule: Rule, options: Mapping[str, Any]) -> Rule:

@@ -17,6 +17,9 @@ TASK_ID_NAMESPACE = uuid.UUID("5a7e6ea7-0c1a-5b3e-9d2f-8c0f1e2d3b4a")
 #: (`format_window`), and the entry again under the name django-celery-beat uses.
 ENTRY_HEADER = "safebeat_entry"
 WINDOW_HEADER = "safebeat_window"
+#: Set on the messages of an entry with `pause_after_failures`: the worker hook pauses the
+#: entry after that many consecutive failed runs.
+PAUSE_AFTER_FAILURES_HEADER = "safebeat_pause_after_failures"
 PERIODIC_TASK_HEADER = "periodic_task_name"
 #: Sent as "forbid" for an entry with `overlap="forbid"`: the worker hook then starts no
 #: window of the entry while another of its windows runs with a live lease.

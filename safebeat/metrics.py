@@ -161,6 +161,12 @@ class BeatMetrics:
             ["namespace"],
             registry=r,
         )
+        self._runtime_entries = Gauge(
+            "safebeat_runtime_entries",
+            "Of those, the entries added at run time (safebeat.schedules, safebeat schedule).",
+            ["namespace"],
+            registry=r,
+        )
 
         # Known label sets start at zero, so a rate() works before the first event.
         for kind in ("broker", "message"):
@@ -180,6 +186,11 @@ class BeatMetrics:
         if not self.recording:
             return
         self._entries.labels(self.namespace).set(count)
+
+    def runtime_entries(self, count: int) -> None:
+        if not self.recording:
+            return
+        self._runtime_entries.labels(self.namespace).set(count)
 
     def dispatched(self, entry: str, window: datetime, published: datetime) -> None:
         self.totals.dispatched += 1

@@ -35,6 +35,26 @@ class Planned(TickPlan):
     errors: Mapping[str, Exception] = field(default_factory=dict)
 
 
+#: How long a queued window blocks the next under `skip_if_queued` when `queue_timeouts`
+#: names none for its entry: the default of `safebeat_overlap_timeout`.
+DEFAULT_QUEUE_TIMEOUT = timedelta(hours=1)
+
+
+def queue_timeouts(config_timeout: timedelta, entries: Mapping[str, Entry]) -> dict[str, timedelta]:
+    """How long a window of each `skip_if_queued` entry waits in the queue before it is
+    presumed lost: the entry's `expires` option (seconds; the worker drops the message
+    after it), else `config_timeout` (`safebeat_overlap_timeout`)."""
+    timeouts: dict[str, timedelta] = {}
+    for name, entry in entries.items():
+        if entry.overlap is Overlap.SKIP_IF_QUEUED:
+            expires = entry.options.get("expires")
+            if isinstance(expires, int | float) and not isinstance(expires, bool) and expires > 0:
+                timeouts[name] = timedelta(seconds=float(expires))
+            else:
+                timeouts[name] = config_timeout
+    return timeouts
+
+
 def plan_tick(
     entries: Mapping[str, Entry],
     states: Mapping[str, EntryState],
@@ -42,6 +62,7 @@ def plan_tick(
     *,
     namespace: str,
     retry_after: timedelta,
+    queue_timeouts: Mapping[str, timedelta] | None = None,
 ) -> Planned:
     """Decide the windows of every entry in `states` that this replica defines.
 
@@ -49,11 +70,14 @@ def plan_tick(
     follow its missed-window policy (`windows.due`); a paused entry skips them all (a
     pause with an end only those before `paused_until`, `records.pause_ends`); an
     entry with `overlap="forbid"` skips them while its previous run is alive (its lease,
-    in the state's `running_since`). Dispatched windows become claims with their
+    in the state's `running_since`), one with `overlap="skip_if_queued"` while its previous
+    window waits in the queue, up to its timeout in `queue_timeouts`. Dispatched windows
+    become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
     advances to the last window decided. An entry whose windows cannot be computed is
     reported in `errors` and retried `retry_after` from `now`; the others are unaffected.
     """
+    queue_timeouts = queue_timeouts or {}
     claims: list[NewClaim] = []
     skips: list[NewSkip] = []
     advances: dict[str, datetime] = {}
@@ -73,6 +97,13 @@ def plan_tick(
             decision = windows.paused(decision)
         elif entry.overlap is Overlap.FORBID:
             decision = windows.forbid_overlap(decision, running_since=state.running_since)
+        elif entry.overlap is Overlap.SKIP_IF_QUEUED:
+            decision = windows.skip_if_queued(
+                decision,
+                queued_since=state.queued_since,
+                now=now,
+                timeout=queue_timeouts.get(name, DEFAULT_QUEUE_TIMEOUT),
+            )
         claims.extend(
             NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
             for window in decision.dispatch

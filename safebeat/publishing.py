@@ -31,6 +31,7 @@ from safebeat.entries import Entry
 from safebeat.identity import (
     ENTRY_HEADER,
     OVERLAP_HEADER,
+    PAUSE_AFTER_FAILURES_HEADER,
     PERIODIC_TASK_HEADER,
     WINDOW_HEADER,
     format_window,
@@ -84,6 +85,8 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
     )
     if entry.overlap is Overlap.FORBID:
         headers[OVERLAP_HEADER] = Overlap.FORBID.value
+    if entry.pause_after_failures is not None:
+        headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
     options["headers"] = headers
     options["task_id"] = claim.task_id
     return args, kwargs, options

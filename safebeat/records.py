@@ -65,6 +65,9 @@ class EntryState:
     `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry,
     up to `paused_until` when that is set (see `pause_ends`); `pause_note` is the operator's
     reason, for status pages.
+    `queued_since` is when the entry's newest dispatched window (claimed or sent) was
+    claimed, if no worker has started it yet, else None: what `overlap="skip_if_queued"`
+    looks at.
     """
 
     name: str
@@ -77,6 +80,7 @@ class EntryState:
     paused: bool = False
     paused_until: datetime | None = None
     pause_note: str | None = None
+    queued_since: datetime | None = None
 
     def paused_at(self, now: datetime) -> bool:
         """Whether the entry is paused at store time `now`: a pause with an end is over
@@ -365,3 +369,25 @@ def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, 
         if state is not None and (state.last_window is None or window > state.last_window):
             result[name] = replace(state, last_window=window)
     return result
+
+
+def consecutive_failures(history: Sequence[DispatchRecord]) -> int:
+    """How many of an entry's latest finished runs failed in a row, counted back from its
+    newest window until a success.
+
+    `history` is the entry's dispatch rows in any order. Rows with no final outcome (not
+    started, running, or waiting for a Celery retry) are passed over: they neither count
+    nor break the run of failures. A window skipped because the entry was paused ends the
+    count: failures before a pause were already acted upon.
+    """
+    count = 0
+    for record in sorted(history, key=lambda r: r.window, reverse=True):
+        if record.status is Status.SKIPPED:
+            if record.reason == "paused":
+                break
+            continue
+        if record.outcome is Outcome.SUCCESS:
+            break
+        if record.outcome is Outcome.FAILURE:
+            count += 1
+    return count

@@ -31,7 +31,7 @@ from safebeat.housekeeping import heartbeat, prune
 from safebeat.identity import current_replica
 from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
-from safebeat.planning import Planned, plan_tick
+from safebeat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.publishing import Publisher
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
 from safebeat.reporting import (
@@ -45,6 +45,7 @@ from safebeat.reporting import (
     serve_metrics,
     skipped_windows,
 )
+from safebeat.runtime import compile_runtime
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 
@@ -71,6 +72,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     prune_interval = 3600.0
     #: Most stale claims one tick takes over for re-publishing.
     reclaim_limit = 1000
+    #: Whether this scheduler runs the entries added at run time (`safebeat.schedules`).
+    runs_runtime_entries = True
+    #: Seconds between two looks at the version of the entries added at run time.
+    runtime_interval = 1.0
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
     #: A tick the store ends for outlasting safebeat_lock_timeout halves it, down to
@@ -102,6 +107,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._last_store_now: datetime | None = None
         self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
         self._planning = False  # set while the store runs our planner
+        self._queue_timeouts: dict[str, timedelta] = {}
+        self._runtime_specs: dict[str, str] = {}
+        self._runtime_version: int | None = None
+        self._next_runtime_look = 0.0
+        self._runtime_clashes: frozenset[str] = frozenset()
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
@@ -138,13 +148,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         config = self.safebeat_config
         if config.metrics_port is not None and not self.metrics.recording:
             serve_metrics(self.metrics, config.metrics_port)
-        self.use_entries(
-            *compile_schedule(
-                self.schedule_source(),
-                app_timezone=self.app.timezone,
-                config=self.safebeat_config,
-            )
-        )
+        self.use_entries(*self._compiled_entries())
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
             len(self.entries),
@@ -170,11 +174,63 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
         self.data = dict(self.entries)
+        self._queue_timeouts = queue_timeouts(self.safebeat_config.overlap_timeout, entries)
         self._ready = False
 
     def refresh_entries(self) -> None:
         """Called at the start of every tick; a subclass whose entries change while beat
-        runs calls `use_entries` from here. Does nothing by default."""
+        runs calls `use_entries` from here. By default: every `runtime_interval`, pick up
+        the entries added at run time (`safebeat.schedules`) if their version moved."""
+        if (
+            self.runs_runtime_entries
+            and self._ready
+            and self._monotonic() >= self._next_runtime_look
+        ):
+            self._look_at_runtime_entries()
+
+    def _look_at_runtime_entries(self) -> None:
+        """One read of the version; the definitions only when it moved."""
+        config = self.safebeat_config
+        self._next_runtime_look = self._monotonic() + self.runtime_interval
+        version = self.store.runtime_version(config.namespace)
+        if version == self._runtime_version:
+            return
+        specs = self.store.runtime_entries(config.namespace)
+        self._runtime_version = version
+        if specs == self._runtime_specs:
+            return
+        logger.info(
+            "safebeat: entries added at run time changed: %d stored (version %d)",
+            len(specs),
+            version,
+        )
+        self._runtime_specs = specs
+        self.use_entries(*self._compiled_entries())
+
+    def _compiled_entries(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+        """The code's entries (`schedule_source`) and the entries added at run time; a
+        stored entry whose name the code uses is left out (the code's runs) and reported."""
+        app_timezone, config = self.app.timezone, self.safebeat_config
+        entries, broken = compile_schedule(
+            self.schedule_source(), app_timezone=app_timezone, config=config
+        )
+        runtime = compile_runtime(
+            self._runtime_specs,
+            taken=entries.keys() | broken.keys(),
+            app_timezone=app_timezone,
+            config=config,
+        )
+        for name in sorted(runtime.clashes - self._runtime_clashes):
+            logger.error(
+                "safebeat: entry %r was added at run time but the app's beat_schedule defines "
+                "it too; the code's entry runs: remove the stored one with `safebeat schedule "
+                "remove %s`",
+                name,
+                name,
+            )
+        self._runtime_clashes = runtime.clashes
+        self.metrics.runtime_entries(len(runtime.entries))
+        return {**entries, **runtime.entries}, {**broken, **runtime.broken}
 
     def published(self, claims: Sequence[Claim]) -> None:
         """Called with the claims just published and recorded as sent. Does nothing by default."""
@@ -233,6 +289,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         store, config = self.store, self.safebeat_config
         if config.auto_migrate:
             store.migrate()
+        if self.runs_runtime_entries:
+            self._look_at_runtime_entries()  # before registering: they are registered too
         registration = store.register(
             config.namespace, [e.definition for e in self.entries.values()], self.replica
         )
@@ -354,6 +412,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             now,
             namespace=self.safebeat_config.namespace,
             retry_after=timedelta(seconds=self.max_interval),
+            queue_timeouts=self._queue_timeouts,
         )
 
     def _schedule_next(
@@ -409,7 +468,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _sleep_time(self) -> float:
         now = self._monotonic()
-        deadlines = [*self._due_at.values(), self._next_heartbeat, self._next_reclaim]
+        deadlines = [
+            *self._due_at.values(),
+            self._next_heartbeat,
+            self._next_reclaim,
+        ]
+        if self.runs_runtime_entries:
+            deadlines.append(self._next_runtime_look)
         if self.dispatcher.backoff.waiting(now):
             deadlines = [self.dispatcher.backoff.until, self._next_heartbeat]
         return max(0.0, min(min(deadlines) - now, self.max_interval))

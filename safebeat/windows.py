@@ -211,10 +211,13 @@ class Policy:
 
 
 class Overlap(str, enum.Enum):
-    """Whether a window may be dispatched while the entry's previous run is still running."""
+    """Whether a window may be dispatched while the entry's previous one has not finished:
+    `forbid` while its run is running, `skip_if_queued` while it waits in the queue (sent,
+    not started by any worker)."""
 
     ALLOW = "allow"
     FORBID = "forbid"
+    SKIP_IF_QUEUED = "skip_if_queued"
 
 
 class SkipReason(str, enum.Enum):
@@ -226,6 +229,7 @@ class SkipReason(str, enum.Enum):
     CALENDAR = "calendar"  # on a day the entry's calendar excludes
     OVERLAP = "overlap"  # the entry's previous run was still running (overlap="forbid")
     PAUSED = "paused"  # the entry was paused (safebeat pause)
+    QUEUED = "queued"  # the entry's previous window still waited in the queue (skip_if_queued)
 
 
 @dataclass(frozen=True)
@@ -653,6 +657,32 @@ def forbid_overlap(decision: Due, *, running_since: datetime | None) -> Due:
         return decision
     # Due windows are consecutive windows of the rule, so one span describes them exactly.
     span = SkippedSpan(blocked[0], blocked[-1], len(blocked), SkipReason.OVERLAP)
+    return dataclasses.replace(decision, dispatch=keep, skipped=(*decision.skipped, span))
+
+
+def skip_if_queued(
+    decision: Due, *, queued_since: datetime | None, now: datetime, timeout: timedelta
+) -> Due:
+    """Apply `overlap="skip_if_queued"` to one entry's answer.
+
+    While the entry's newest dispatched window, claimed at `queued_since`, waits for a
+    worker (no worker started it) and was claimed less than `timeout` ago, nothing is
+    dispatched: the windows `decision` would dispatch are skipped as `queued`, so a
+    stalled queue does not fill with copies. Otherwise at most the newest one is
+    dispatched (older ones would only queue behind it), older ones skipped as `queued`. A
+    window queued for longer than `timeout` is presumed lost (expired, purged) and blocks
+    nothing.
+    """
+    dispatch = decision.dispatch
+    if not dispatch:
+        return decision
+    queued = queued_since is not None and now - queued_since < timeout
+    keep = () if queued else dispatch[-1:]
+    blocked = dispatch[: len(dispatch) - len(keep)]
+    if not blocked:
+        return decision
+    # Due windows are consecutive windows of the rule, so one span describes them exactly.
+    span = SkippedSpan(blocked[0], blocked[-1], len(blocked), SkipReason.QUEUED)
     return dataclasses.replace(decision, dispatch=keep, skipped=(*decision.skipped, span))
 
 

@@ -52,6 +52,7 @@ from typing import Any
 from celery import signals, states
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
+from safebeat import failures
 from safebeat import signals as safebeat_signals
 from safebeat.backoff import Backoff
 from safebeat.contrib import opentelemetry
@@ -464,6 +465,11 @@ def finish(task: Any, execution: _Execution, outcome: Outcome) -> None:
             outcome=outcome,
             runtime=runtime,
         )
+        threshold = failures.threshold_of(task.request)
+        if outcome is Outcome.FAILURE and threshold is not None:
+            entry = execution.window.entry
+            if failures.pause_if_failing(store, config.namespace, entry, threshold):
+                worker_metrics.paused_after_failures(config.namespace, entry)
     except SafebeatError as exc:
         _backoff.failed(exc)
     except Exception:  # the task has run; only the record is lost (logged)

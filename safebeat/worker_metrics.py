@@ -41,6 +41,7 @@ class WorkerTotals:
     store_errors: int = 0
     deferred: int = 0
     renewal_errors: int = 0
+    paused_after_failures: int = 0  # entries this process paused (pause_after_failures)
 
 
 class WorkerMetrics:
@@ -90,6 +91,13 @@ class WorkerMetrics:
             buckets=RUNTIME_BUCKETS,
             registry=registry,
         )
+        self._paused_after_failures = Counter(
+            "safebeat_paused_after_failures",
+            "Entries this worker paused because their latest runs all failed "
+            "(pause_after_failures); an alert: the entry sends nothing until resumed.",
+            ["namespace", "entry"],
+            registry=registry,
+        )
         self._last_success = Gauge(
             "safebeat_last_success_timestamp_seconds",
             "When each entry last finished successfully on this worker (Unix time).",
@@ -109,6 +117,11 @@ class WorkerMetrics:
         self._runtime.labels(namespace).observe(seconds)
         if outcome == "success":
             self._last_success.labels(namespace, entry).set(time.time())
+
+    def paused_after_failures(self, namespace: str, entry: str) -> None:
+        self.totals.paused_after_failures += 1
+        if self.recording:
+            self._paused_after_failures.labels(namespace, entry).inc()
 
     def duplicate(self, namespace: str, entry: str) -> None:
         self.totals.duplicates += 1

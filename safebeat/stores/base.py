@@ -64,6 +64,7 @@ __all__ = [
     "Reclaim",
     "Registration",
     "ReplicaRecord",
+    "RuntimeEntryStore",
     "Start",
     "Status",
     "Store",
@@ -396,5 +397,39 @@ class AdminStore(StoreConnection, Protocol):
         ...
 
 
-class Store(TickStore, ExecutionStore, EffectStore, AdminStore, Protocol):
+class RuntimeEntryStore(StoreConnection, Protocol):
+    """What `safebeat.schedules` and beat use for entries added at run time: stored entry
+    definitions (JSON text, see `safebeat.runtime`) beside the code's `beat_schedule`.
+
+    Every change moves the namespace's version, so a replica finds out whether anything
+    changed with one cheap read (`runtime_version`) per look, not by loading them all.
+    """
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        """Store entry `name`'s definition `spec`; return whether it was stored.
+
+        With `replace` False it is added only if no entry of that name is stored (False
+        otherwise); with `replace` True it replaces a stored one only (False if none is).
+        A stored change adds one to the namespace's version, in the same transaction.
+        """
+        ...
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        """Delete stored entry `name`; return False if none was stored. A deletion adds one
+        to the namespace's version. The entry's shared state and history are left alone."""
+        ...
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        """Return every stored entry definition of `namespace` by name."""
+        ...
+
+    def runtime_version(self, namespace: str) -> int:
+        """Return how many changes were made to `namespace`'s stored entries (0: none ever).
+
+        One small read: a replica compares it with the version it last loaded.
+        """
+        ...
+
+
+class Store(TickStore, ExecutionStore, EffectStore, AdminStore, RuntimeEntryStore, Protocol):
     """What a backend implements: every client's protocol."""

@@ -32,7 +32,10 @@ class Migration:
 
 
 def load_migrations(package: str, folder_name: str = "migrations") -> list[Migration]:
-    """Return a package's `migrations/NNNN_name.sql` files (or `folder_name`'s) in version order."""
+    """Return a package's `migrations/NNNN_name.sql` files (or `folder_name`'s) in version order.
+
+    The schema version a store reaches is the last one's number (`schema_target`).
+    """
     folder = resources.files(package).joinpath(folder_name)
     migrations = []
     for item in folder.iterdir():
@@ -42,7 +45,16 @@ def load_migrations(package: str, folder_name: str = "migrations") -> list[Migra
                 Migration(int(match.group(1)), item.name, item.read_text(encoding="utf-8"))
             )
     migrations.sort(key=lambda m: m.version)
-    expected = list(range(1, len(migrations) + 1))
-    if [m.version for m in migrations] != expected:
-        raise ValueError(f"{package}: migrations must be numbered 0001, 0002, ... without gaps")
+    versions = [m.version for m in migrations]
+    # A store records only the highest version it reached, so a gap filled later would never
+    # be applied to it: the numbers run 0001, 0002, ... with none missing or repeated.
+    if versions != list(range(1, len(versions) + 1)):
+        raise ValueError(
+            f"{package}: migrations must be numbered 0001, 0002, ... without gaps or repeats"
+        )
     return migrations
+
+
+def schema_target(migrations: list[Migration]) -> int:
+    """The schema version `migrations` bring a store to: the highest number, 0 for none."""
+    return migrations[-1].version if migrations else 0

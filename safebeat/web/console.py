@@ -142,14 +142,15 @@ class Console:
         with self._lock:
             yield config, store
 
-    def schedule(self, config: Config) -> Schedule | None:
-        return self.options.schedule(config)
+    def schedule(self, config: Config, store: Store) -> Schedule | None:
+        """The app's schedule with the entries added at run time in `store` (None without -A)."""
+        return self.options.schedule(config, store)
 
     def entries(self) -> EntriesPage:
         """Every registered entry, the app's entries beat skips as broken, and what to say
         when there is none (`safebeat status`'s words: which namespaces the store holds)."""
         with self.using() as (config, store):
-            schedule = self.schedule(config)
+            schedule = self.schedule(config, store)
             statuses = entry_statuses(
                 store, config.namespace, None if schedule is None else schedule.entries
             )
@@ -164,7 +165,7 @@ class Console:
             state = store.states(config.namespace).get(name)
             if state is None:
                 return None
-            schedule = self.schedule(config)
+            schedule = self.schedule(config, store)
             compiled = None if schedule is None else schedule.entries.get(name)
             rows = store.history(config.namespace, name, limit=max(limit, 1))
             now = store.clock()
@@ -190,7 +191,7 @@ class Console:
     def findings(self) -> list[doctor.Finding]:
         """The doctor's findings, as `safebeat doctor` reports them."""
         with self.using() as (config, store):
-            schedule = self.schedule(config)
+            schedule = self.schedule(config, store)
             return doctor.run_checks(
                 doctor.Context(
                     store=store,
@@ -222,26 +223,26 @@ class Console:
 
     def trigger(self, name: str, *, actor: str) -> operations.Published:
         with self.using() as (config, store):
-            entry = self._entry_to_run(config, name)
+            entry = self._entry_to_run(config, store, name)
             return operations.trigger(self.app, store, config.namespace, entry, actor=actor)
 
     def backfill_preview(self, name: str, start: datetime, end: datetime) -> list[datetime]:
         """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
         with self.using() as (config, store):
-            entry = self._entry_to_run(config, name)
+            entry = self._entry_to_run(config, store, name)
             return operations.backfill_windows(store, config.namespace, entry, start=start, end=end)
 
     def backfill(
         self, name: str, start: datetime, end: datetime, *, actor: str
     ) -> operations.Published:
         with self.using() as (config, store):
-            entry = self._entry_to_run(config, name)
+            entry = self._entry_to_run(config, store, name)
             return operations.backfill(
                 self.app, store, config.namespace, entry, start=start, end=end, actor=actor
             )
 
-    def _entry_to_run(self, config: Config, name: str) -> Entry:
-        schedule = self.schedule(config)
+    def _entry_to_run(self, config: Config, store: Store, name: str) -> Entry:
+        schedule = self.schedule(config, store)
         if schedule is None:
             raise operations.OperationError(
                 "triggering and backfilling publish the task: start the console with -A"

@@ -818,6 +818,38 @@ def test_an_exclusive_start_waits_while_another_window_of_the_entry_lives(
     assert row_of(store, namespace, third).runs == 1  # type: ignore[attr-defined]
 
 
+def test_queued_since_is_the_claim_of_a_newest_window_no_worker_started(
+    store: Store, namespace: str
+) -> None:
+    """Ticks and states see when the entry's newest dispatched window was claimed while no
+    worker has started it; a start clears it, newer skips do not hide it, a failed publish
+    does not count, and a newer claim is queued again."""
+    window = dispatched(store, namespace)
+
+    def queued_since() -> datetime | None:
+        result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+        assert result is not None
+        assert store.states(namespace)["a"].queued_since == result.states["a"].queued_since
+        return result.states["a"].queued_since
+
+    claimed = row_of(store, namespace, window).claimed_at  # type: ignore[attr-defined]
+    assert queued_since() == claimed
+    [row_id] = [r.id for r in store.history(namespace, "a")]
+    store.record_publish(namespace, [row_id], {})
+    assert queued_since() == claimed
+    skip = NewSkip("a", window + SECOND, window + SECOND, 1, "overlap")
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
+    assert queued_since() == claimed
+    start(store, namespace, window)
+    assert queued_since() is None
+    later = window + 3 * SECOND
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, later), replica=REPLICA)
+    [newer] = [r for r in store.history(namespace, "a") if r.window == later]
+    assert queued_since() == newer.claimed_at
+    store.record_publish(namespace, [], {newer.id: "unroutable"})
+    assert queued_since() is None
+
+
 # --- effect keys (safebeat.claim) --------------------------------------------------------
 
 
@@ -1268,3 +1300,61 @@ def test_a_plan_is_fenced_by_the_last_window_stored_at_write_time(
         (window_after(state, 5), Status.SKIPPED),
         (window_after(state, 6), Status.CLAIMED),
     ]
+
+
+def test_runtime_entries_are_added_replaced_and_deleted_for_every_replica(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """An entry added at run time is seen by every replica; adding a name twice, replacing or
+    deleting a name never added is refused; each change moves the version, reads do not."""
+    store, other = open_store(), open_store()
+    assert store.runtime_version(namespace) == 0
+    assert store.runtime_entries(namespace) == {}
+    assert store.save_runtime_entry(namespace, "a", '{"v": 1}', replace=False)
+    assert not other.save_runtime_entry(namespace, "a", '{"v": 2}', replace=False)
+    assert not other.save_runtime_entry(namespace, "b", '{"v": 2}', replace=True)
+    assert other.runtime_entries(namespace) == {"a": '{"v": 1}'}
+    assert other.runtime_version(namespace) == 1
+    assert other.save_runtime_entry(namespace, "a", '{"v": 3}', replace=True)
+    assert store.save_runtime_entry(namespace, "b", '{"v": 4}', replace=False)
+    assert store.runtime_entries(namespace) == {"a": '{"v": 3}', "b": '{"v": 4}'}
+    assert store.runtime_version(namespace) == 3
+    assert other.delete_runtime_entry(namespace, "a")
+    assert not store.delete_runtime_entry(namespace, "a")
+    assert store.runtime_entries(namespace) == {"b": '{"v": 4}'}
+    assert store.runtime_version(namespace) == 4
+    assert store.runtime_version(f"{namespace}-other") == 0
+    assert store.runtime_entries(f"{namespace}-other") == {}
+
+
+def test_runtime_entries_leave_entry_state_and_history_alone(store: Store, namespace: str) -> None:
+    """Deleting an entry added at run time keeps its registered state and its dispatch rows,
+    so a window it decided is never claimed again if it is added back."""
+    store.save_runtime_entry(namespace, "a", "{}", replace=False)
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = window_after(state, 1)
+    store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
+    assert store.delete_runtime_entry(namespace, "a")
+    assert "a" in store.states(namespace)
+    assert [r.window for r in store.history(namespace, "a")] == [window]
+
+
+def test_concurrent_adds_of_one_runtime_entry_have_one_winner(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Of several replicas adding the same name at once, exactly one stores it."""
+    stores = [open_store() for _ in range(4)]
+    results: list[bool] = []
+    barrier = threading.Barrier(len(stores))
+
+    def add(store: Store, index: int) -> None:
+        barrier.wait(10)
+        results.append(store.save_runtime_entry(namespace, "x", f"{index}", replace=False))
+
+    threads = [threading.Thread(target=add, args=(s, i)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(results) == [False, False, False, True]
+    assert stores[0].runtime_version(namespace) == 1

@@ -44,6 +44,9 @@ def project(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
+    # Not a Django project: where another test configured Django in this process, the
+    # console would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
+    monkeypatch.setattr("safebeat.app_schedule.reads_periodic_tasks", lambda app: False)
     for name in ("proj", "proj.celery", "main"):
         sys.modules.pop(name, None)
     from proj.celery import app  # type: ignore[import-not-found]

@@ -19,12 +19,15 @@ COMMANDS = [
     "trigger",
     "backfill",
     "audit",
+    "schedule",
     "migrate",
     "plan",
     "prune",
     "exec",
     "web",
 ]
+#: The commands of command groups, each with its own section after its group's.
+SUBCOMMANDS = {"schedule": ["add", "list", "remove"]}
 INTRO = """# Command line
 
 The `safebeat` command (also `python -m safebeat`) reads the same settings as beat.
@@ -120,6 +123,14 @@ changed:
 lists them), their dispatch history stays until it ages out. An entry that a live
 replica still runs (its heartbeat lists it: a rolling deploy not finished) is kept and
 named, since that replica would register it again; prune again when the deploy is done.
+Entries added at run time (`safebeat schedule add`, `safebeat.schedules.add`) are defined
+in the store, not in code: `plan`, `prune --orphans`, `status`, `trigger` and `backfill`
+count them as defined, beside the app's (see [Entries added at run time](schedules.md)).
+
+`schedule add` needs `-A`: it refuses a name the app's `beat_schedule` (or a
+django-celery-beat row) defines and checks the entry as beat will compile it, so a bad
+crontab or time zone is an error here, not in beat's log. Exactly one of `--every`,
+`--crontab` and `--at` gives the schedule; `--replace` changes an entry added before.
 
 `exec` runs a command, not a task: it is what a cron line or a Kubernetes CronJob
 starts, and it runs the command only where the window's claim is new. Its exit status is
@@ -153,7 +164,12 @@ def help_text(*command: str) -> str:
 
 def reference() -> str:
     sections = [f"## safebeat\n\n```\n{help_text()}```\n"]
-    sections += [f"## safebeat {name}\n\n```\n{help_text(name)}```\n" for name in COMMANDS]
+    for name in COMMANDS:
+        sections.append(f"## safebeat {name}\n\n```\n{help_text(name)}```\n")
+        sections += [
+            f"## safebeat {name} {sub}\n\n```\n{help_text(name, sub)}```\n"
+            for sub in SUBCOMMANDS.get(name, [])
+        ]
     return "\n".join([INTRO, *sections])
 
 

@@ -385,13 +385,21 @@ def test_stale_claim_is_republished_with_the_same_task_id(clock: FakeClock, queu
 
 
 def test_sleep_is_until_the_next_window_capped(clock: FakeClock, queue: str) -> None:
-    """tick() returns the time to the next window, never more than max_interval."""
+    """tick() returns the time to the next window, never more than max_interval, nor more
+    than the time to the next look at the entries added at run time."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 2.0}})
     scheduler = memory_scheduler(app, clock)
+    scheduler.runtime_interval = 60.0
     scheduler.tick()
-    assert scheduler.tick() == pytest.approx(2 - 0.25, abs=0.01)
+    clock.advance(1)
+    scheduler.tick()  # the look at the entries added at run time; the next one is in 60 s
+    assert scheduler.tick() == pytest.approx(2 - 1.25, abs=0.01)
     slow = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
-    assert memory_scheduler(slow, clock).tick() == scheduler.max_interval
+    idle = memory_scheduler(slow, clock)
+    assert idle.tick() == idle.runtime_interval
+    idle.runtime_interval = 60.0
+    clock.advance(1)
+    assert idle.tick() == idle.max_interval
 
 
 def test_changed_definition_is_reported(
@@ -530,6 +538,7 @@ def test_a_store_that_drops_the_plan_is_reported_and_beat_does_not_spin(
 
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
     scheduler = memory_scheduler(app, clock, PlanDropping(clock=clock.now))
+    scheduler.runtime_interval = 60.0  # the next look at runtime entries is not what wakes it
     clock.advance(1)
     with caplog.at_level(logging.ERROR, "safebeat"):
         delay = scheduler.tick()

@@ -186,3 +186,37 @@ class Audit(models.Model):  # type: ignore[misc]  # Django is untyped here
 
     def __str__(self) -> str:
         return f"{self.action} {self.entry or ''} by {self.actor}"
+
+
+class RuntimeEntry(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """An entry added at run time (`safebeat.schedules.add`), as JSON (schema version 6)."""
+
+    pk = models.CompositePrimaryKey("namespace", "name")
+    namespace = KeyField(max_length=NAMESPACE_LENGTH)
+    name = KeyField(max_length=ENTRY_LENGTH)
+    spec = models.TextField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "safebeat_runtime_entry"
+        verbose_name = _("entry added at run time")
+        verbose_name_plural = _("entries added at run time")
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Counter(models.Model):  # type: ignore[misc]  # Django is untyped here
+    """A counter of a namespace: `runtime_entries` counts the changes to `RuntimeEntry`
+    rows, what replicas look at (schema version 6)."""
+
+    pk = models.CompositePrimaryKey("namespace", "name")
+    namespace = KeyField(max_length=NAMESPACE_LENGTH)
+    name = KeyField(max_length=ENTRY_LENGTH)
+    value = models.BigIntegerField()
+
+    class Meta:
+        db_table = "safebeat_counter"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}: {self.value}"

@@ -35,6 +35,8 @@ logger = logging.getLogger("safebeat.contrib.django")
 class DatabaseScheduler(Scheduler):
     """safebeat's scheduler reading django-celery-beat's `PeriodicTask` rows as entries."""
 
+    #: PeriodicTask rows are this scheduler's entries added at run time (see docs/schedules.md).
+    runs_runtime_entries = False
     #: Seconds between two looks at django-celery-beat's change marker.
     marker_interval = 1.0
     #: The clock that judges a row's `expires` and a crontab that never matches: this host's.

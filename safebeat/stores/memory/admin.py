@@ -1,4 +1,5 @@
-"""The memory store's reads and changes for operators: states, history, pauses, extra claims."""
+"""The memory store's reads and changes for operators: states, history, pauses, extra claims,
+entries added at run time."""
 
 from __future__ import annotations
 
@@ -111,3 +112,28 @@ class MemoryAdmin(MemoryState):
                 if record is not None:
                     inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
             return inserted
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        with self._mutex:
+            ns = self._ns(namespace)
+            if (name in ns.runtime) != replace:
+                return False
+            ns.runtime[name] = spec
+            ns.runtime_version += 1
+            return True
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        with self._mutex:
+            ns = self._ns(namespace)
+            if ns.runtime.pop(name, None) is None:
+                return False
+            ns.runtime_version += 1
+            return True
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        with self._mutex:
+            return dict(self._ns(namespace).runtime)
+
+    def runtime_version(self, namespace: str) -> int:
+        with self._mutex:
+            return self._ns(namespace).runtime_version

@@ -34,6 +34,8 @@ class _Namespace:
     tick_lock: threading.Lock
     effects: dict[str, _Effect]
     audit: list[AuditRecord] = field(default_factory=list)
+    runtime: dict[str, str] = field(default_factory=dict)
+    runtime_version: int = 0
 
 
 class MemoryState:
@@ -58,9 +60,11 @@ class MemoryState:
     def _with_running(
         self, ns: _Namespace, states: Mapping[str, EntryState]
     ) -> dict[str, EntryState]:
-        """`states` with `running_since`: the newest start of an unfinished execution whose
-        lease is alive."""
+        """`states` with `running_since` (the newest start of an unfinished execution whose
+        lease is alive) and `queued_since` (the claim time of the newest dispatched window,
+        if not started)."""
         running: dict[str, datetime] = {}
+        newest: dict[str, DispatchRecord] = {}
         now = self.clock()
         for record in ns.dispatches.values():
             if (
@@ -71,7 +75,19 @@ class MemoryState:
                 previous = running.get(record.entry)
                 if previous is None or record.started_at > previous:
                     running[record.entry] = record.started_at
-        return {n: replace(s, running_since=running.get(n)) for n, s in states.items()}
+            if record.status in {Status.CLAIMED, Status.SENT}:
+                latest = newest.get(record.entry)
+                if latest is None or record.window > latest.window:
+                    newest[record.entry] = record
+        queued = {
+            entry: record.claimed_at
+            for entry, record in newest.items()
+            if record.started_at is None
+        }
+        return {
+            n: replace(s, running_since=running.get(n), queued_since=queued.get(n))
+            for n, s in states.items()
+        }
 
     def _new_row(
         self,

@@ -35,7 +35,7 @@ from safebeat.records import TickResult
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
 from safebeat.stores.sql_common import advisory_key
-from safebeat.stores.sqlfiles import load_migrations
+from safebeat.stores.sqlfiles import load_migrations, schema_target
 from safebeat.urls import redact, scrub
 
 MIGRATIONS = load_migrations(__name__)
@@ -152,7 +152,7 @@ class PostgresStore(PostgresOperations):
                     version = migration.version
             return version
 
-    expected_schema_version = len(MIGRATIONS)
+    expected_schema_version = schema_target(MIGRATIONS)
 
     def checks(self) -> list[StoreCheck]:
         return []

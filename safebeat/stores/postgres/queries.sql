@@ -50,7 +50,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
-       paused, paused_until, pause_note
+       paused, paused_until, pause_note,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = e.namespace AND q.entry = e.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
@@ -60,7 +67,14 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
         WHERE d.namespace = e.namespace AND d.entry = e.name
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
-       paused, paused_until, pause_note
+       paused, paused_until, pause_note,
+       -- The newest dispatched window's claim time while no worker started it (by the
+       -- unique key's index, newest window first).
+       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
+        FROM safebeat_dispatch AS q
+        WHERE q.namespace = e.namespace AND q.entry = e.name
+          AND q.status IN ('claimed', 'sent')
+        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
 FROM safebeat_entry AS e
 WHERE namespace = %(namespace)s;
 
@@ -301,3 +315,27 @@ LIMIT %(limit)s;
 
 -- name: prune_audit
 DELETE FROM safebeat_audit WHERE namespace = %(namespace)s AND at < %(before)s;
+
+-- name: add_runtime_entry
+INSERT INTO safebeat_runtime_entry (namespace, name, spec, updated_at)
+VALUES (%(namespace)s, %(name)s, %(spec)s, clock_timestamp())
+ON CONFLICT (namespace, name) DO NOTHING;
+
+-- name: replace_runtime_entry
+UPDATE safebeat_runtime_entry SET spec = %(spec)s, updated_at = clock_timestamp()
+WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: delete_runtime_entry
+DELETE FROM safebeat_runtime_entry WHERE namespace = %(namespace)s AND name = %(name)s;
+
+-- name: bump_runtime_version
+-- In the transaction of the change: a replica that reads the new version sees the change.
+INSERT INTO safebeat_counter (namespace, name, value) VALUES (%(namespace)s, 'runtime_entries', 1)
+ON CONFLICT (namespace, name) DO UPDATE SET value = safebeat_counter.value + 1;
+
+-- name: runtime_entries
+SELECT name, spec FROM safebeat_runtime_entry WHERE namespace = %(namespace)s ORDER BY name;
+
+-- name: runtime_version
+SELECT coalesce(max(value), 0) FROM safebeat_counter
+WHERE namespace = %(namespace)s AND name = 'runtime_entries';

@@ -405,6 +405,33 @@ class PostgresOperations:
             cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]
+        with self._cursors.transaction("store an entry") as cursor:
+            cursor.execute(query, {"namespace": namespace, "name": name, "spec": spec})
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        with self._cursors.transaction("delete a stored entry") as cursor:
+            cursor.execute(Q["delete_runtime_entry"], {"namespace": namespace, "name": name})
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        with self._cursors.read("load stored entries") as cursor:
+            cursor.execute(Q["runtime_entries"], {"namespace": namespace})
+            return {str(name): str(spec) for name, spec in cursor.fetchall()}
+
+    def runtime_version(self, namespace: str) -> int:
+        with self._cursors.read("read the stored entries' version") as cursor:
+            cursor.execute(Q["runtime_version"], {"namespace": namespace})
+            return int(cursor.fetchone()[0])
+
     def claim_extra(
         self,
         namespace: str,

@@ -1,4 +1,5 @@
-"""The Redis store's reads and changes for operators: states, history, pauses, extra claims."""
+"""The Redis store's reads and changes for operators: states, history, pauses, extra claims,
+entries added at run time."""
 
 from __future__ import annotations
 
@@ -137,3 +138,33 @@ class RedisAdmin(RedisBase):
         with self._boundary("claim windows"):
             rows = self._run("claim_extra", [f"{prefix}:seq"], args)
         return [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in rows]
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("store an entry"):
+            done = self._run(
+                "save_runtime_entry", [f"{prefix}:runtime"], [prefix, name, spec, int(replace)]
+            )
+        return bool(done)
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        prefix = key_prefix(namespace)
+        with self._boundary("delete a stored entry"):
+            done = self._run("delete_runtime_entry", [f"{prefix}:runtime"], [prefix, name])
+        return bool(done)
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        prefix = key_prefix(namespace)
+        with self._boundary("load stored entries") as client:
+            found = client.hgetall(f"{prefix}:runtime")
+        return {_text(name): _text(spec) for name, spec in found.items()}
+
+    def runtime_version(self, namespace: str) -> int:
+        prefix = key_prefix(namespace)
+        with self._boundary("read the stored entries' version") as client:
+            value = client.get(f"{prefix}:runtime_version")
+        return 0 if value is None else int(value)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

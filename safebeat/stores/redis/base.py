@@ -69,8 +69,8 @@ def key_prefix(namespace: str) -> str:
 
 def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> dict[str, EntryState]:
     """Build states from the scripts' columns: anchor, defined, last, digest, schedule,
-    running_since and paused."""
-    anchors, defined, lasts, digests, schedules, running, paused = columns
+    running_since, paused and queued_since."""
+    anchors, defined, lasts, digests, schedules, running, paused, queued = columns
     states = {}
     for i, name in enumerate(names):
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
@@ -85,6 +85,7 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
             schedule=schedules[i] or "",
             running_since=_maybe_instant(running[i]),
             **_pause(paused[i]),
+            queued_since=_maybe_instant(queued[i]),
         )
     return states
 

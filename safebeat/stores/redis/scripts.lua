@@ -32,6 +32,8 @@
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
 --   P:effects              zset effect key -> expiry, for pruning
+--   P:runtime              hash entry -> definition (JSON), entries added at run time
+--   P:runtime_version      counter of changes to P:runtime (what replicas look at)
 
 -- name: prelude
 -- Prepended to every script below (see RedisStore): helpers they share.
@@ -58,10 +60,26 @@ local function alive_since(p, entry, now, except_id)
     return newest_text
 end
 
+-- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
+-- started it, else false; looks at most at the entry's newest 100 rows.
+local function queued_since(p, name)
+    local ids = redis.call('ZREVRANGE', p .. ':history:' .. name, 0, 99)
+    for _, id in ipairs(ids) do
+        local row = redis.call('HMGET', p .. ':row:' .. id, 'status', 'started_at', 'claimed_at')
+        if row[1] == 'claimed' or row[1] == 'sent' then
+            if row[2] then
+                return false
+            end
+            return row[3] or false
+        end
+    end
+    return false
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution whose lease is alive, or false) and paused (the P:paused value,
--- or false).
+-- unfinished execution whose lease is alive, or false), paused (the P:paused value, or
+-- false) and queued_since (see above).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         local values = {}
@@ -70,21 +88,23 @@ local function load_states(p, names, result)
         end
         result[#result + 1] = values
     end
-    local running, paused = {}, {}
+    local running, paused, queued = {}, {}, {}
     local now = tonumber(now_us())
     for _, name in ipairs(names) do
         running[#running + 1] = alive_since(p, name, now, false)
         paused[#paused + 1] = redis.call('HGET', p .. ':paused', name)
+        queued[#queued + 1] = queued_since(p, name)
     end
     result[#result + 1] = running
     result[#result + 1] = paused
+    result[#result + 1] = queued
     return result
 end
 
 -- name: register
 -- ARGV: prefix, then (name, digest, schedule) triples.
 -- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
--- schedules, running_since, paused (0/1)}.
+-- schedules, running_since, paused, queued_since} (the state columns: see load_states).
 local p = ARGV[1]
 local now = now_us()
 local anchor = now:sub(1, -7) .. '000000'
@@ -122,8 +142,7 @@ return load_states(p, names, {names})
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
 -- Takes the tick lock (SET NX PX) or returns false. Otherwise returns {now,
 -- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since,
--- paused} for the names (running_since: the newest start of an unfinished execution, or
--- false; paused: 0 or 1).
+-- paused, queued_since} for the names (the state columns: see load_states).
 local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
@@ -583,3 +602,22 @@ for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[1], id)
 end
 return #ids
+
+-- name: save_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry, definition, 1 (replace a stored one) or 0 (add a
+-- new one). Returns 0 if nothing was stored (the entry exists, or is missing for replace).
+local exists = redis.call('HEXISTS', KEYS[1], ARGV[2])
+if (exists == 1) ~= (ARGV[4] == '1') then
+    return 0
+end
+redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1
+
+-- name: delete_runtime_entry
+-- KEYS[1]: P:runtime. ARGV: prefix, entry. Returns 0 if no such entry was stored.
+if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
+    return 0
+end
+redis.call('INCR', ARGV[1] .. ':runtime_version')
+return 1

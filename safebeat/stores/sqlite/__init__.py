@@ -25,7 +25,7 @@ from safebeat.records import (
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
-from safebeat.stores.sqlfiles import load_migrations
+from safebeat.stores.sqlfiles import load_migrations, schema_target
 from safebeat.stores.sqlite.admin import SqliteAdmin
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -64,7 +64,7 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
                     version = migration.version
             return version
 
-    expected_schema_version = len(MIGRATIONS)
+    expected_schema_version = schema_target(MIGRATIONS)
 
     def checks(self) -> list[StoreCheck]:
         return []

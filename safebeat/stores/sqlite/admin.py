@@ -1,4 +1,5 @@
-"""The SQLite store's reads and changes for operators (CLI, admin): states, history, pauses."""
+"""The SQLite store's reads and changes for operators (CLI, admin): states, history, pauses,
+entries added at run time."""
 
 from __future__ import annotations
 
@@ -128,3 +129,31 @@ class SqliteAdmin(SqliteConnection):
                 if row is not None:
                     inserted.append(Claim(row[0], claim.entry, claim.window, claim.task_id, 1))
         return inserted
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]
+        with self._write("store an entry") as conn:
+            params = {"namespace": namespace, "name": name, "spec": spec}
+            cursor = conn.execute(query, {**params, "now": _us(self.clock())})
+            if cursor.rowcount != 1:
+                return False
+            conn.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        with self._write("delete a stored entry") as conn:
+            cursor = conn.execute(Q["delete_runtime_entry"], {"namespace": namespace, "name": name})
+            if cursor.rowcount != 1:
+                return False
+            conn.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        with self._boundary("load stored entries") as conn:
+            rows = conn.execute(Q["runtime_entries"], {"namespace": namespace}).fetchall()
+        return {str(name): str(spec) for name, spec in rows}
+
+    def runtime_version(self, namespace: str) -> int:
+        with self._boundary("read the stored entries' version") as conn:
+            row = conn.execute(Q["runtime_version"], {"namespace": namespace}).fetchone()
+        return int(row[0])

@@ -44,7 +44,7 @@ def _maybe_instant(micros: int | None) -> datetime | None:
 
 def _state(row: Sequence[Any]) -> EntryState:
     name, anchor, defined_at, last_window, digest, schedule, running_since, paused = row[:8]
-    paused_until, pause_note = row[8:10]
+    paused_until, pause_note, queued = row[8:11]
     return EntryState(
         name,
         _instant(anchor),
@@ -56,6 +56,7 @@ def _state(row: Sequence[Any]) -> EntryState:
         bool(paused),
         _maybe_instant(paused_until),
         pause_note,
+        _maybe_instant(queued),
     )
 
 

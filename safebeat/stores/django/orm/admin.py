@@ -1,4 +1,5 @@
-"""The ORM store's reads and changes for operators: states, history, pauses, extra claims."""
+"""The ORM store's reads and changes for operators: states, history, pauses, extra claims,
+entries added at run time."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
+
+#: The counter that moves with every change to the entries added at run time.
+RUNTIME_COUNTER = "runtime_entries"
 
 
 class DjangoOrmAdmin(DjangoOrmRows):
@@ -172,3 +176,74 @@ class DjangoOrmAdmin(DjangoOrmRows):
             if found is not None:
                 inserted.append(Claim(found[0], c.entry, c.window, found[1], 1))
         return inserted
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        from django.db import IntegrityError, transaction  # noqa: PLC0415
+        from django.utils import timezone  # noqa: PLC0415
+
+        m = django_models(self.alias)
+        entries = m.RuntimeEntry.objects.using(self.alias)
+        with self._boundary("store an entry") as connection, vendors.write(connection):
+            now = timezone.now()
+            if replace:
+                if not entries.filter(namespace=namespace, name=name).update(
+                    spec=spec, updated_at=now
+                ):
+                    return False
+            else:
+                try:
+                    with transaction.atomic(using=self.alias):  # a savepoint: a race loses here
+                        entries.create(namespace=namespace, name=name, spec=spec, updated_at=now)
+                except IntegrityError:
+                    return False
+            self._bump_runtime_version(namespace)
+        return True
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        m = django_models(self.alias)
+        with self._boundary("delete a stored entry") as connection, vendors.write(connection):
+            deleted, _ = (
+                m.RuntimeEntry.objects.using(self.alias)
+                .filter(namespace=namespace, name=name)
+                .delete()
+            )
+            if not deleted:
+                return False
+            self._bump_runtime_version(namespace)
+        return True
+
+    def _bump_runtime_version(self, namespace: str) -> None:
+        """Add one to the namespace's version, inside the caller's transaction."""
+        from django.db import IntegrityError, transaction  # noqa: PLC0415
+        from django.db.models import F  # noqa: PLC0415
+
+        counters = django_models(self.alias).Counter.objects.using(self.alias)
+        counter = counters.filter(namespace=namespace, name=RUNTIME_COUNTER)
+        if counter.update(value=F("value") + 1):
+            return
+        try:
+            with transaction.atomic(using=self.alias):
+                counters.create(namespace=namespace, name=RUNTIME_COUNTER, value=1)
+        except IntegrityError:  # created meanwhile by another change: count this one too
+            counter.update(value=F("value") + 1)
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        m = django_models(self.alias)
+        with self._boundary("load stored entries"):
+            rows = (
+                m.RuntimeEntry.objects.using(self.alias)
+                .filter(namespace=namespace)
+                .values_list("name", "spec")
+            )
+            return {str(name): str(spec) for name, spec in rows}
+
+    def runtime_version(self, namespace: str) -> int:
+        m = django_models(self.alias)
+        with self._boundary("read the stored entries' version"):
+            found = (
+                m.Counter.objects.using(self.alias)
+                .filter(namespace=namespace, name=RUNTIME_COUNTER)
+                .values_list("value", flat=True)
+                .first()
+            )
+        return 0 if found is None else int(found)

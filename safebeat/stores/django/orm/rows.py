@@ -27,6 +27,7 @@ STATE_COLUMNS = (
     "paused",
     "paused_until",
     "pause_note",
+    "queued_since",
 )
 
 HISTORY_COLUMNS = (
@@ -71,7 +72,14 @@ class DjangoOrmRows(DjangoStore):
     """The Django store's alias, with the ORM reads the other parts share."""
 
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
-        from django.db.models import OuterRef, Subquery  # noqa: PLC0415
+        from django.db.models import (  # noqa: PLC0415
+            Case,
+            DateTimeField,
+            F,
+            OuterRef,
+            Subquery,
+            When,
+        )
         from django.db.models.functions import Now  # noqa: PLC0415
 
         m = django_models(self.alias)
@@ -87,11 +95,30 @@ class DjangoOrmRows(DjangoStore):
             .order_by("-started_at")
             .values("started_at")[:1]
         )
+        # The newest dispatched window's claim time while no worker started it.
+        queued = (
+            m.Dispatch.objects.using(self.alias)
+            .filter(
+                namespace=OuterRef("namespace"),
+                entry=OuterRef("name"),
+                status__in=[Status.CLAIMED.value, Status.SENT.value],
+            )
+            .order_by("-window_at")
+            .annotate(
+                queued=Case(
+                    When(started_at__isnull=True, then=F("claimed_at")),
+                    default=None,
+                    output_field=DateTimeField(),
+                )
+            )
+            .values("queued")[:1]
+        )
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
             rows = rows.filter(name__in=list(names))
         states: dict[str, EntryState] = {}
-        for values in rows.annotate(running_since=Subquery(running)).values_list(*STATE_COLUMNS):
+        annotated = rows.annotate(running_since=Subquery(running), queued_since=Subquery(queued))
+        for values in annotated.values_list(*STATE_COLUMNS):
             state = dict(zip(STATE_COLUMNS, values, strict=True))
             states[state["name"]] = EntryState(**{**state, "paused": bool(state["paused"])})
         return states
