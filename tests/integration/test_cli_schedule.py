@@ -27,12 +27,10 @@ def app_module(
         "from celery import Celery\n"
         f"app = Celery({namespace!r}, broker='memory://')\n"
         f"app.conf.update(result_expires=None, safebeat_url={sqlite_url!r},\n"
+        "    beat_scheduler='safebeat.Scheduler',\n"
         "    beat_schedule={'report': {'task': 'ops.report', 'schedule': 60.0}})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    # Not a Django project: where another test configured Django in this process, the CLI
-    # would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
-    monkeypatch.setattr("safebeat.app_schedule.reads_periodic_tasks", lambda app: False)
     return name
 
 

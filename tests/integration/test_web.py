@@ -75,7 +75,7 @@ def filled(
     """A store beat filled for three seconds (its replica still heartbeating), per backend."""
     # Not a Django project: where another test configured Django in this process, the
     # console would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
-    monkeypatch.setattr("safebeat.app_schedule.reads_periodic_tasks", lambda app: False)
+    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
     url = {"sqlite": sqlite_url, "redis": redis_url}.get(request.param, "")
     if request.param == "postgres":
         url = with_password(request.getfixturevalue("pg_url"))

@@ -7,10 +7,10 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from safebeat.overlap import overlap_timeouts
 
 from safebeat.config import load_config
 from safebeat.entries import Entry, compile_entry
+from safebeat.planning import queue_timeouts
 from safebeat.stores.base import Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, skip_if_queued
@@ -67,15 +67,14 @@ def test_the_policy_is_an_option_and_a_setting() -> None:
 def test_the_queue_timeout_is_the_entrys_expires_else_the_setting() -> None:
     """A message that expires is dropped by the worker: after expires, it blocks nothing."""
     config = load_config({"safebeat_overlap_timeout": "10m"}, environ={})
-    app = make_app("q", {})
 
     def entry(options: dict[str, object]) -> Entry:
         policy = {"overlap": "skip_if_queued"}
         raw = {"task": "t", "schedule": 5.0, "options": {**options, "safebeat": policy}}
         return compile_entry("e", raw, app_timezone=timezone.utc, config=config)
 
-    assert overlap_timeouts(app, config, {"e": entry({"expires": 90})}) == {"e": 90 * S}
-    assert overlap_timeouts(app, config, {"e": entry({})}) == {"e": 10 * MINUTE}
+    assert queue_timeouts(config.overlap_timeout, {"e": entry({"expires": 90})}) == {"e": 90 * S}
+    assert queue_timeouts(config.overlap_timeout, {"e": entry({})}) == {"e": 10 * MINUTE}
 
 
 def test_beat_sends_nothing_more_while_no_worker_takes_the_window(queue: str) -> None:
@@ -104,9 +103,7 @@ def test_beat_sends_nothing_more_while_no_worker_takes_the_window(queue: str) ->
     assert tick_at(10) == [("sync", "2026-03-01T12:00:10Z")]
     assert tick_at(20) == []  # the 12:00:10 message still waits for a worker
     assert tick_at(30) == []
-    store.start_execution(
-        "unit", "sync", T0 + 10 * S, worker="w1@host:1", retries=0, stale_after=MINUTE
-    )
+    store.start_execution("unit", "sync", T0 + 10 * S, worker="w1@host:1", retries=0, lease=MINUTE)
     assert tick_at(40) == [("sync", "2026-03-01T12:00:40Z")]
     skipped = [r for r in store.history("unit", "sync") if r.status is Status.SKIPPED]
     assert {r.reason for r in skipped} == {"queued"}
