@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ import redis
 from safebeat.stores.base import Status
 from safebeat.stores.sqlite import SqliteStore
 from safebeat.windows import Jitter
+from tests import runscope
 from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages, verify
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
@@ -30,7 +30,7 @@ JITTER = timedelta(seconds=3)
 
 @pytest.fixture
 def queue(redis_url: str) -> Iterator[str]:
-    name = f"acceptance-{uuid.uuid4().hex[:8]}"
+    name = runscope.unique("acceptance")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
 

@@ -19,7 +19,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -32,7 +31,7 @@ import redis
 from safebeat.identity import format_window
 from safebeat.stores import open_store
 from safebeat.stores.base import DispatchRecord, Outcome, Store
-from tests import services
+from tests import runscope, services
 from tests.acceptance.harness import ROOT, Cluster
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.postgres, pytest.mark.xdist_group("acceptance")]
@@ -89,7 +88,7 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture
 def shop(tmp_path: Path, redis_url: str, pg_url: str, namespace: str) -> Iterator[Cluster]:
     """Two `celery beat -S safebeat.Scheduler` replicas on PostgreSQL and one worker."""
-    queue = f"web-{uuid.uuid4().hex[:8]}"
+    queue = runscope.unique("web")
     processes = Cluster(
         workdir=tmp_path,
         broker_url=redis_url,

@@ -75,6 +75,7 @@ def celery_app() -> Iterator[Celery]:
     app.conf.update(
         task_default_queue=f"q-{uuid.uuid4().hex[:8]}",
         result_expires=None,
+        beat_scheduler="safebeat.contrib.django.DatabaseScheduler",  # beat runs the rows
         beat_schedule={
             "nightly-report": {
                 "task": "billing.charge",
