@@ -27,6 +27,8 @@ ANY_TAG = re.compile(rb"sbt[0-9a-f]{8}")
 SERVER_WIDE = {
     b"safebeat:layout": "the Redis store's key layout version",
     b"_kombu.binding_deadlines": "kombu's deadlines of binding tables, which kombu sweeps",
+    b"_kombu.binding.celery.pidbox": "the binding of Celery's remote-control exchange, "
+    "shared by every worker on the server",
 }
 #: Past this many keys in the Redis database, the check for escaped keys is skipped.
 WATCH_LIMIT = 200_000
