@@ -134,6 +134,13 @@ class Reclaim:
     limit: int = 1000
 
 
+def released_age(timeout: timedelta) -> timedelta:
+    """How far before store now a handed-back claim's `claimed_at` is set (see
+    `TickStore.release_claims`): just past `timeout`, so the take-over rule
+    (`claimed_at < now - timeout`) already holds for it at the next tick of any replica."""
+    return timeout + timedelta(microseconds=1)
+
+
 @dataclass(frozen=True)
 class Claim:
     """A claimed window this replica now owes a publish for."""

@@ -125,7 +125,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.dispatcher = Dispatcher(
             app,
             claim_timeout=self.safebeat_config.claim_timeout,
-            replica=self.replica.id,
+            replica=self.replica,
             monotonic=self._monotonic,
         )
         super().__init__(app, *args, lazy=lazy, **kwargs)

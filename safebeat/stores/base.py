@@ -174,6 +174,28 @@ class TickStore(StoreConnection, Protocol):
         cannot fix. A row that is no longer `claimed` is left as it is."""
         ...
 
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        """Hand back `claims` that `replica` made (or took over) and never handed to the
+        transport, so that the next take-over pass of any replica re-publishes them
+        instead of waiting `timeout` (the claim timeout its `Reclaim` uses).
+
+        In one statement or script: a row is released only while it is still `claimed`,
+        by `replica`, with the claim's `attempts` (a row taken over since, by anyone, or
+        recorded sent or failed is left alone). A released row keeps its status, task id,
+        attempts and replica; its `claimed_at` becomes store now minus
+        `records.released_age(timeout)`, which the take-over rule of `tick` already
+        counts as stale (the take-over adds the attempt). Return how many rows were
+        released.
+        """
+        ...
+
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:

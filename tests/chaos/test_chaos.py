@@ -105,16 +105,19 @@ def test_windows_claimed_while_the_broker_is_down_are_published_once_it_is_back(
 
 @pytest.mark.xfail(
     strict=False,
-    reason="the claims of the tick in which the broker connection broke still wait "
-    "claim_timeout (issue 17, open): on a slow run their lag passes the bound; every "
-    "window is still dispatched once",
+    reason="the batch in flight when the broker connection broke may have reached Redis "
+    "(kombu: delivery uncertain), so its claims wait claim_timeout plus up to one "
+    "periodic pass (claim_timeout / 2): 1.5 * claim_timeout, which leaves 1 s of the "
+    "bound for ticking, publishing and collecting on a loaded machine; the claims never "
+    "handed over are handed back at once; every window is still dispatched once",
 )
 def test_a_replica_cut_off_from_the_broker_delays_no_window(
     chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
 ) -> None:
     """One replica's broker connection cut by a TCP proxy while it still reaches its store:
     after the tick in which the connection broke, it claims and takes over nothing, so at
-    most that tick's windows (one per entry) wait for a take-over, once."""
+    most that tick's windows (one per entry) wait for a take-over, once; those it never
+    handed to the transport are handed back and taken over at the next periodic pass."""
     result = run("broker-cut", chaos_mode, tmp_path, chaos_postgres)
     for side in safebeat_sides(result):
         assert side.log_signs["broker_unreachable"] >= 1, side.as_dict()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from safebeat.identity import Replica
@@ -24,6 +24,7 @@ from safebeat.records import (
     Status,
     TickPlan,
     fence,
+    released_age,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
@@ -196,6 +197,28 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                     )
                 else:
                     ns.dispatches[key] = replace(record, status=Status.SENT, sent_at=now)
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            attempts = {claim.id: claim.attempts for claim in claims}
+            released = 0
+            for key, record in list(ns.dispatches.items()):
+                if (
+                    attempts.get(record.id) == record.attempts
+                    and record.status is Status.CLAIMED
+                    and record.replica == replica.id
+                ):
+                    ns.dispatches[key] = replace(record, claimed_at=now - released_age(timeout))
+                    released += 1
+            return released
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]

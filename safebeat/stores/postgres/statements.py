@@ -41,6 +41,7 @@ from safebeat.records import (
     Start,
     Status,
     TickResult,
+    released_age,
     states_after,
 )
 from safebeat.stores.sql_common import (
@@ -589,3 +590,26 @@ class PostgresOperations:
             cursor.execute(Q["prune_audit"], {"namespace": namespace, "before": before})
             cursor.execute(Q["prune_effects"], {"namespace": namespace})
             return deleted + cursor.rowcount
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        """Hand back claims never handed to the transport: one statement."""
+        if not claims:
+            return 0
+        with self._cursors.statement("hand back unsent claims") as cursor:
+            cursor.execute(
+                Q["release_claims"],
+                {
+                    "ids": [c.id for c in claims],
+                    "attempts": [c.attempts for c in claims],
+                    "replica": replica.id,
+                    "age": released_age(timeout),
+                },
+            )
+            return cursor.rowcount
