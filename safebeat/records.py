@@ -96,6 +96,26 @@ class EntryState:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """An entry's pause as `AdminStore.set_paused` stores it: the flag, the instant it ends
+    by itself (None: until resumed) and the operator's note. A resume clears all three."""
+
+    paused: bool
+    until: datetime | None = None
+    note: str | None = None
+
+    @classmethod
+    def of(cls, paused: bool, until: datetime | None, note: str | None) -> Pause:
+        """The pause `set_paused(paused, until=..., note=...)` stores."""
+        return cls(True, until, note) if paused else cls(False)
+
+    @property
+    def action(self) -> str:
+        """What storing it does, for the store's error messages."""
+        return "pause an entry" if self.paused else "resume an entry"
+
+
+@dataclass(frozen=True)
 class NewClaim:
     """A window this replica wants to dispatch."""
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -15,13 +14,15 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     NewClaim,
+    Pause,
     ReplicaRecord,
     Status,
 )
 from safebeat.stores.memory.state import MemoryState
+from safebeat.stores.pausing import SetsPaused
 
 
-class MemoryAdmin(MemoryState):
+class MemoryAdmin(SetsPaused, MemoryState):
     """`AdminStore` in memory (`schema_version` and `checks` are `MemoryStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -50,25 +51,14 @@ class MemoryAdmin(MemoryState):
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records[:limit]
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
         with self._mutex:
             ns = self._ns(namespace)
             state = ns.entries.get(entry)
             if state is None:
                 return False
             ns.entries[entry] = replace(
-                state,
-                paused=paused,
-                paused_until=until if paused else None,
-                pause_note=note if paused else None,
+                state, paused=pause.paused, paused_until=pause.until, pause_note=pause.note
             )
             return True
 

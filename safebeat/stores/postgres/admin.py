@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from safebeat.identity import Replica
@@ -18,9 +17,11 @@ from safebeat.records import (
     EntryState,
     NewClaim,
     Outcome,
+    Pause,
     ReplicaRecord,
     Status,
 )
+from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
     DispatchRow,
@@ -31,7 +32,7 @@ from safebeat.stores.sql_common import (
 )
 
 
-class AdminStatements(Statements):
+class AdminStatements(SetsPaused, Statements):
     """`AdminStore` and `RuntimeEntryStore` on PostgreSQL (`schema_version` and `checks`
     are the connection owner's)."""
 
@@ -72,24 +73,16 @@ class AdminStatements(Statements):
             cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [_record(row) for row in cursor.fetchall()]
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
-        with self._cursors.statement("pause an entry" if paused else "resume an entry") as cursor:
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+        with self._cursors.statement(pause.action) as cursor:
             cursor.execute(
                 Q["set_paused"],
                 {
                     "namespace": namespace,
                     "name": entry,
-                    "paused": paused,
-                    "until": until if paused else None,
-                    "note": note if paused else None,
+                    "paused": pause.paused,
+                    "until": pause.until,
+                    "note": pause.note,
                 },
             )
             return cursor.rowcount == 1
