@@ -157,15 +157,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
             request.id,
             run.retries,
         )
-        safebeat_signals.send(
-            safebeat_signals.execution_duplicate,
-            task,
-            namespace=config.namespace,
-            entry=window.entry,
-            window=window.window,
-            task_id=request.id,
-            retries=run.retries,
-        )
+        _announce(safebeat_signals.execution_duplicate, task, config.namespace, run)
         raise Ignore()
     if verdict is Start.DEFER:
         worker_metrics.deferred(config.namespace, window.entry)
@@ -187,18 +179,30 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
             where,
             request.id,
         )
-        safebeat_signals.send(
+        _announce(
             safebeat_signals.execution_taken_over,
             task,
-            namespace=config.namespace,
-            entry=window.entry,
-            window=window.window,
-            task_id=request.id,
-            retries=run.retries,
+            config.namespace,
+            run,
             lease=config.execution_lease,
         )
     token = renewer.hold(config, run)
     return Execution(window, run, time.monotonic(), token, verdict)
+
+
+def _announce(signal: Any, task: Any, namespace: str, run: LeasedRun, **more: object) -> None:
+    """Send `signal` (see `safebeat.signals`) about the delivery of `run`'s window that
+    `task` is running."""
+    safebeat_signals.send(
+        signal,
+        task,
+        namespace=namespace,
+        entry=run.entry,
+        window=run.window,
+        task_id=task.request.id,
+        retries=run.retries,
+        **more,
+    )
 
 
 def header(request: Any, name: str) -> object:

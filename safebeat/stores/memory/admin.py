@@ -16,7 +16,6 @@ from safebeat.records import (
     NewClaim,
     Pause,
     ReplicaRecord,
-    Status,
 )
 from safebeat.stores.memory.state import MemoryState
 from safebeat.stores.pausing import SetsPaused
@@ -86,22 +85,8 @@ class MemoryAdmin(SetsPaused, MemoryState):
     ) -> list[Claim]:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
-            inserted = []
-            for claim in claims:
-                record = self._new_row(
-                    ns,
-                    replica,
-                    now,
-                    entry=claim.entry,
-                    window=claim.window,
-                    status=Status.CLAIMED,
-                    task_id=claim.task_id,
-                    task_name=claim.task_name,
-                    reason=reason,
-                )
-                if record is not None:
-                    inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
-            return inserted
+            rows = [self._claim_row(ns, replica, now, claim, reason) for claim in claims]
+            return [claim for claim in rows if claim is not None]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         with self._mutex:
