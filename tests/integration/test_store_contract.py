@@ -25,6 +25,7 @@ from safebeat.stores.base import (
     NewSkip,
     Outcome,
     Reclaim,
+    RunEnd,
     Start,
     Status,
     Store,
@@ -579,22 +580,35 @@ def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
     return window
 
 
-def start(store: Store, namespace: str, window: datetime, **overrides: object) -> Start:
-    options: dict[str, object] = {"worker": "w1@host:1", "retries": 0, "lease": HOUR}
-    options.update(overrides)
-    return store.start_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+def start(
+    store: Store,
+    namespace: str,
+    window: datetime,
+    *,
+    worker: str = "w1@host:1",
+    retries: int = 0,
+    lease: timedelta = HOUR,
+    exclusive: bool = False,
+) -> Start:
+    """Start entry "a"'s execution of `window` (worker w1, first try, a lease of an hour)."""
+    run = LeasedRun("a", window, worker, retries)
+    return store.start_execution(namespace, run, lease=lease, exclusive=exclusive)
 
 
-def finish(store: Store, namespace: str, window: datetime, **overrides: object) -> None:
+def finish(
+    store: Store,
+    namespace: str,
+    window: datetime,
+    *,
+    worker: str = "w1@host:1",
+    retries: int = 0,
+    outcome: Outcome = Outcome.SUCCESS,
+    runtime: timedelta = timedelta(seconds=1),
+    detail: str | None = None,
+) -> None:
     """Record the end of entry "a"'s execution of `window` (worker w1, first try, success)."""
-    options: dict[str, object] = {
-        "worker": "w1@host:1",
-        "retries": 0,
-        "outcome": Outcome.SUCCESS,
-        "runtime": timedelta(seconds=1),
-    }
-    options.update(overrides)
-    store.finish_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+    run = LeasedRun("a", window, worker, retries)
+    store.finish_execution(namespace, run, RunEnd(outcome, runtime, detail))
 
 
 def row_of(store: Store, namespace: str, window: datetime) -> object:
@@ -1255,7 +1269,7 @@ def test_a_frozen_planner_writes_nothing_decided_while_it_was_frozen(
         decided = result.states["e"].last_window
         for claim in result.claimed:  # the live replica's runs start: forbid sees them
             live_store.start_execution(
-                namespace, "e", claim.window, worker="w1@host:1", retries=0, lease=HOUR
+                namespace, LeasedRun("e", claim.window, "w1@host:1", 0), lease=HOUR
             )
     resume.set()
     thread.join(30)

@@ -119,21 +119,8 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
     def _insert(
         self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime
     ) -> list[Claim]:
-        inserted: list[Claim] = []
         plan = fence(plan, {name: state.last_window for name, state in ns.entries.items()})
-        for claim in plan.claims:
-            record = self._new_row(
-                ns,
-                replica,
-                now,
-                entry=claim.entry,
-                window=claim.window,
-                status=Status.CLAIMED,
-                task_id=claim.task_id,
-                task_name=claim.task_name,
-            )
-            if record is not None:
-                inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+        rows = [self._claim_row(ns, replica, now, claim) for claim in plan.claims]
         for skip in plan.skips:
             self._new_row(
                 ns,
@@ -146,7 +133,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                 skipped_from=skip.first,
                 skipped_count=skip.count,
             )
-        return inserted
+        return [claim for claim in rows if claim is not None]
 
     def _reclaim(
         self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
