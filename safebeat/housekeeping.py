@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from safebeat._version import __version__
 from safebeat.config import Config
+from safebeat.entries import Entry
+from safebeat.errors import StoreError
 from safebeat.identity import Replica
 from safebeat.metrics import BeatMetrics
 from safebeat.stores.base import Store, TickStore
@@ -42,3 +44,57 @@ def prune(store: TickStore, config: Config, now: datetime) -> None:
             "safebeat: pruned %d row(s): dispatches older than the retention, expired effect keys",
             deleted,
         )
+
+
+class Housekeeper:
+    """One replica's chores on their timers (monotonic): a heartbeat every
+    `heartbeat_interval`, a prune every `prune_interval`, and its heartbeat removed when it
+    stops. The intervals are read at each call, so a scheduler may change them."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        config: Config,
+        replica: Replica,
+        metrics: BeatMetrics,
+        *,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._store, self._config, self._replica = store, config, replica
+        self._metrics, self._monotonic = metrics, monotonic
+        self.next_heartbeat = 0.0
+        self.next_prune = 0.0
+
+    def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
+        """Record now that this replica is alive with `entries`' digests."""
+        digests = {name: entry.digest for name, entry in entries.items()}
+        heartbeat(
+            self._store(), self._config, self._replica, digests, self._metrics, interval=interval
+        )
+        self.next_heartbeat = self._monotonic() + interval
+
+    def run_due(
+        self,
+        now: float,
+        store_now: datetime | None,
+        entries: Mapping[str, Entry],
+        *,
+        heartbeat_interval: float,
+        prune_interval: float,
+    ) -> None:
+        """The chores whose time has come at monotonic `now`; pruning needs the store's
+        time (`store_now`), so it waits for the first tick that read it."""
+        if now >= self.next_heartbeat:
+            self.heartbeat(entries, interval=heartbeat_interval)
+        if now >= self.next_prune and store_now is not None:
+            prune(self._store(), self._config, store_now)
+            self.next_prune = self._monotonic() + prune_interval
+
+    def forget_replica(self) -> None:
+        """Remove this replica's heartbeat, if it sent one, so `safebeat status` drops it."""
+        if not self.next_heartbeat:
+            return
+        try:
+            self._store().forget_replica(self._config.namespace, self._replica)
+        except StoreError as exc:
+            logger.warning("safebeat: could not remove this replica's heartbeat: %s", exc)
