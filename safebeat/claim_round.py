@@ -6,11 +6,13 @@ the claims published through the dispatcher, and counted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat.batching import ClaimBatch
+from safebeat.config import Config
+from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry
 from safebeat.errors import StoreUnavailable, TickTooLong
@@ -19,7 +21,7 @@ from safebeat.metrics import BeatMetrics
 from safebeat.pacing import Pacing
 from safebeat.planning import Planned
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
-from safebeat.reporting import report_dispatch, report_plan
+from safebeat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.stores import Store
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -35,16 +37,18 @@ class ClaimRounds:
     def __init__(
         self,
         store: Callable[[], Store],
-        namespace: str,
+        config: Config,
         replica: Replica,
         *,
         batch: ClaimBatch,
         pacing: Pacing,
+        dispatcher: Dispatcher,
         metrics: BeatMetrics,
         monotonic: Callable[[], float],
     ) -> None:
-        self._store, self._namespace, self._replica = store, namespace, replica
-        self._pacing, self._metrics, self._monotonic = pacing, metrics, monotonic
+        self._store, self._config, self._replica = store, config, replica
+        self._pacing, self._dispatcher = pacing, dispatcher
+        self._metrics, self._monotonic = metrics, monotonic
         self.batch = batch
 
     def batch_size(self, ceiling: int, floor: int) -> int:
@@ -59,14 +63,19 @@ class ClaimRounds:
         due: Sequence[str],
         planner: Planner,
         *,
-        reclaim: Reclaim | None,
-        lock_timeout: timedelta,
+        reclaim: Collection[str] | None,
+        reclaim_limit: int,
         started: float,
         retry_after: timedelta,
     ) -> TickResult | None:
-        """Run one store tick for `due` (begun at monotonic `started`); None if another
-        replica holds the tick lock. Each of `due` is paced to the next window it planned."""
-        store, limit = self._store(), lock_timeout.total_seconds()
+        """Run one store tick for `due` (begun at monotonic `started`), taking over the stale
+        claims of the entries `reclaim` names if set; None if another replica holds the tick
+        lock. Each of `due` is paced to the next window it planned."""
+        store, config = self._store(), self._config
+        limit = config.lock_timeout.total_seconds()
+        takeover = (
+            None if reclaim is None else Reclaim(reclaim, config.claim_timeout, reclaim_limit)
+        )
         planned_once = False
 
         def planning(now: datetime, states: Mapping[str, EntryState]) -> Planned:
@@ -76,7 +85,7 @@ class ClaimRounds:
 
         try:
             result = store.tick(
-                self._namespace, due, planning, replica=self._replica, reclaim=reclaim
+                config.namespace, due, planning, replica=self._replica, reclaim=takeover
             )
         except StoreUnavailable as exc:
             # The store answered the tick's first message (it ran our planner) and the tick
@@ -98,9 +107,44 @@ class ClaimRounds:
         for name in due:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)
-        if reclaim is not None:
-            self._pacing.reclaimed(started, reclaim.timeout)
+        if takeover is not None:
+            self._pacing.reclaimed(started, takeover.timeout)
         return result
+
+    def publish(
+        self,
+        claims: Sequence[Claim],
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        producer: Callable[[], Any],
+        claimed_at: float,
+        store_now: datetime | None,
+    ) -> Sequence[Claim]:
+        """Publish claimed windows (claimed at monotonic `claimed_at`, store time `store_now`)
+        through the dispatcher; count and log what happened; return the claims sent."""
+        if not claims:
+            return ()
+        dispatcher = self._dispatcher
+        dispatched = dispatcher.dispatch(
+            self._store(),
+            self._config.namespace,
+            claims,
+            entries=entries,
+            connection=connection,
+            producer=producer,
+            claimed_at=claimed_at,
+        )
+        now = self._monotonic()
+        report_dispatch(
+            dispatched,
+            self._metrics,
+            published_at=None
+            if store_now is None
+            else store_now + timedelta(seconds=now - claimed_at),
+            broker_retry_in=dispatcher.backoff.until - now,
+        )
+        return dispatched.sent
 
 
 def _plan_of(
@@ -120,36 +164,14 @@ def _plan_of(
     return Planned(upcoming=dict.fromkeys(due, result.now + retry_after))
 
 
-def publish_claims(
-    dispatcher: Dispatcher,
-    store: Store,
-    namespace: str,
-    claims: Sequence[Claim],
-    *,
-    entries: Mapping[str, Entry],
-    connection: Any,
-    producer: Callable[[], Any],
-    claimed_at: float,
-    store_now: datetime | None,
-    metrics: BeatMetrics,
-    monotonic: Callable[[], float],
-) -> Sequence[Claim]:
-    """Publish claimed windows (claimed at monotonic `claimed_at`, store time `store_now`)
-    through the dispatcher; count and log what happened; return the claims sent."""
-    dispatched = dispatcher.dispatch(
-        store,
-        namespace,
-        claims,
-        entries=entries,
-        connection=connection,
-        producer=producer,
-        claimed_at=claimed_at,
-    )
-    now = monotonic()
-    report_dispatch(
-        dispatched,
-        metrics,
-        published_at=None if store_now is None else store_now + timedelta(seconds=now - claimed_at),
-        broker_retry_in=dispatcher.backoff.until - now,
-    )
-    return dispatched.sent
+def traced(namespace: str, replica: str, run: Callable[[], TickResult | None]) -> TickResult | None:
+    """`run` (a claim round and its publish) inside the tick's span, which says what it did."""
+    with opentelemetry.tick_span(namespace, replica) as span:
+        result = run()
+        span.done(
+            claimed=0 if result is None else len(result.claimed),
+            skipped=0 if result is None else skipped_windows(result.plan.skips),
+            republished=0 if result is None else len(result.reclaimed),
+            busy=result is None,
+        )
+    return result

@@ -1,4 +1,5 @@
-"""Beat's chores besides dispatching: heartbeats of this replica, pruning old history."""
+"""Beat's standing in the store besides dispatching: registration, heartbeats of this replica,
+pruning old history."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica
 from safebeat.metrics import BeatMetrics
+from safebeat.reporting import report_registration
 from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -47,9 +49,10 @@ def prune(store: TickStore, config: Config, now: datetime) -> None:
 
 
 class Housekeeper:
-    """One replica's chores on their timers (monotonic): a heartbeat every
-    `heartbeat_interval`, a prune every `prune_interval`, and its heartbeat removed when it
-    stops. The intervals are read at each call, so a scheduler may change them."""
+    """One replica's standing in the store: its entries registered, and its chores on their
+    timers (monotonic): a heartbeat every `heartbeat_interval`, a prune every
+    `prune_interval`, and its heartbeat removed when it stops. The intervals are read at
+    each call, so a scheduler may change them."""
 
     def __init__(
         self,
@@ -64,6 +67,12 @@ class Housekeeper:
         self._metrics, self._monotonic = metrics, monotonic
         self.next_heartbeat = 0.0
         self.next_prune = 0.0
+
+    def register(self, entries: Mapping[str, Entry]) -> None:
+        """Register `entries`' definitions; say which ones the store had otherwise."""
+        definitions = [entry.definition for entry in entries.values()]
+        registration = self._store().register(self._config.namespace, definitions, self._replica)
+        report_registration(registration.changed, entries)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
         """Record now that this replica is alive with `entries`' digests."""

@@ -20,9 +20,8 @@ from celery import beat
 
 from safebeat.app_schedule import settings_source
 from safebeat.batching import ClaimBatch
-from safebeat.claim_round import ClaimRounds, publish_claims
+from safebeat.claim_round import ClaimRounds, traced
 from safebeat.config import Config, config_from_app
-from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
@@ -34,15 +33,13 @@ from safebeat.metrics import BeatMetrics
 from safebeat.pacing import Pacing
 from safebeat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.publishing import Publisher
-from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.records import Claim, EntryState, TickResult
 from safebeat.reporting import (
     announce_tick,
     report_claims,
     report_entries,
-    report_registration,
     report_unregistered,
     serve_metrics,
-    skipped_windows,
 )
 from safebeat.runtime_watch import RuntimeWatch
 from safebeat.stores import Store, store_from_config
@@ -106,12 +103,19 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
         )
+        self.dispatcher = Dispatcher(
+            app,
+            claim_timeout=self.safebeat_config.claim_timeout,
+            replica=self.replica.id,
+            monotonic=self._monotonic,
+        )
         self._rounds = ClaimRounds(
             lambda: self.store,
-            self.safebeat_config.namespace,
+            self.safebeat_config,
             self.replica,
             batch=ClaimBatch(self.claim_batch, self.min_claim_batch),
             pacing=self._pacing,
+            dispatcher=self.dispatcher,
             metrics=self.metrics,
             monotonic=self._monotonic,
         )
@@ -128,12 +132,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             max_sleep=self.max_interval,
             store_url=lambda: self.store.display_url,
             sender=self,
-        )
-        self.dispatcher = Dispatcher(
-            app,
-            claim_timeout=self.safebeat_config.claim_timeout,
-            replica=self.replica.id,
-            monotonic=self._monotonic,
         )
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -257,15 +255,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     # --- the tick -------------------------------------------------------------------------
 
     def _bootstrap(self) -> float:
-        store, config = self.store, self.safebeat_config
-        if config.auto_migrate:
-            store.migrate()
+        if self.safebeat_config.auto_migrate:
+            self.store.migrate()
         if self.runs_runtime_entries:
             self._look_at_runtime_entries()  # before registering: they are registered too
-        registration = store.register(
-            config.namespace, [e.definition for e in self.entries.values()], self.replica
-        )
-        report_registration(registration.changed, self.entries)
+        self._chores.register(self.entries)
         self._pacing.restart(self.entries, self._monotonic())
         self._ready = True
         self._chores.heartbeat(self.entries, interval=self.heartbeat_interval)
@@ -284,14 +278,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             # the missed-window policy, and the replicas that reach the broker send them.
             due, reclaim = [], False
         if due or reclaim:
-            with opentelemetry.tick_span(self.safebeat_config.namespace, self.replica.id) as span:
-                result = self._locked_tick(due, reclaim=reclaim)
-                span.done(
-                    claimed=0 if result is None else len(result.claimed),
-                    skipped=0 if result is None else skipped_windows(result.plan.skips),
-                    republished=0 if result is None else len(result.reclaimed),
-                    busy=result is None,
-                )
+            result = traced(
+                self.safebeat_config.namespace,
+                self.replica.id,
+                lambda: self._locked_tick(due, reclaim=reclaim),
+            )
             if result is None:
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
@@ -318,12 +309,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         result = self._rounds.run(
             due,
             self._planner,
-            reclaim=(
-                Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
-                if reclaim
-                else None
-            ),
-            lock_timeout=config.lock_timeout,
+            reclaim=list(self.entries) if reclaim else None,
+            reclaim_limit=self.reclaim_limit,
             started=started,
             retry_after=timedelta(seconds=self.max_interval),
         )
@@ -334,7 +321,16 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._ready = False  # register again before the next tick claims
         report_claims(result.claimed, result.reclaimed, self.metrics)
         announce_tick(self, result, config.namespace, self.replica.id)
-        self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
+        sent = self._rounds.publish(
+            [*result.claimed, *result.reclaimed],
+            entries=self.entries,
+            connection=self.connection,
+            producer=lambda: self.producer,
+            claimed_at=started,
+            store_now=result.now,
+        )
+        if sent:
+            self.published(sent)
         return result
 
     def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
@@ -347,26 +343,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             retry_after=timedelta(seconds=self.max_interval),
             queue_timeouts=self._queue_timeouts,
         )
-
-    def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
-        """Publish claimed windows through the dispatcher; count and log what happened."""
-        if not claims:
-            return
-        sent = publish_claims(
-            self.dispatcher,
-            self.store,
-            self.safebeat_config.namespace,
-            claims,
-            entries=self.entries,
-            connection=self.connection,
-            producer=lambda: self.producer,
-            claimed_at=claimed_at,
-            store_now=self._last_store_now,
-            metrics=self.metrics,
-            monotonic=self._monotonic,
-        )
-        if sent:
-            self.published(sent)
 
     def _sleep_time(self) -> float:
         now, backoff = self._monotonic(), self.dispatcher.backoff
