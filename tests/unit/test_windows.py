@@ -292,7 +292,7 @@ def test_solar_windows_are_the_event_instants_to_the_second(event: str, expected
     assert timedelta(hours=23) < following - window < timedelta(hours=25)
 
 
-# BUG (safebeat/windows.py, solar rules): ephem's rising/setting search converges to within
+# BUG (safebeat/windows/solar.py, solar rules): ephem's rising/setting search converges to within
 # about 0.1 s of the event, and the exact result depends on the instant the search starts
 # from. Rounding that to the second gives one sunset two identities when it lies near a
 # half second: Berlin's sunset of 2024-06-04 is 19:23:07 asked at 19:23:08 and 19:23:08
