@@ -312,6 +312,7 @@ class ScenarioResult:
     seconds: float
     events: list[str]
     sides: list[SideResult]
+    claim_timeout: float  # the replicas' safebeat_claim_timeout in this run
 
     def side(self, kind: str) -> SideResult:
         return next(s for s in self.sides if s.kind == kind)
@@ -322,6 +323,7 @@ class ScenarioResult:
             "title": self.title,
             "mode": self.mode,
             "seconds": round(self.seconds, 1),
+            "claim_timeout_s": self.claim_timeout,
             "events": self.events,
             "sides": [side.as_dict() for side in self.sides],
         }
@@ -497,6 +499,7 @@ class Run:
             end - self.began,
             self.events,
             results,
+            self.mode.claim_timeout,
         )
 
     def _server_log_size(self) -> int:
@@ -583,6 +586,8 @@ class Scenario:
     store_fault: bool = False
     #: Called before each replica starts (a skewed clock, a proxied URL).
     before_start: Callable[[Run, Side, int], None] | None = None
+    #: The replicas' safebeat_claim_timeout in this scenario, if not the mode's.
+    claim_timeout: float | None = None
 
     def prepare(self, run: Run, side: Side, slot: int) -> None:
         if self.before_start is not None:
@@ -597,6 +602,8 @@ def run_scenario(
     seed: int = 0,
 ) -> ScenarioResult:
     """Run one scenario end to end; every process and server it started is stopped."""
+    if scenario.claim_timeout is not None:
+        mode = dataclasses.replace(mode, claim_timeout=scenario.claim_timeout)
     run = Run(scenario, mode, folder, postgres, seed)
     try:
         run.open()
