@@ -21,7 +21,8 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.records import Definition, NewClaim, TickPlan
 from safebeat.stores.base import Store
 from safebeat.stores.django import DjangoStore
-from safebeat.stores.postgres import PostgresStore, statements
+from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.postgres import tick as tick_statements
 from tests import djangosite
 
 LOCK_TIMEOUT = timedelta(seconds=1)
@@ -72,7 +73,7 @@ def freeze_after_writing(store: Store, inside: threading.Event, thaw: threading.
     if hasattr(store, "_load"):  # the Django ORM store reads the states itself
         store._load = frozen(store._load)  # type: ignore[attr-defined]
     else:
-        statements._load = frozen(statements._load)  # type: ignore[attr-defined]
+        tick_statements._load = frozen(tick_statements._load)  # type: ignore[attr-defined]
 
 
 def test_a_replica_frozen_inside_register_holds_up_others_at_most_the_lock_timeout(
@@ -83,7 +84,7 @@ def test_a_replica_frozen_inside_register_holds_up_others_at_most_the_lock_timeo
     time to notice), instead of waiting for the frozen one."""
     live = open_store()
     state = live.register(namespace, [Definition("a", "every 1s", "d1")], LIVE).states["a"]
-    monkeypatch.setattr(statements, "_load", statements._load)  # restored after the test
+    monkeypatch.setattr(tick_statements, "_load", tick_statements._load)  # restored after the test
     inside, thaw = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 
