@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
+
+from celery.utils.dispatch import Signal
 
 from safebeat import signals
 from safebeat.dispatch import Dispatched
@@ -90,38 +93,36 @@ def report_claims(
 
 def announce_tick(sender: object, result: TickResult, namespace: str, replica: str) -> None:
     """Send the signals of a committed tick: windows claimed, taken over and skipped."""
-    for claim in result.claimed:
+
+    def send(signal: Signal, entry: str, window: datetime, **details: Any) -> None:
         signals.send(
-            signals.window_claimed,
+            signal,
             sender,
             namespace=namespace,
-            entry=claim.entry,
-            window=claim.window,
-            task_id=claim.task_id,
+            entry=entry,
+            window=window,
             replica=replica,
+            **details,
         )
+
+    for claim in result.claimed:
+        send(signals.window_claimed, claim.entry, claim.window, task_id=claim.task_id)
     for claim in result.reclaimed:
-        signals.send(
+        send(
             signals.window_republished,
-            sender,
-            namespace=namespace,
-            entry=claim.entry,
-            window=claim.window,
+            claim.entry,
+            claim.window,
             task_id=claim.task_id,
             attempts=claim.attempts,
-            replica=replica,
         )
     for skip in result.plan.skips:
-        signals.send(
+        send(
             signals.window_skipped,
-            sender,
-            namespace=namespace,
-            entry=skip.entry,
-            window=skip.window,
+            skip.entry,
+            skip.window,
             first=skip.first,
             count=skip.count,
             reason=skip.reason,
-            replica=replica,
         )
 
 
