@@ -136,19 +136,9 @@ def trigger(
     _require_registered(store, namespace, entry.name)
     now = store.clock()
     window = now if now.microsecond else now + _MICROSECOND
-    published = _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=[window], reason="trigger"
+    return _publish_and_audit(
+        app, store, namespace, entry, [window], action=AuditAction.TRIGGER, actor=actor, note=note
     )
-    _record(
-        store,
-        namespace,
-        action=AuditAction.TRIGGER,
-        entry=entry.name,
-        published=published,
-        actor=actor,
-        note=note,
-    )
-    return published
 
 
 def backfill(
@@ -169,37 +159,33 @@ def backfill(
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
     found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
-    published = _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=found, reason="backfill"
+    return _publish_and_audit(
+        app, store, namespace, entry, found, action=AuditAction.BACKFILL, actor=actor, note=note
     )
-    _record(
-        store,
-        namespace,
-        action=AuditAction.BACKFILL,
-        entry=entry.name,
-        published=published,
-        actor=actor,
-        note=note,
-    )
-    return published
 
 
-def _record(
+def _publish_and_audit(
+    app: Any,
     store: Store,
     namespace: str,
+    entry: Entry,
+    windows_to_claim: Sequence[datetime],
     *,
     action: AuditAction,
-    entry: str,
-    published: Published,
     actor: str,
     note: str | None,
-) -> None:
-    """Record a trigger or backfill with the windows it claimed (a window that already had
-    a row is not the operator's doing)."""
+) -> Published:
+    """Claim and publish a trigger's or backfill's windows (with reason `action`), and record
+    it with the windows it claimed (a window that already had a row is not the operator's
+    doing)."""
+    published = _claim_and_publish(
+        app, store, namespace, entry, windows_to_claim=windows_to_claim, reason=action.value
+    )
     claimed = [c.window for c in (*published.sent, *published.unsent)]
     claimed += [datetime.fromisoformat(w) for w in published.failed]
-    event = AuditEvent(actor, action, entry, tuple(sorted(claimed)), note or None)
+    event = AuditEvent(actor, action, entry.name, tuple(sorted(claimed)), note or None)
     store.record_audit(namespace, event)
+    return published
 
 
 def backfill_windows(
