@@ -136,7 +136,7 @@ def trigger(
     _require_registered(store, namespace, entry.name)
     now = store.clock()
     window = now if now.microsecond else now + _MICROSECOND
-    return _publish_and_audit(
+    return _claim_publish_and_audit(
         app, store, namespace, entry, [window], action=AuditAction.TRIGGER, actor=actor, note=note
     )
 
@@ -159,33 +159,9 @@ def backfill(
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
     found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
-    return _publish_and_audit(
+    return _claim_publish_and_audit(
         app, store, namespace, entry, found, action=AuditAction.BACKFILL, actor=actor, note=note
     )
-
-
-def _publish_and_audit(
-    app: Any,
-    store: Store,
-    namespace: str,
-    entry: Entry,
-    windows_to_claim: Sequence[datetime],
-    *,
-    action: AuditAction,
-    actor: str,
-    note: str | None,
-) -> Published:
-    """Claim and publish a trigger's or backfill's windows (with reason `action`), and record
-    it with the windows it claimed (a window that already had a row is not the operator's
-    doing)."""
-    published = _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=windows_to_claim, reason=action.value
-    )
-    claimed = [c.window for c in (*published.sent, *published.unsent)]
-    claimed += [datetime.fromisoformat(w) for w in published.failed]
-    event = AuditEvent(actor, action, entry.name, tuple(sorted(claimed)), note or None)
-    store.record_audit(namespace, event)
-    return published
 
 
 def backfill_windows(
@@ -250,15 +226,20 @@ def _require_registered(store: Store, namespace: str, name: str) -> Any:
     return state
 
 
-def _claim_and_publish(
+def _claim_publish_and_audit(
     app: Any,
     store: Store,
     namespace: str,
     entry: Entry,
-    *,
     windows_to_claim: Sequence[datetime],
-    reason: str,
+    *,
+    action: AuditAction,
+    actor: str,
+    note: str | None,
 ) -> Published:
+    """Claim a trigger's or backfill's windows (with reason `action`), publish them, and
+    record the action with the windows it claimed (a window that already had a row is not
+    the operator's doing)."""
     replica = current_replica()
     claims = store.claim_extra(
         namespace,
@@ -267,7 +248,7 @@ def _claim_and_publish(
             for w in windows_to_claim
         ],
         replica=replica,
-        reason=reason,
+        reason=action.value,
     )
     claimed_at = time.monotonic()
     dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica)
@@ -288,9 +269,14 @@ def _claim_and_publish(
         except broker_down:
             pass  # no producer at all: every claim stays claimed, for beat to re-publish
     by_id = {c.id: c for c in claims}
+    failed = {by_id[i].window: error for i, error in dispatched.failed.items()}
+    claimed = sorted([*(c.window for c in (*dispatched.sent, *dispatched.unsent)), *failed])
+    store.record_audit(
+        namespace, AuditEvent(actor, action, entry.name, tuple(claimed), note or None)
+    )
     return Published(
         sent=dispatched.sent,
         unsent=dispatched.unsent,
-        failed={by_id[i].window.isoformat(): error for i, error in dispatched.failed.items()},
+        failed={window.isoformat(): error for window, error in failed.items()},
         already_claimed=len(windows_to_claim) - len(claims),
     )
