@@ -94,36 +94,23 @@ def report_claims(
 def announce_tick(sender: object, result: TickResult, namespace: str, replica: str) -> None:
     """Send the signals of a committed tick: windows claimed, taken over and skipped."""
 
-    def send(signal: Signal, entry: str, window: datetime, **details: Any) -> None:
+    def send(signal: Signal, about: Claim | NewSkip, **details: Any) -> None:
         signals.send(
             signal,
             sender,
             namespace=namespace,
-            entry=entry,
-            window=window,
+            entry=about.entry,
+            window=about.window,
             replica=replica,
             **details,
         )
 
     for claim in result.claimed:
-        send(signals.window_claimed, claim.entry, claim.window, task_id=claim.task_id)
+        send(signals.window_claimed, claim, task_id=claim.task_id)
     for claim in result.reclaimed:
-        send(
-            signals.window_republished,
-            claim.entry,
-            claim.window,
-            task_id=claim.task_id,
-            attempts=claim.attempts,
-        )
+        send(signals.window_republished, claim, task_id=claim.task_id, attempts=claim.attempts)
     for skip in result.plan.skips:
-        send(
-            signals.window_skipped,
-            skip.entry,
-            skip.window,
-            first=skip.first,
-            count=skip.count,
-            reason=skip.reason,
-        )
+        send(signals.window_skipped, skip, first=skip.first, count=skip.count, reason=skip.reason)
 
 
 def report_dispatch(
