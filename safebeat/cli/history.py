@@ -10,7 +10,7 @@ import click
 
 from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
-from safebeat.cli.output import emit_json, fields, table
+from safebeat.cli.output import emit_records, fields
 from safebeat.display import note, span, unknown_entry, when
 from safebeat.overview import empty_namespace
 from safebeat.records import AuditRecord, DispatchRecord
@@ -43,27 +43,26 @@ def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
         if entry not in known:
             raise click.ClickException(unknown_entry(entry, known, config.namespace))
         rows = store.history(config.namespace, entry, limit=limit)
-    if as_json:
-        emit_json([_history_row(r) for r in rows])
-        return
-    click.echo(
-        table(
-            ["window", "status", "replica", "lag", "attempts", "outcome", "runtime", "note"],
-            [
-                [
-                    when(r.window),
-                    r.status.value,
-                    r.replica,
-                    span(None if r.sent_at is None else r.sent_at - r.window),
-                    str(r.attempts),
-                    "-" if r.outcome is None else r.outcome.value,
-                    span(r.runtime),
-                    note(r),
-                ]
-                for r in rows
-            ],
-        )
+    emit_records(
+        as_json,
+        rows,
+        _history_row,
+        ["window", "status", "replica", "lag", "attempts", "outcome", "runtime", "note"],
+        _history_cells,
     )
+
+
+def _history_cells(r: DispatchRecord) -> list[str]:
+    return [
+        when(r.window),
+        r.status.value,
+        r.replica,
+        span(None if r.sent_at is None else r.sent_at - r.window),
+        str(r.attempts),
+        "-" if r.outcome is None else r.outcome.value,
+        span(r.runtime),
+        note(r),
+    ]
 
 
 def _audit_row(r: AuditRecord) -> dict[str, Any]:
@@ -89,16 +88,15 @@ def audit(options: Options, entry: str | None, limit: int, as_json: bool) -> Non
     note: the operator actions from the CLI, the Django admin and the web console."""
     with opened(options) as (config, store):
         records = store.audit(config.namespace, entry, limit=limit)
-    if as_json:
-        emit_json([_audit_row(r) for r in records])
-        return
-    click.echo(
-        table(
-            ["when", "who", "action", "entry", "windows", "note"],
-            [
-                [when(r.at), r.actor, r.action.value, r.entry or "-", _windows_cell(r.windows),
-                 r.note or "-"]
-                for r in records
-            ],
-        )
-    )  # fmt: skip
+    emit_records(
+        as_json,
+        records,
+        _audit_row,
+        ["when", "who", "action", "entry", "windows", "note"],
+        _audit_cells,
+    )
+
+
+def _audit_cells(r: AuditRecord) -> list[str]:
+    windows = _windows_cell(r.windows)
+    return [when(r.at), r.actor, r.action.value, r.entry or "-", windows, r.note or "-"]

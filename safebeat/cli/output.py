@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from safebeat.identity import format_window
+
+R = TypeVar("R")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -45,3 +47,18 @@ def _jsonable(value: Any) -> Any:
 def emit_json(value: Any) -> None:
     """Print `value` as indented JSON: instants as in the store, durations in seconds."""
     click.echo(json.dumps(_jsonable(value), indent=2, sort_keys=True))
+
+
+def emit_records(
+    as_json: bool,
+    records: Sequence[R],
+    json_row: Callable[[R], dict[str, Any]],
+    headers: Sequence[str],
+    cells: Callable[[R], Sequence[str]],
+) -> None:
+    """Print `records`: a JSON list of their `json_row`s with --json, else a table of their
+    `cells` under `headers`."""
+    if as_json:
+        emit_json([json_row(r) for r in records])
+    else:
+        click.echo(table(headers, [cells(r) for r in records]))
