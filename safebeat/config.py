@@ -15,11 +15,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from safebeat.errors import ConfigError, shown
 from safebeat.urls import backend_of, django_alias
 from safebeat.windows import Misfire, Overlap, Policy
+
+_Choice = TypeVar("_Choice", Misfire, Overlap)
 
 logger = logging.getLogger("safebeat.config")
 
@@ -131,20 +133,20 @@ def _boolean(value: object, name: str) -> bool:
     raise ConfigError(f"{name}={shown(value)}: expected true or false")
 
 
-def parse_misfire(value: object, name: str) -> Misfire:
+def _one_of(kind: type[_Choice], value: object, name: str) -> _Choice:
     try:
-        return Misfire(_word(value))
+        return kind(_word(value))
     except ValueError:
-        choices = ", ".join(repr(m.value) for m in Misfire)
+        choices = ", ".join(repr(m.value) for m in kind)
         raise ConfigError(f"{name}={shown(value)}: expected one of {choices}") from None
+
+
+def parse_misfire(value: object, name: str) -> Misfire:
+    return _one_of(Misfire, value, name)
 
 
 def parse_overlap(value: object, name: str) -> Overlap:
-    try:
-        return Overlap(_word(value))
-    except ValueError:
-        choices = ", ".join(repr(o.value) for o in Overlap)
-        raise ConfigError(f"{name}={shown(value)}: expected one of {choices}") from None
+    return _one_of(Overlap, value, name)
 
 
 def _url(value: object, name: str) -> str:

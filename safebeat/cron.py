@@ -29,6 +29,7 @@ from datetime import datetime, timedelta, timezone
 from celery.schedules import crontab
 
 from safebeat.config import Config
+from safebeat.display import BadInstant, parse_instant
 from safebeat.entries import compile_entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.identity import format_window
@@ -136,14 +137,14 @@ def _fields(text: str) -> list[str]:
 def parse_scheduled_time(text: str) -> datetime:
     """Read a scheduled time in RFC 3339 with an offset (the CronJob annotation's form)."""
     try:
-        instant = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise CronError(
-            f"scheduled time {text!r} is not an RFC 3339 time such as 2026-03-02T03:00:00+03:00"
-        ) from None
-    if instant.tzinfo is None:
-        raise CronError(f"scheduled time {text!r} has no offset; add Z (UTC) or one like +03:00")
-    return instant.astimezone(_UTC)
+        return parse_instant(text).astimezone(_UTC)
+    except BadInstant as exc:
+        problem = (
+            "has no offset; add Z (UTC) or one like +03:00"
+            if exc.zoneless
+            else "is not an RFC 3339 time such as 2026-03-02T03:00:00+03:00"
+        )
+        raise CronError(f"scheduled time {text!r} {problem}") from None
 
 
 def job_name_time(name: str) -> datetime:

@@ -14,7 +14,14 @@ from safebeat.stores.base import DispatchRecord, Status
 
 
 class BadInstant(ValueError):
-    """A date or time given by an operator that is no ISO 8601 instant with a zone."""
+    """A date or time given by an operator that is no ISO 8601 instant with a zone.
+
+    `zoneless`: it is a date or time, but names no zone (so no instant).
+    """
+
+    def __init__(self, message: str, *, zoneless: bool = False) -> None:
+        super().__init__(message)
+        self.zoneless = zoneless
 
 
 def one_line(text: str) -> str:
@@ -75,5 +82,7 @@ def parse_instant(value: str) -> datetime:
             f"{value!r} is not an ISO 8601 date or time, e.g. 2026-03-01T06:00:00Z"
         ) from None
     if instant.tzinfo is None:
-        raise BadInstant(f"{value!r} has no time zone; add Z (UTC) or an offset such as +03:00")
+        raise BadInstant(
+            f"{value!r} has no time zone; add Z (UTC) or an offset such as +03:00", zoneless=True
+        )
     return instant

@@ -136,19 +136,9 @@ def trigger(
     _require_registered(store, namespace, entry.name)
     now = store.clock()
     window = now if now.microsecond else now + _MICROSECOND
-    published = _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=[window], reason="trigger"
+    return _claim_publish_and_audit(
+        app, store, namespace, entry, [window], action=AuditAction.TRIGGER, actor=actor, note=note
     )
-    _record(
-        store,
-        namespace,
-        action=AuditAction.TRIGGER,
-        entry=entry.name,
-        published=published,
-        actor=actor,
-        note=note,
-    )
-    return published
 
 
 def backfill(
@@ -169,37 +159,9 @@ def backfill(
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
     found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
-    published = _claim_and_publish(
-        app, store, namespace, entry, windows_to_claim=found, reason="backfill"
+    return _claim_publish_and_audit(
+        app, store, namespace, entry, found, action=AuditAction.BACKFILL, actor=actor, note=note
     )
-    _record(
-        store,
-        namespace,
-        action=AuditAction.BACKFILL,
-        entry=entry.name,
-        published=published,
-        actor=actor,
-        note=note,
-    )
-    return published
-
-
-def _record(
-    store: Store,
-    namespace: str,
-    *,
-    action: AuditAction,
-    entry: str,
-    published: Published,
-    actor: str,
-    note: str | None,
-) -> None:
-    """Record a trigger or backfill with the windows it claimed (a window that already had
-    a row is not the operator's doing)."""
-    claimed = [c.window for c in (*published.sent, *published.unsent)]
-    claimed += [datetime.fromisoformat(w) for w in published.failed]
-    event = AuditEvent(actor, action, entry, tuple(sorted(claimed)), note or None)
-    store.record_audit(namespace, event)
 
 
 def backfill_windows(
@@ -264,15 +226,20 @@ def _require_registered(store: Store, namespace: str, name: str) -> Any:
     return state
 
 
-def _claim_and_publish(
+def _claim_publish_and_audit(
     app: Any,
     store: Store,
     namespace: str,
     entry: Entry,
-    *,
     windows_to_claim: Sequence[datetime],
-    reason: str,
+    *,
+    action: AuditAction,
+    actor: str,
+    note: str | None,
 ) -> Published:
+    """Claim a trigger's or backfill's windows (with reason `action`), publish them, and
+    record the action with the windows it claimed (a window that already had a row is not
+    the operator's doing)."""
     replica = current_replica()
     claims = store.claim_extra(
         namespace,
@@ -281,7 +248,7 @@ def _claim_and_publish(
             for w in windows_to_claim
         ],
         replica=replica,
-        reason=reason,
+        reason=action.value,
     )
     claimed_at = time.monotonic()
     dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica)
@@ -302,9 +269,14 @@ def _claim_and_publish(
         except broker_down:
             pass  # no producer at all: every claim stays claimed, for beat to re-publish
     by_id = {c.id: c for c in claims}
+    failed = {by_id[i].window: error for i, error in dispatched.failed.items()}
+    claimed = sorted([*(c.window for c in (*dispatched.sent, *dispatched.unsent)), *failed])
+    store.record_audit(
+        namespace, AuditEvent(actor, action, entry.name, tuple(claimed), note or None)
+    )
     return Published(
         sent=dispatched.sent,
         unsent=dispatched.unsent,
-        failed={by_id[i].window.isoformat(): error for i, error in dispatched.failed.items()},
+        failed={window.isoformat(): error for window, error in failed.items()},
         already_claimed=len(windows_to_claim) - len(claims),
     )

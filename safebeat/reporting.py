@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
+
+from celery.utils.dispatch import Signal
 
 from safebeat import signals
 from safebeat.dispatch import Dispatched
@@ -90,39 +93,24 @@ def report_claims(
 
 def announce_tick(sender: object, result: TickResult, namespace: str, replica: str) -> None:
     """Send the signals of a committed tick: windows claimed, taken over and skipped."""
+
+    def send(signal: Signal, about: Claim | NewSkip, **details: Any) -> None:
+        signals.send(
+            signal,
+            sender,
+            namespace=namespace,
+            entry=about.entry,
+            window=about.window,
+            replica=replica,
+            **details,
+        )
+
     for claim in result.claimed:
-        signals.send(
-            signals.window_claimed,
-            sender,
-            namespace=namespace,
-            entry=claim.entry,
-            window=claim.window,
-            task_id=claim.task_id,
-            replica=replica,
-        )
+        send(signals.window_claimed, claim, task_id=claim.task_id)
     for claim in result.reclaimed:
-        signals.send(
-            signals.window_republished,
-            sender,
-            namespace=namespace,
-            entry=claim.entry,
-            window=claim.window,
-            task_id=claim.task_id,
-            attempts=claim.attempts,
-            replica=replica,
-        )
+        send(signals.window_republished, claim, task_id=claim.task_id, attempts=claim.attempts)
     for skip in result.plan.skips:
-        signals.send(
-            signals.window_skipped,
-            sender,
-            namespace=namespace,
-            entry=skip.entry,
-            window=skip.window,
-            first=skip.first,
-            count=skip.count,
-            reason=skip.reason,
-            replica=replica,
-        )
+        send(signals.window_skipped, skip, first=skip.first, count=skip.count, reason=skip.reason)
 
 
 def report_dispatch(

@@ -100,8 +100,9 @@ def guard_for(settings: Mapping[str, Any] | Config | None, fail_open: object) ->
     return Guard(config, fail_open)
 
 
-class ThreadPoolExecutor(pool.ThreadPoolExecutor):  # type: ignore[misc] # APScheduler is untyped
-    """APScheduler's `ThreadPoolExecutor`, claiming each run time before running it."""
+class _Claiming:
+    """What both executors add to APScheduler's pool executor (next in the MRO): the guard
+    made of `settings` and `fail_open`, and the claim before each run."""
 
     def __init__(
         self,
@@ -112,27 +113,20 @@ class ThreadPoolExecutor(pool.ThreadPoolExecutor):  # type: ignore[misc] # APSch
         fail_open: bool = False,
     ) -> None:
         self.guard = guard_for(settings, fail_open)
-        super().__init__(max_workers, pool_kwargs)
+        super().__init__(max_workers, pool_kwargs)  # type: ignore[call-arg] # the pool executor
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         _submit(self, job, run_times)
 
 
-class ProcessPoolExecutor(pool.ProcessPoolExecutor):  # type: ignore[misc] # APScheduler is untyped
+class ThreadPoolExecutor(_Claiming, pool.ThreadPoolExecutor):  # type: ignore[misc] # untyped base
+    """APScheduler's `ThreadPoolExecutor`, claiming each run time before running it."""
+
+
+class ProcessPoolExecutor(_Claiming, pool.ProcessPoolExecutor):  # type: ignore[misc] # untyped base
     """APScheduler's `ProcessPoolExecutor`, claiming each run time (in the pool's process)."""
 
     _pool: Any
-
-    def __init__(
-        self,
-        max_workers: int = 10,
-        pool_kwargs: Mapping[str, Any] | None = None,
-        *,
-        settings: Mapping[str, Any] | Config | None = None,
-        fail_open: bool = False,
-    ) -> None:
-        self.guard = guard_for(settings, fail_open)
-        super().__init__(max_workers, pool_kwargs)
 
     def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from safebeat.cli_context import Options
+from safebeat.cli.context import Options
 from safebeat.web.console import Console
 from safebeat.web.routes import build
 from safebeat.web.security import Credentials, Csrf, is_loopback

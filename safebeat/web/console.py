@@ -18,7 +18,7 @@ from typing import Any
 
 from safebeat import doctor, operations
 from safebeat.app_schedule import Schedule
-from safebeat.cli_context import Options, choose_namespace, open_store
+from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
@@ -109,7 +109,7 @@ class Console:
     def open(self) -> tuple[Config, Store]:
         """The settings (namespace chosen) and the store; opened once, on first use.
 
-        Raise NoStore or NamespaceUnknown (safebeat.cli_context) as the CLI would.
+        Raise NoStore or NamespaceUnknown (safebeat.cli.context) as the CLI would.
         """
         with self._lock:
             if self._opened is None:

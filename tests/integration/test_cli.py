@@ -570,7 +570,7 @@ def test_an_unexpected_error_is_one_line_unless_traceback_is_asked(
     def fail(*args: object, **kwargs: object) -> None:
         raise ValueError("something nobody foresaw")
 
-    monkeypatch.setattr("safebeat.cli.entry_statuses", fail)
+    monkeypatch.setattr("safebeat.cli.status.entry_statuses", fail)
     result = cli("--url", filled, "--namespace", namespace, "status")
     assert result.exit_code == 1
     line = one_error_line(result)

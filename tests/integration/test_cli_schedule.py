@@ -110,7 +110,7 @@ def test_plan_and_prune_orphans_count_an_added_entry_as_defined(
     """Once beat registered an added entry, plan reports no change and prune --orphans keeps
     its state: it is defined, in the store rather than in code."""
     from safebeat import Scheduler
-    from safebeat.cli_app import load_app
+    from safebeat.cli.app import load_app
 
     assert (
         cli("-A", app_module, "schedule", "add", "poll", "ops.poll", "--every", "30s").exit_code

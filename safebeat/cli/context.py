@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from safebeat.app_schedule import Schedule, beat_schedule
-from safebeat.cli_app import load_app
+from safebeat.cli.app import load_app
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
 from safebeat.overview import listed

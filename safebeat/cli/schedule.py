@@ -18,8 +18,10 @@ from typing import Any
 import click
 
 from safebeat import schedules
-from safebeat.cli import UsageProblem, _emit_json, _opened, _require_app, _store_options, _table
-from safebeat.cli_context import Options
+from safebeat.cli.context import Options
+from safebeat.cli.errors import UsageProblem
+from safebeat.cli.options import opened, require_app, store_options
+from safebeat.cli.output import emit_json, table
 from safebeat.runtime import describe_spec, encode
 
 
@@ -55,7 +57,7 @@ def _json_option(value: str | None, option: str, kind: type) -> Any:
     "--options", "options_json", metavar="JSON", help='Send options, a JSON object ("queue", ...).'
 )
 @click.option("--replace", is_flag=True, help="Replace an entry added before (else refused).")
-@_store_options
+@store_options
 @click.pass_obj
 def add(
     options: Options,
@@ -75,7 +77,7 @@ def add(
 
     Every replica of `celery beat -S safebeat.Scheduler` runs it within about a second.
     """
-    _require_app(options, "schedule add", "checks the name against the app's beat_schedule")
+    require_app(options, "schedule add", "checks the name against the app's beat_schedule")
     given = [value for value in (every, cron, at) if value is not None]
     if len(given) != 1:
         raise UsageProblem("give exactly one of --every, --crontab and --at")
@@ -90,7 +92,7 @@ def add(
         kwargs=_json_option(kwargs_json, "--kwargs", dict),
         options=send_options,
     )
-    with _opened(options, create=True) as (config, store):
+    with opened(options, create=True) as (config, store):
         if config.auto_migrate:
             store.migrate()
         stored = schedules.save(options.app, config, store, name, spec, replace=replace)
@@ -118,14 +120,14 @@ def _schedule(every: str | None, cron: str | None, at: str | None) -> object:
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@_store_options
+@store_options
 @click.pass_obj
 def list_command(options: Options, as_json: bool) -> None:
     """List the entries added at run time in the namespace."""
-    with _opened(options) as (config, store):
+    with opened(options) as (config, store):
         specs = store.runtime_entries(config.namespace)
     if as_json:
-        _emit_json([{"name": n, **json.loads(s)} for n, s in sorted(specs.items())])
+        emit_json([{"name": n, **json.loads(s)} for n, s in sorted(specs.items())])
         return
     if not specs:
         click.echo(f"no entries added at run time in namespace {config.namespace!r}")
@@ -134,16 +136,16 @@ def list_command(options: Options, as_json: bool) -> None:
         [name, json.loads(text).get("task", "?"), describe_spec(text)]
         for name, text in sorted(specs.items())
     ]
-    click.echo(_table(["entry", "task", "schedule"], rows))
+    click.echo(table(["entry", "task", "schedule"], rows))
 
 
 @schedule.command("remove")
 @click.argument("name")
-@_store_options
+@store_options
 @click.pass_obj
 def remove(options: Options, name: str) -> None:
     """Remove entry NAME, added at run time; its history stays."""
-    with _opened(options) as (config, store):
+    with opened(options) as (config, store):
         removed = store.delete_runtime_entry(config.namespace, name)
     if not removed:
         raise click.ClickException(

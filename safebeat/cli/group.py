@@ -1,0 +1,78 @@
+"""The `safebeat` commands, by name and module: one table for `safebeat` and `celery safebeat`.
+
+A command's module is imported when the command runs or `--help` lists it, so `celery`
+(which loads `safebeat.celery_command` whenever it starts, for a worker too) and a
+liveness probe running `safebeat health` import only what they use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from safebeat.cli.errors import invoke_with_one_line_errors
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: Each command's name, and the module (in safebeat.cli) and function that define it.
+COMMANDS = {
+    "audit": ("history", "audit"),
+    "backfill": ("operate", "backfill"),
+    "doctor": ("upkeep", "doctor_command"),
+    "exec": ("exec_command", "exec_command"),
+    "health": ("status", "health"),
+    "history": ("history", "history"),
+    "migrate": ("upkeep", "migrate"),
+    "pause": ("operate", "pause"),
+    "plan": ("plan", "plan_command"),
+    "prune": ("upkeep", "prune"),
+    "resume": ("operate", "resume"),
+    "schedule": ("schedule", "schedule"),
+    "status": ("status", "status"),
+    "trigger": ("operate", "trigger"),
+    "web": ("web", "web"),
+}
+
+
+class Commands(click.Group):
+    """The commands of COMMANDS, loaded on first use; every error is one line, unless
+    --traceback asks for the trace."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, name = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f"safebeat.cli.{module}"), name)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"safebeat.cli.{module}.{name} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return invoke_with_one_line_errors(ctx, lambda: super(Commands, self).invoke(ctx))
+
+
+def global_options(group: F) -> F:
+    """The options of `safebeat` that `celery safebeat` takes too (celery has its own -A)."""
+    for option in reversed(
+        [
+            click.option(
+                "--url", help="Store URL; overrides safebeat_url and $SAFEBEAT_URL.", metavar="URL"
+            ),
+            click.option(
+                "--namespace", help="Namespace; overrides safebeat_namespace.", metavar="NAME"
+            ),
+            click.option(
+                "--traceback",
+                is_flag=True,
+                help="Show the traceback of an unexpected error (also SAFEBEAT_DEBUG=1).",
+            ),
+        ]
+    ):
+        group = option(group)
+    return group

@@ -1,0 +1,162 @@
+"""`safebeat status` (every entry and replica) and `safebeat health` (a liveness probe)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+import click
+
+from safebeat.app_schedule import Schedule
+from safebeat.cli.context import Options
+from safebeat.cli.options import opened, store_options
+from safebeat.cli.output import emit_json, fields, table
+from safebeat.config import parse_duration
+from safebeat.deploy_preview import RUN_OUTSIDE_CELERY
+from safebeat.display import span, when
+from safebeat.errors import ConfigError
+from safebeat.overview import (
+    EntryStatus,
+    ReplicaStatus,
+    empty_namespace,
+    entry_statuses,
+    replica_statuses,
+)
+
+
+def _status_row(s: EntryStatus) -> dict[str, Any]:
+    return {
+        "entry": s.name,
+        "last_sent_window": None if s.last_sent is None else s.last_sent.window,
+        **fields(
+            s,
+            "schedule next_window last_window sent_by lag last_outcome last_success "
+            "running_since skipped_recently paused paused_until pause_note",
+        ),
+    }
+
+
+def _replica_row(r: ReplicaStatus) -> dict[str, Any]:
+    return {
+        **fields(r.record, "replica version started_at heartbeat_at"),
+        "live": r.live,
+        "heartbeat_age": r.age,
+        "entries": len(r.record.definitions),
+    }
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@store_options
+@click.pass_obj
+def status(options: Options, as_json: bool) -> None:
+    """Every entry (next and last window, who sent it, lag, outcome) and the replicas."""
+    with opened(options) as (config, store):
+        schedule = options.schedule(config, store)
+        statuses = entry_statuses(
+            store, config.namespace, None if schedule is None else schedule.entries
+        )
+        if not statuses:
+            raise click.ClickException(empty_namespace(store, config.namespace))
+        replicas = replica_statuses(store, config.namespace)
+    broken = {} if schedule is None else schedule.broken
+    if as_json:
+        emit_json(
+            {
+                "store": store.display_url,
+                "namespace": config.namespace,
+                "entries": [_status_row(s) for s in statuses],
+                "broken": [{"entry": n, "problem": e.problem} for n, e in sorted(broken.items())],
+                "replicas": [_replica_row(r) for r in replicas],
+            }
+        )
+        return
+    click.echo(f"store {store.display_url}, namespace {config.namespace!r}\n")
+    click.echo(
+        table(
+            ["entry", "schedule", "next window", "last sent", "sent by", "lag", "outcome",
+             "last success", "running since"],
+            [
+                [
+                    s.name + (f" ({s.pause_text})" if s.paused else ""),
+                    s.schedule,
+                    _next_cell(s, schedule),
+                    when(None if s.last_sent is None else s.last_sent.window),
+                    s.sent_by or "-",
+                    span(s.lag),
+                    "-" if s.last_outcome is None else s.last_outcome.value,
+                    when(s.last_success),
+                    when(s.running_since),
+                ]
+                for s in statuses
+            ],
+        )
+    )  # fmt: skip
+    if broken:
+        click.echo("\nbroken entries (beat skips them):")
+        for name, error in sorted(broken.items()):
+            click.echo(f"  {name}: {error.problem}")
+    click.echo("\nreplicas:")
+    click.echo(
+        table(
+            ["replica", "state", "version", "started", "heartbeat age"],
+            [
+                [
+                    r.record.replica,
+                    "live" if r.live else "dead",
+                    r.record.version,
+                    when(r.record.started_at),
+                    span(r.age),
+                ]
+                for r in replicas
+            ],
+        )
+    )
+
+
+def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
+    if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
+        return "(needs -A)"
+    if schedule is not None and s.name in schedule.broken:
+        return "(broken)"
+    return when(s.next_window)
+
+
+@click.command()
+@click.option("--any", "any_replica", is_flag=True, help="Pass if any replica is alive.")
+@click.option(
+    "--max-age",
+    default="30s",
+    show_default=True,
+    help="Oldest heartbeat that counts as alive (3 missed heartbeats by default).",
+)
+@store_options
+@click.pass_obj
+def health(options: Options, any_replica: bool, max_age: str) -> None:
+    """Exit 0 if a replica on this host (or any, with --any) heartbeated within --max-age.
+
+    For liveness probes: run it in the container that runs beat.
+    """
+    try:
+        limit = parse_duration(max_age, "--max-age")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    host = socket.gethostname()
+    with opened(options) as (config, store):
+        replicas = replica_statuses(store, config.namespace)
+    mine = replicas if any_replica else [r for r in replicas if r.record.host == host]
+    fresh = [r for r in mine if r.age <= limit]
+    if fresh:
+        best = min(fresh, key=lambda r: r.age)
+        click.echo(f"ok: {best.record.replica} heartbeated {span(best.age)} ago")
+        return
+    where = "any host" if any_replica else f"host {host!r}"
+    last = min(mine, key=lambda r: r.age, default=None)
+    seen = f"; the latest was {span(last.age)} ago" if last else ""
+    click.echo(
+        f"unhealthy: no replica of namespace {config.namespace!r} on {where} heartbeated "
+        f"within {span(limit)}{seen}",
+        err=True,
+    )
+    sys.exit(1)

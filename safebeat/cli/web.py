@@ -1,0 +1,100 @@
+"""`safebeat web`: serve the web console (the `web` extra)."""
+
+from __future__ import annotations
+
+import click
+
+from safebeat.cli.context import Options
+from safebeat.cli.errors import UsageProblem
+from safebeat.cli.options import opened, store_options
+
+
+def _bind(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(
+            f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:8765", param_hint="--bind"
+        )
+    return host.strip("[]"), int(port)
+
+
+@click.command()
+@click.option(
+    "--bind",
+    default="127.0.0.1:8765",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to serve. Another address than loopback needs --token or --user/--password.",
+)
+@click.option(
+    "--token",
+    envvar="SAFEBEAT_WEB_TOKEN",
+    metavar="TOKEN",
+    help="Require this token: `Authorization: Bearer TOKEN`, or as the basic-auth password "
+    "[env: SAFEBEAT_WEB_TOKEN].",
+)
+@click.option(
+    "--user",
+    envvar="SAFEBEAT_WEB_USER",
+    metavar="NAME",
+    help="Require HTTP basic auth with this user name [env: SAFEBEAT_WEB_USER].",
+)
+@click.option(
+    "--password",
+    envvar="SAFEBEAT_WEB_PASSWORD",
+    metavar="PASSWORD",
+    help="The basic-auth password of --user [env: SAFEBEAT_WEB_PASSWORD].",
+)
+@click.option(
+    "--read-only",
+    is_flag=True,
+    envvar="SAFEBEAT_WEB_READ_ONLY",
+    help="Show everything, change nothing: no pause, resume, trigger or backfill.",
+)
+@store_options
+@click.pass_obj
+def web(
+    options: Options,
+    *,
+    bind: str,
+    token: str | None,
+    user: str | None,
+    password: str | None,
+    read_only: bool,
+) -> None:
+    """Serve the web console: entries, history, replicas, doctor; pause, trigger, backfill.
+
+    Needs the `web` extra (pip install "safebeat[web]"); trigger and backfill need -A.
+    """
+    host, port = _bind(bind)
+    try:
+        import uvicorn  # noqa: PLC0415 - the web extra is optional
+
+        from safebeat import web as console  # noqa: PLC0415
+    except ImportError as exc:
+        raise click.ClickException(
+            f'safebeat web needs the web extra ({exc.name} is missing): pip install "safebeat[web]"'
+        ) from exc
+    try:
+        credentials = console.Credentials(token=token or None, username=user, password=password)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from exc
+    if not credentials.required and not console.is_loopback(host):
+        raise UsageProblem(
+            f"--bind {bind} is reachable from other machines, and the console pauses and "
+            "triggers entries: give --token (or SAFEBEAT_WEB_TOKEN) or --user and --password, "
+            "or bind 127.0.0.1"
+        )
+    options.app  # noqa: B018 - import the app now: a bad -A is an error before serving
+    application = console.app(
+        options.app,
+        url=options.url,
+        namespace=options.namespace,
+        read_only=read_only,
+        credentials=credentials,
+    )
+    with opened(options) as (config, store):  # fail now, in one line, not at the first page
+        where = f"{store.display_url}, namespace {config.namespace!r}"
+    mode = "read-only" if read_only else "read-write"
+    click.echo(f"safebeat web: {where} ({mode}) on http://{bind}/", err=True)
+    uvicorn.run(application, host=host, port=port, log_level="warning")
