@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -23,14 +23,13 @@ from safebeat.records import (
     Registration,
     TickPlan,
     fence,
-    released_age,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.admin import DjangoOrmAdmin
 from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
-from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
+from safebeat.stores.ticking import Release, SteppedTick, TickLockBusy, TickSteps
 
 
 class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
@@ -249,13 +248,11 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
             for i, entry, window, task_id, attempts in stale
         ]
 
-    def record_publish(
+    def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
     ) -> None:
         from django.db.models import Case, F, TextField, Value, When  # noqa: PLC0415
 
-        if not sent and not failed:
-            return
         m = django_models(self.alias)
         with (
             self._boundary("record publishing") as connection,
@@ -275,21 +272,12 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
                     ),
                 )
 
-    def release_claims(
-        self,
-        namespace: str,
-        claims: Sequence[Claim],
-        *,
-        replica: Replica,
-        timeout: timedelta,
-    ) -> int:
+    def _release_claims(self, namespace: str, release: Release) -> int:
         from django.db.models import Q  # noqa: PLC0415
 
-        if not claims:
-            return 0
         by_attempts: dict[int, list[int]] = {}
-        for claim in claims:
-            by_attempts.setdefault(claim.attempts, []).append(claim.id)
+        for row_id, attempts in release.attempts.items():
+            by_attempts.setdefault(attempts, []).append(row_id)
         this_attempt = Q()
         for attempts, ids in by_attempts.items():
             this_attempt |= Q(id__in=ids, attempts=attempts)
@@ -298,10 +286,10 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
             self._boundary("hand back unsent claims") as connection,
             vendors.write(connection, bound=self._lock_timeout),
         ):
-            claimed_at = vendors.clock(connection) - released_age(timeout)
+            claimed_at = vendors.clock(connection) - release.age
             return int(
                 m.Dispatch.objects.using(self.alias)
-                .filter(this_attempt, status="claimed", replica=replica.id)
+                .filter(this_attempt, status="claimed", replica=release.replica)
                 .update(claimed_at=claimed_at)
             )
 
