@@ -24,10 +24,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
         from django.db.models import F  # noqa: PLC0415
 
         m = django_models(self.alias)
-        with (
-            self._boundary("record the start of an execution") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("record the start of an execution") as connection:
             rows = m.Dispatch.objects.using(self.alias)
             if exclusive:
                 # Starts of one forbid entry queue on its entry row, so two windows
@@ -108,10 +105,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
         changes: dict[str, object] = {"outcome": end.outcome.value, "runtime": end.runtime}
         if end.detail is not None:
             changes["error"] = end.detail
-        with (
-            self._boundary("record the end of an execution") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("record the end of an execution") as connection:
             now = vendors.clock(connection)
             m.Dispatch.objects.using(self.alias).filter(**_held_by(namespace, run)).update(
                 finished_at=now, **changes
@@ -148,10 +142,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
 
     def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
         m = django_models(self.alias)
-        with (
-            self._boundary("release an effect key") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("release an effect key"):
             deleted, _ = (
                 m.Effect.objects.using(self.alias)
                 .filter(namespace=namespace, key=key, owner=owner)
