@@ -11,7 +11,7 @@ from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.executions import DecidedStart, ExecutionRow
+from safebeat.stores.executions import DecidedStart, ExecutionRow, start_columns
 
 
 class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
@@ -71,23 +71,12 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 recorded_retries,
                 other_run_alive,
                 start=lambda lease_until: rows.filter(id=row_id).update(
-                    started_at=now,
-                    lease_until=lease_until,
-                    worker=run.worker,
-                    retries=run.retries,
-                    finished_at=None,
-                    outcome=None,
-                    runtime=None,
-                    runs=F("runs") + 1,
+                    **start_columns(run, now, lease_until), runs=F("runs") + 1
                 ),
                 duplicate=lambda: rows.filter(id=row_id).update(duplicates=F("duplicates") + 1),
             )
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
-        if not runs:
-            return 0
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         m = django_models(self.alias)
         with (
             self._boundary("renew execution leases") as connection,
