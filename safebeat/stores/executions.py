@@ -1,4 +1,6 @@
-"""`start_execution` written once for the stores that decide it in Python.
+"""The worker hook's side of a store written once: `ExecutionAdapter` states
+`start_execution` and `renew_executions` over one hook each, and `DecidedStart` is
+`start_execution` for the stores that decide it in Python.
 
 The rule is `records.decide_start`; the flow around it is here: under the window's row
 lock, no dispatched row means UNKNOWN, a duplicate is counted, a run or a takeover is
@@ -9,11 +11,11 @@ and Redis decide inside the server in one round trip by the same rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from safebeat.records import LeasedRun, Start, decide_start
 
@@ -39,6 +41,52 @@ class ExecutionRow:
     duplicate: Callable[[], object]
 
 
+def start_columns(run: LeasedRun, now: datetime, lease_until: datetime) -> dict[str, Any]:
+    """The columns that record the start of `run` at store `now` (`runs` grows by one
+    beside them, as each backend counts)."""
+    return {
+        "started_at": now,
+        "lease_until": lease_until,
+        "worker": run.worker,
+        "retries": run.retries,
+        "finished_at": None,
+        "outcome": None,
+        "runtime": None,
+    }
+
+
+class _ExecutionHooks(Protocol):
+    def _start_execution(
+        self, namespace: str, run: LeasedRun, lease: timedelta, exclusive: bool
+    ) -> Start:
+        """Decide and record the start of `run` (see `ExecutionStore.start_execution`)."""
+        ...
+
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
+        """Extend the leases of `runs` (never empty) that still hold their rows."""
+        ...
+
+
+class ExecutionAdapter:
+    """`ExecutionStore.start_execution` and `renew_executions` (see `stores/base.py`) for a
+    store that provides `_start_execution` and `_renew_executions`."""
+
+    def start_execution(
+        self: _ExecutionHooks,
+        namespace: str,
+        run: LeasedRun,
+        *,
+        lease: timedelta,
+        exclusive: bool = False,
+    ) -> Start:
+        return self._start_execution(namespace, run, lease, exclusive)
+
+    def renew_executions(
+        self: _ExecutionHooks, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
+    ) -> int:
+        return self._renew_executions(namespace, runs, lease) if runs else 0
+
+
 class _LocksExecutionRows(Protocol):
     def _execution_row(
         self, namespace: str, run: LeasedRun, *, exclusive: bool
@@ -50,16 +98,11 @@ class _LocksExecutionRows(Protocol):
         ...
 
 
-class DecidedStart:
-    """`ExecutionStore.start_execution` for a store that provides `_execution_row`."""
+class DecidedStart(ExecutionAdapter):
+    """`start_execution` decided in Python, for a store that provides `_execution_row`."""
 
-    def start_execution(
-        self: _LocksExecutionRows,
-        namespace: str,
-        run: LeasedRun,
-        *,
-        lease: timedelta,
-        exclusive: bool = False,
+    def _start_execution(
+        self: _LocksExecutionRows, namespace: str, run: LeasedRun, lease: timedelta, exclusive: bool
     ) -> Start:
         with self._execution_row(namespace, run, exclusive=exclusive) as row:
             if row is None:

@@ -1,19 +1,20 @@
-"""The tick sequence, written once for the stores that run it step by step.
+"""Beat's side of a store written once: `tick`, `record_publish` and `release_claims` as
+`TickAdapter` states them, over one narrow hook each that a backend fills with its I/O.
 
-In one transaction that holds the namespace's tick lock: read the store's clock, load
-the states of the due entries, call the planner, insert the claims and skips under the
-unique key, advance the states, take over stale claims (on the periodic pass), commit.
-The memory, SQLite and Django ORM stores give `SteppedTick` their transaction and
-steps; PostgreSQL and Redis run the same sequence in two server round trips each
-(`postgres.tick._tick`, Redis's `begin_tick` and `finish_tick` scripts).
+The tick sequence: in one transaction that holds the namespace's tick lock, read the
+store's clock, load the states of the due entries, call the planner, insert the claims
+and skips under the unique key, advance the states, take over stale claims (on the
+periodic pass), commit. The memory, SQLite and Django ORM stores give `SteppedTick`
+their transaction and steps; PostgreSQL and Redis run the same sequence in two server
+round trips each (`postgres.tick._tick`, Redis's `begin_tick` and `finish_tick` scripts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from safebeat.identity import Replica
@@ -24,12 +25,92 @@ from safebeat.records import (
     Reclaim,
     TickPlan,
     TickResult,
+    released_age,
     states_after,
 )
 
 
 class TickLockBusy(Exception):
     """Another replica holds the namespace's tick lock: this tick writes nothing."""
+
+
+@dataclass(frozen=True)
+class TickCall:
+    """One call of `TickStore.tick`, as a backend's `_tick` receives it."""
+
+    namespace: str
+    names: list[str]
+    planner: Planner
+    replica: Replica
+    reclaim: Reclaim | None
+
+
+@dataclass(frozen=True)
+class Release:
+    """One call of `TickStore.release_claims`, prepared: the rows to hand back (id and the
+    attempts the claim was made with), by which replica, and how far before store now
+    their `claimed_at` goes (`records.released_age`)."""
+
+    replica: str
+    age: timedelta
+    attempts: Mapping[int, int]  # row id -> the claim's attempts
+
+    @property
+    def ids(self) -> list[int]:
+        return list(self.attempts)
+
+
+class _TickHooks(Protocol):
+    def _tick(self, call: TickCall) -> TickResult | None:
+        """Run the tick sequence; None if another replica holds the lock."""
+        ...
+
+    def _record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        """Mark `sent` (never empty together with `failed`) sent at store now and `failed`
+        failed, each only while still `claimed`."""
+        ...
+
+    def _release_claims(self, namespace: str, release: Release) -> int:
+        """Set `claimed_at` of the rows of `release` (never empty) still claimed by its
+        replica with their attempts to store now minus its age; return how many."""
+        ...
+
+
+class TickAdapter:
+    """`TickStore.tick`, `record_publish` and `release_claims` (see `stores/base.py`) for a
+    store that provides `_tick`, `_record_publish` and `_release_claims`."""
+
+    def tick(
+        self: _TickHooks,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        reclaim: Reclaim | None = None,
+    ) -> TickResult | None:
+        return self._tick(TickCall(namespace, list(names), planner, replica, reclaim))
+
+    def record_publish(
+        self: _TickHooks, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        if sent or failed:
+            self._record_publish(namespace, sent, failed)
+
+    def release_claims(
+        self: _TickHooks,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        if not claims:
+            return 0
+        attempts = {claim.id: claim.attempts for claim in claims}
+        return self._release_claims(namespace, Release(replica.id, released_age(timeout), attempts))
 
 
 @dataclass(frozen=True)
@@ -52,25 +133,17 @@ class _SteppedStore(Protocol):
         ...
 
 
-class SteppedTick:
-    """`TickStore.tick` for a store that provides `_tick_transaction`."""
+class SteppedTick(TickAdapter):
+    """The tick sequence step by step, for a store that provides `_tick_transaction`."""
 
-    def tick(
-        self: _SteppedStore,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
+    def _tick(self: _SteppedStore, call: TickCall) -> TickResult | None:
         try:
-            with self._tick_transaction(namespace, replica) as steps:
-                states = steps.load(names)
-                plan = planner(steps.now, states)
+            with self._tick_transaction(call.namespace, call.replica) as steps:
+                states = steps.load(call.names)
+                plan = call.planner(steps.now, states)
                 claimed = steps.insert(plan)
                 steps.advance(plan.advances)
-                reclaimed = [] if reclaim is None else steps.reclaim(reclaim)
+                reclaimed = [] if call.reclaim is None else steps.reclaim(call.reclaim)
         except TickLockBusy:
             return None
         return TickResult(steps.now, states_after(states, plan), claimed, reclaimed, plan)

@@ -1,11 +1,9 @@
 """The Django store's database: one alias, its error boundary, its migrations.
 
-`DjangoStore(url)` opens the implementation that fits the alias's database, chosen once
-when the store is opened: on PostgreSQL through psycopg 3, `DjangoPostgresStore` (the
-`postgresql://` store's statements on Django's connection, `safebeat.stores.django.
-postgres`); everywhere else `DjangoOrmStore` (ORM queries, `safebeat.stores.django.orm`).
-Both are this class underneath: the alias, the boundary that maps `django.db` errors onto
-safebeat's, and the check that the app's migrations are applied.
+Both implementations (`DjangoPostgresStore`, `DjangoOrmStore`; `opening.py` picks one
+when the store is opened) are `DjangoDatabase` underneath: the alias, the boundary that
+maps `django.db` errors onto safebeat's, and the check that the app's migrations are
+applied.
 """
 
 from __future__ import annotations
@@ -13,22 +11,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from safebeat.errors import StoreError, StoreUnavailable
-from safebeat.stores.base import StoreCheck
+from safebeat.stores.base import Store, StoreCheck
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, known_migrations, migration_state
 from safebeat.urls import django_alias
 
-if TYPE_CHECKING:
-    from typing import TypeAlias
 
-    from safebeat.stores.django.orm import DjangoOrmStore
-    from safebeat.stores.django.postgres import DjangoPostgresStore
+class OpenedDjangoStore(Store, Protocol):
+    """What opening a Django store gives: a `Store` on the alias's database."""
 
-    #: What opening a Django store gives: a `Store` on the alias's database.
-    OpenedDjangoStore: TypeAlias = DjangoOrmStore | DjangoPostgresStore
+    alias: str
 
 
 def alias_of(url: str) -> str:
@@ -39,28 +34,8 @@ def alias_of(url: str) -> str:
     return django_alias(url)
 
 
-def open_django_store(
-    url: str = "django://",
-    *,
-    lock_timeout: timedelta = timedelta(seconds=5),
-    tick_lock_wait: timedelta = timedelta(milliseconds=100),
-) -> DjangoOrmStore | DjangoPostgresStore:
-    """Return the Django store for `url`, its implementation chosen by the alias's database.
-
-    Reads the alias's settings (setting Django up if needed; StoreError naming what is
-    missing) but does not connect.
-    """
-    alias = alias_of(url)
-    if vendors.runs_postgres_statements(_connection_of(alias)):
-        from safebeat.stores.django.postgres import DjangoPostgresStore  # noqa: PLC0415
-
-        return DjangoPostgresStore(url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
-    from safebeat.stores.django.orm import DjangoOrmStore  # noqa: PLC0415
-
-    return DjangoOrmStore(url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
-
-
-def _connection_of(alias: str) -> Any:
+def connection_of(alias: str) -> Any:
+    """The alias's Django connection (StoreError naming what Django lacks); no connecting."""
     django_models(alias)  # raises StoreError naming what Django lacks
     from django.db import connections  # noqa: PLC0415
 
@@ -69,14 +44,8 @@ def _connection_of(alias: str) -> Any:
     return connection
 
 
-class DjangoStore:
-    """A Django store on one database alias; `DjangoStore(url)` gives the implementation
-    that fits its database (see `open_django_store`)."""
-
-    def __new__(cls, url: str = "django://", **kwargs: Any) -> DjangoStore:
-        if cls is DjangoStore:
-            return open_django_store(url, **kwargs)
-        return super().__new__(cls)
+class DjangoDatabase:
+    """A Django store on one database alias (its implementations build on this)."""
 
     def __init__(
         self,
@@ -123,7 +92,7 @@ class DjangoStore:
             raise StoreError(self._message(action, exc)) from exc
 
     def _connection(self) -> Any:
-        return _connection_of(self.alias)
+        return connection_of(self.alias)
 
     def _message(self, action: str, exc: BaseException) -> str:
         detail = str(exc).strip() or type(exc).__name__

@@ -33,7 +33,7 @@ from django.db import DatabaseError, transaction
 
 from safebeat.records import TickResult
 from safebeat.stores.django import vendors
-from safebeat.stores.django.base import DjangoStore
+from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, tick_limits
 
 #: The bound on each statement of a tick, as the ORM path sets it.
@@ -41,7 +41,7 @@ STATEMENT_TIMEOUT = timedelta(seconds=60)
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
-class DjangoPostgresStore(PostgresOperations, DjangoStore):
+class DjangoPostgresStore(PostgresOperations, DjangoDatabase):
     """Implements `safebeat.stores.base.Store` on a PostgreSQL alias: the `postgresql://`
     store's operations over Django's connection, inside the Django store's boundary."""
 
@@ -52,7 +52,7 @@ class DjangoPostgresStore(PostgresOperations, DjangoStore):
         lock_timeout: timedelta = timedelta(seconds=5),
         tick_lock_wait: timedelta = timedelta(milliseconds=100),
     ) -> None:
-        DjangoStore.__init__(self, url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
+        DjangoDatabase.__init__(self, url, lock_timeout=lock_timeout, tick_lock_wait=tick_lock_wait)
         PostgresOperations.__init__(
             self,
             _DjangoCursors(self._boundary, lock_timeout),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from safebeat.identity import Replica
@@ -24,13 +24,12 @@ from safebeat.records import (
     Status,
     TickPlan,
     fence,
-    released_age,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
 from safebeat.stores.memory.executions import MemoryExecutions
 from safebeat.stores.memory.state import _Namespace
-from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
+from safebeat.stores.ticking import Release, SteppedTick, TickLockBusy, TickSteps
 
 T = TypeVar("T")
 
@@ -169,7 +168,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
             )
         return reclaimed
 
-    def record_publish(
+    def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
     ) -> None:
         with self._mutex:
@@ -185,25 +184,17 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                 else:
                     ns.dispatches[key] = replace(record, status=Status.SENT, sent_at=now)
 
-    def release_claims(
-        self,
-        namespace: str,
-        claims: Sequence[Claim],
-        *,
-        replica: Replica,
-        timeout: timedelta,
-    ) -> int:
+    def _release_claims(self, namespace: str, release: Release) -> int:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
-            attempts = {claim.id: claim.attempts for claim in claims}
             released = 0
             for key, record in list(ns.dispatches.items()):
                 if (
-                    attempts.get(record.id) == record.attempts
+                    release.attempts.get(record.id) == record.attempts
                     and record.status is Status.CLAIMED
-                    and record.replica == replica.id
+                    and record.replica == release.replica
                 ):
-                    ns.dispatches[key] = replace(record, claimed_at=now - released_age(timeout))
+                    ns.dispatches[key] = replace(record, claimed_at=now - release.age)
                     released += 1
             return released
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from safebeat.records import LeasedRun, RunEnd, lease_alive
-from safebeat.stores.executions import DecidedStart, ExecutionRow
+from safebeat.stores.executions import DecidedStart, ExecutionRow, start_columns
 from safebeat.stores.memory.state import MemoryState, _Effect
 
 
@@ -28,17 +28,8 @@ class MemoryExecutions(DecidedStart, MemoryState):
             found = record
 
             def start(lease_until: datetime) -> None:
-                ns.dispatches[key] = replace(
-                    found,
-                    started_at=now,
-                    lease_until=lease_until,
-                    worker=run.worker,
-                    retries=run.retries,
-                    finished_at=None,
-                    outcome=None,
-                    runtime=None,
-                    runs=found.runs + 1,
-                )
+                started = start_columns(run, now, lease_until)
+                ns.dispatches[key] = replace(found, **started, runs=found.runs + 1)
 
             def duplicate() -> None:
                 ns.dispatches[key] = replace(found, duplicates=found.duplicates + 1)
@@ -62,9 +53,7 @@ class MemoryExecutions(DecidedStart, MemoryState):
                 duplicate,
             )
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         renewed = 0
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()

@@ -12,15 +12,16 @@ from datetime import timedelta
 from typing import Any
 
 from safebeat.records import LeasedRun, RunEnd, Start
+from safebeat.stores.executions import ExecutionAdapter
 from safebeat.stores.postgres.cursors import Q, Statements
 from safebeat.stores.sql_common import advisory_key
 
 
-class ExecutionStatements(Statements):
+class ExecutionStatements(ExecutionAdapter, Statements):
     """`ExecutionStore` and `EffectStore` on PostgreSQL."""
 
-    def start_execution(
-        self, namespace: str, run: LeasedRun, *, lease: timedelta, exclusive: bool = False
+    def _start_execution(
+        self, namespace: str, run: LeasedRun, lease: timedelta, exclusive: bool
     ) -> Start:
         begin = self._cursors.transaction if exclusive else self._cursors.statement
         with begin("record the start of an execution") as cursor:
@@ -37,11 +38,7 @@ class ExecutionStatements(Statements):
             row = cursor.fetchone()
             return Start.UNKNOWN if row is None else Start(row[0])
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
-        if not runs:
-            return 0
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         with self._cursors.statement("renew execution leases") as cursor:
             cursor.execute(
                 Q["renew_executions"],

@@ -10,8 +10,8 @@ one statement each (two for `record_publish` with both outcomes).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from safebeat.identity import Replica
@@ -19,16 +19,14 @@ from safebeat.records import (
     Claim,
     Definition,
     EntryState,
-    Planner,
-    Reclaim,
     Registration,
     Status,
     TickResult,
-    released_age,
     states_after,
 )
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
 from safebeat.stores.sql_common import advisory_key, as_columns, dispatch_rows, replica_columns
+from safebeat.stores.ticking import Release, TickAdapter, TickCall
 
 #: Definitions per statement when registering: a schedule of 100,000 entries is sent in
 #: slices, so neither side builds every parameter of it at once.
@@ -41,15 +39,7 @@ def _load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, Ent
 
 
 def _tick(
-    cursor: Cursor,
-    namespace: str,
-    names: Collection[str],
-    planner: Planner,
-    *,
-    replica: Replica,
-    reclaim: Reclaim | None,
-    limits: Mapping[str, str],
-    own_transaction: bool = True,
+    cursor: Cursor, call: TickCall, *, limits: Mapping[str, str], own_transaction: bool = True
 ) -> TickResult | None:
     """One tick in two messages; None (nothing written) when another replica holds the lock.
 
@@ -65,9 +55,9 @@ def _tick(
         ";\n".join(["BEGIN", *first] if own_transaction else first),
         {
             **limits,
-            "key": advisory_key("tick", namespace),
-            "namespace": namespace,
-            "names": list(names),
+            "key": advisory_key("tick", call.namespace),
+            "namespace": call.namespace,
+            "names": call.names,
         },
     )[1:]
     locked, now = lock_rows[0]
@@ -76,9 +66,9 @@ def _tick(
             cursor.execute("ROLLBACK")
         return None
     states = {row[0]: EntryState(*row) for row in state_rows}
-    plan = planner(now, states)
+    plan = call.planner(now, states)
     rows = dispatch_rows(plan)
-    parts, params = [], {"namespace": namespace, "now": now, **replica_columns(replica)}
+    parts, params = [], {"namespace": call.namespace, "now": now, **replica_columns(call.replica)}
     if rows:
         parts.append(Q["insert_dispatches"])
         params.update(as_columns(rows), fenced=True)
@@ -86,6 +76,7 @@ def _tick(
         parts.append(Q["advance_states"])
         params["advance_names"] = list(plan.advances)
         params["advance_windows"] = list(plan.advances.values())
+    reclaim = call.reclaim
     if reclaim is not None:
         parts.append(Q["reclaim_stale"])
         params["stale_before"] = now - reclaim.timeout
@@ -116,30 +107,13 @@ def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> 
             return results
 
 
-class TickStatements(Statements):
+class TickStatements(TickAdapter, Statements):
     """`TickStore` on PostgreSQL (`migrate` and `close` are the connection owner's)."""
 
-    def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
+    def _tick(self, call: TickCall) -> TickResult | None:
         return self._cursors.tick(
             "tick",
-            lambda cursor, own: _tick(
-                cursor,
-                namespace,
-                names,
-                planner,
-                replica=replica,
-                reclaim=reclaim,
-                limits=self._limits,
-                own_transaction=own,
-            ),
+            lambda cursor, own: _tick(cursor, call, limits=self._limits, own_transaction=own),
         )
 
     def clock(self) -> datetime:
@@ -178,13 +152,10 @@ class TickStatements(Statements):
                 )
             return Registration(states, changed)
 
-    def record_publish(
+    def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
     ) -> None:
-        """Mark claims sent (at the store's clock) or failed with their error: one statement
-        each."""
-        if not sent and not failed:
-            return
+        """One statement each for the sent and the failed claims."""
         with self._cursors.statement("record publishing") as cursor:
             if sent:
                 cursor.execute(Q["mark_sent"], {"ids": list(sent)})
@@ -193,25 +164,16 @@ class TickStatements(Statements):
                     Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
                 )
 
-    def release_claims(
-        self,
-        namespace: str,
-        claims: Sequence[Claim],
-        *,
-        replica: Replica,
-        timeout: timedelta,
-    ) -> int:
-        """Hand back claims never handed to the transport: one statement."""
-        if not claims:
-            return 0
+    def _release_claims(self, namespace: str, release: Release) -> int:
+        """One statement."""
         with self._cursors.statement("hand back unsent claims") as cursor:
             cursor.execute(
                 Q["release_claims"],
                 {
-                    "ids": [c.id for c in claims],
-                    "attempts": [c.attempts for c in claims],
-                    "replica": replica.id,
-                    "age": released_age(timeout),
+                    "ids": release.ids,
+                    "attempts": list(release.attempts.values()),
+                    "replica": release.replica,
+                    "age": release.age,
                 },
             )
             return cursor.rowcount

@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 try:
     import redis
@@ -34,12 +34,10 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
-    Planner,
     Reclaim,
     Registration,
     TickPlan,
     TickResult,
-    released_age,
     states_after,
 )
 from safebeat.stores.base import StoreCheck
@@ -58,18 +56,17 @@ from safebeat.stores.redis.base import (
 from safebeat.stores.redis.checks import eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client
 from safebeat.stores.redis.executions import RedisExecutions
+from safebeat.stores.ticking import Release, TickAdapter, TickCall
 
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
 
 
-class RedisStore(RedisExecutions, RedisAdmin):
+class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     """Implements `safebeat.stores.base.Store` on Redis 6.2+ (one server, Sentinel or
     Cluster): client and boundary in `base.py`, operator reads in `admin.py`, executions
     and effects in `executions.py`, beat's side (layout, register, tick, heartbeat,
     prune) here."""
-
-    # --- connection and error boundary ----------------------------------------------------
 
     # --- layout ---------------------------------------------------------------------------
 
@@ -130,16 +127,8 @@ class RedisStore(RedisExecutions, RedisAdmin):
         pairs = dict(zip(changed[::2], changed[1::2], strict=True))
         return Registration(_states(names, columns), pairs)
 
-    def tick(
-        self,
-        namespace: str,
-        names: Collection[str],
-        planner: Planner,
-        *,
-        replica: Replica,
-        reclaim: Reclaim | None = None,
-    ) -> TickResult | None:
-        names = list(names)
+    def _tick(self, call: TickCall) -> TickResult | None:
+        namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
         prefix = key_prefix(namespace)
         lock = f"{prefix}:lock"
         token = secrets.token_hex(8)
@@ -160,7 +149,7 @@ class RedisStore(RedisExecutions, RedisAdmin):
                         namespace,
                     )
                 now = _instant(now_text)
-                plan = self._unclaimed_by_us(namespace, planner(now, states))
+                plan = self._unclaimed_by_us(namespace, call.planner(now, states))
                 if time.monotonic() - started > self._lock_ttl_ms / 3000:
                     # A long plan: keep the lock so others do not start the same tick.
                     self._run("extend_lock", [lock], [token, self._lock_ttl_ms])
@@ -239,11 +228,9 @@ class RedisStore(RedisExecutions, RedisAdmin):
         args += reclaim_entries
         return args
 
-    def record_publish(
+    def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
     ) -> None:
-        if not sent and not failed:
-            return
         prefix = key_prefix(namespace)
         args: list[object] = [prefix, len(sent), *sent]
         for row_id, error in failed.items():
@@ -251,20 +238,11 @@ class RedisStore(RedisExecutions, RedisAdmin):
         with self._boundary("record publishing"):
             self._run("record_publish", [f"{prefix}:unsent"], args)
 
-    def release_claims(
-        self,
-        namespace: str,
-        claims: Sequence[Claim],
-        *,
-        replica: Replica,
-        timeout: timedelta,
-    ) -> int:
-        if not claims:
-            return 0
+    def _release_claims(self, namespace: str, release: Release) -> int:
         prefix = key_prefix(namespace)
-        args: list[object] = [prefix, replica.id, _micros(released_age(timeout))]
-        for claim in claims:
-            args += [claim.id, claim.attempts]
+        args: list[object] = [prefix, release.replica, _micros(release.age)]
+        for row_id, attempts in release.attempts.items():
+            args += [row_id, attempts]
         with self._boundary("hand back unsent claims"):
             return int(self._run("release_claims", [f"{prefix}:unsent"], args))
 
@@ -306,9 +284,6 @@ class RedisStore(RedisExecutions, RedisAdmin):
                         break
             self._run("prune_replicas", [f"{prefix}:heartbeats"], [prefix, _us(before)])
         return deleted
-
-
-__all__ = ["LAYOUT_VERSION", "RedisStore", "key_prefix"]
 
 
 __all__ = ["LAYOUT_VERSION", "SCRIPTS", "RedisStore", "key_prefix"]

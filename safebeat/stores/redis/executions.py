@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from safebeat.records import LeasedRun, RunEnd, Start
+from safebeat.stores.executions import ExecutionAdapter
 from safebeat.stores.redis.base import RedisBase, _claim_key, _micros, key_prefix
 
 
-class RedisExecutions(RedisBase):
+class RedisExecutions(ExecutionAdapter, RedisBase):
     """`ExecutionStore` and `EffectStore` on Redis, one script each."""
 
-    def start_execution(
-        self, namespace: str, run: LeasedRun, *, lease: timedelta, exclusive: bool = False
+    def _start_execution(
+        self, namespace: str, run: LeasedRun, lease: timedelta, exclusive: bool
     ) -> Start:
         prefix = key_prefix(namespace)
         with self._boundary("record an execution's start"):
@@ -24,11 +25,7 @@ class RedisExecutions(RedisBase):
             )
         return Start(verdict)
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
-        if not runs:
-            return 0
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         prefix = key_prefix(namespace)
         args: list[object] = [prefix, _micros(lease)]
         for run in runs:

@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -22,7 +22,6 @@ from safebeat.records import (
     Reclaim,
     Registration,
     TickPlan,
-    released_age,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
@@ -36,7 +35,7 @@ from safebeat.stores.sqlite.connection import (
     path_of,
 )
 from safebeat.stores.sqlite.executions import SqliteExecutions
-from safebeat.stores.ticking import SteppedTick, TickLockBusy, TickSteps
+from safebeat.stores.ticking import Release, SteppedTick, TickLockBusy, TickSteps
 
 MIGRATIONS = load_migrations(__name__)
 
@@ -188,33 +187,23 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         conn.executemany(Q["reclaim"], [{"id": row[0], "now": _us(now), **who} for row in stale])
         return [Claim(r[0], r[1], _instant(r[2]), r[3], r[4]) for r in stale]
 
-    def record_publish(
+    def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
     ) -> None:
-        if not sent and not failed:
-            return
         with self._write("record publishing") as conn:
             now = _us(self.clock())
             conn.executemany(Q["mark_sent"], [{"id": i, "now": now} for i in sent])
             conn.executemany(Q["mark_failed"], [{"id": i, "error": e} for i, e in failed.items()])
 
-    def release_claims(
-        self,
-        namespace: str,
-        claims: Sequence[Claim],
-        *,
-        replica: Replica,
-        timeout: timedelta,
-    ) -> int:
-        if not claims:
-            return 0
+    def _release_claims(self, namespace: str, release: Release) -> int:
         with self._write("hand back unsent claims") as conn:
-            who = {"replica": replica.id, "claimed_at": _us(self.clock() - released_age(timeout))}
+            claimed_at = _us(self.clock() - release.age)
             return sum(
                 conn.execute(
-                    Q["release_claim"], {"id": c.id, "attempts": c.attempts, **who}
+                    Q["release_claim"],
+                    {"id": i, "attempts": n, "replica": release.replica, "claimed_at": claimed_at},
                 ).rowcount
-                for c in claims
+                for i, n in release.attempts.items()
             )
 
     def heartbeat(

@@ -57,11 +57,7 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
                 duplicate=lambda: conn.execute(Q["count_duplicate"], {"id": row_id}),
             )
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
-        if not runs:
-            return 0
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         with self._write("renew execution leases") as conn:
             lease_until = _us(self.clock() + lease)
             return sum(

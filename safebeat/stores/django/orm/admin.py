@@ -27,7 +27,7 @@ RUNTIME_COUNTER = "runtime_entries"
 
 
 class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
-    """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoStore`'s)."""
+    """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoDatabase`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
         with self._boundary("load entry states"):
@@ -65,10 +65,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
 
     def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
         m = django_models(self.alias)
-        with (
-            self._boundary(pause.action) as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write(pause.action):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
             updated = (
                 m.Entry.objects.using(self.alias)
@@ -104,10 +101,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         m = django_models(self.alias)
-        with (
-            self._boundary("forget an entry") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("forget an entry"):
             deleted, _ = (
                 m.Entry.objects.using(self.alias).filter(namespace=namespace, name=entry).delete()
             )
@@ -121,10 +115,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
         who = replica_columns(replica)
-        with (
-            self._boundary("claim windows") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("claim windows") as connection:
             now = vendors.clock(connection)
             dispatches = m.Dispatch.objects.using(self.alias)
             dispatches.bulk_create(

@@ -11,7 +11,7 @@ from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.executions import DecidedStart, ExecutionRow
+from safebeat.stores.executions import DecidedStart, ExecutionRow, start_columns
 
 
 class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
@@ -24,10 +24,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
         from django.db.models import F  # noqa: PLC0415
 
         m = django_models(self.alias)
-        with (
-            self._boundary("record the start of an execution") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("record the start of an execution") as connection:
             rows = m.Dispatch.objects.using(self.alias)
             if exclusive:
                 # Starts of one forbid entry queue on its entry row, so two windows
@@ -74,23 +71,12 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 recorded_retries,
                 other_run_alive,
                 start=lambda lease_until: rows.filter(id=row_id).update(
-                    started_at=now,
-                    lease_until=lease_until,
-                    worker=run.worker,
-                    retries=run.retries,
-                    finished_at=None,
-                    outcome=None,
-                    runtime=None,
-                    runs=F("runs") + 1,
+                    **start_columns(run, now, lease_until), runs=F("runs") + 1
                 ),
                 duplicate=lambda: rows.filter(id=row_id).update(duplicates=F("duplicates") + 1),
             )
 
-    def renew_executions(
-        self, namespace: str, runs: Sequence[LeasedRun], *, lease: timedelta
-    ) -> int:
-        if not runs:
-            return 0
+    def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
         m = django_models(self.alias)
         with (
             self._boundary("renew execution leases") as connection,
@@ -108,10 +94,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
         changes: dict[str, object] = {"outcome": end.outcome.value, "runtime": end.runtime}
         if end.detail is not None:
             changes["error"] = end.detail
-        with (
-            self._boundary("record the end of an execution") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("record the end of an execution") as connection:
             now = vendors.clock(connection)
             m.Dispatch.objects.using(self.alias).filter(**_held_by(namespace, run)).update(
                 finished_at=now, **changes
@@ -148,10 +131,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
 
     def release_effect(self, namespace: str, key: str, *, owner: str) -> bool:
         m = django_models(self.alias)
-        with (
-            self._boundary("release an effect key") as connection,
-            vendors.write(connection, bound=self._lock_timeout),
-        ):
+        with self._write("release an effect key"):
             deleted, _ = (
                 m.Effect.objects.using(self.alias)
                 .filter(namespace=namespace, key=key, owner=owner)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from safebeat.errors import StoreError
@@ -12,7 +13,8 @@ from safebeat.records import (
     Outcome,
     Status,
 )
-from safebeat.stores.django.base import DjangoStore
+from safebeat.stores.django import vendors
+from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.django.setup import django_models
 
 #: The values of an EntryState, in its order (`running_since` is computed).
@@ -68,8 +70,19 @@ def _record(row: Sequence[Any]) -> DispatchRecord:
     return DispatchRecord(**values)
 
 
-class DjangoOrmRows(DjangoStore):
-    """The Django store's alias, with the ORM reads the other parts share."""
+class DjangoOrmRows(DjangoDatabase):
+    """The Django store's alias, with the ORM reads and the write transaction the other
+    parts share."""
+
+    @contextmanager
+    def _write(self, action: str) -> Iterator[Any]:
+        """This thread's connection, inside the boundary and one write transaction bounded
+        by the lock timeout (see `vendors.write`)."""
+        with (
+            self._boundary(action) as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
+            yield connection
 
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
         from django.db.models import (  # noqa: PLC0415
