@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from safebeat.scheduler import Scheduler
+from safebeat.beat.scheduler import Scheduler
 from safebeat.stores.memory import MemoryStore
 
 

@@ -20,7 +20,7 @@ from safebeat.app_schedule import Schedule, beat_schedule
 from safebeat.cli.app import load_app
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
-from safebeat.overview import listed
+from safebeat.ops.overview import listed
 from safebeat.runtime import with_runtime_entries
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import backend_of

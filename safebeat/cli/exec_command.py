@@ -7,13 +7,13 @@ from datetime import datetime, timezone
 
 import click
 
-from safebeat import cron, execute
 from safebeat.cli.context import Options, open_store
 from safebeat.cli.options import store_options
 from safebeat.config import parse_duration
 from safebeat.display import one_line
 from safebeat.entries import describe
 from safebeat.errors import SafebeatError
+from safebeat.runners import cron, execute
 
 
 @click.command("exec", context_settings={"allow_interspersed_args": False})

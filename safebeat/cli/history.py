@@ -12,7 +12,7 @@ from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_records, fields
 from safebeat.display import note, span, unknown_entry, when
-from safebeat.overview import empty_namespace
+from safebeat.ops.overview import empty_namespace
 from safebeat.records import AuditRecord, DispatchRecord
 
 _HISTORY_FIELDS = (

@@ -6,12 +6,12 @@ import sys
 
 import click
 
-from safebeat import operations
 from safebeat.cli.context import Options
 from safebeat.cli.options import instant, note_option, opened, require_app, store_options
 from safebeat.config import Config
 from safebeat.display import when
 from safebeat.entries import Entry
+from safebeat.ops import operations
 from safebeat.stores import Store
 
 

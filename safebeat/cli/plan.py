@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 
 import click
 
-from safebeat import deploy_preview as planning
 from safebeat.cli.context import Options, missing_store
 from safebeat.cli.options import opened, require_app, store_options
 from safebeat.cli.output import emit_json
 from safebeat.config import Config
-from safebeat.deploy_preview import Change, Kind, describe_windows
-from safebeat.overview import replica_statuses
+from safebeat.ops import deploy_preview as planning
+from safebeat.ops.deploy_preview import Change, Kind, describe_windows
+from safebeat.ops.overview import replica_statuses
 from safebeat.stores import Store
 from safebeat.urls import redact
 

@@ -13,10 +13,10 @@ from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_json, fields, table
 from safebeat.config import parse_duration
-from safebeat.deploy_preview import RUN_OUTSIDE_CELERY
 from safebeat.display import span, when
 from safebeat.errors import ConfigError
-from safebeat.overview import (
+from safebeat.ops.deploy_preview import RUN_OUTSIDE_CELERY
+from safebeat.ops.overview import (
     EntryStatus,
     ReplicaStatus,
     empty_namespace,

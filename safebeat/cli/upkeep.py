@@ -7,17 +7,17 @@ import sys
 
 import click
 
-from safebeat import deploy_preview as planning
-from safebeat import doctor, operations
 from safebeat.app_schedule import Schedule
 from safebeat.cli.context import Options, choose_namespace, missing_store, open_store
 from safebeat.cli.options import opened, require_app, say, store_options
 from safebeat.cli.output import emit_json
 from safebeat.cli.plan import changes_in
 from safebeat.config import Config, parse_duration
-from safebeat.deploy_preview import Kind
 from safebeat.display import span
 from safebeat.errors import SafebeatError
+from safebeat.ops import deploy_preview as planning
+from safebeat.ops import doctor, operations
+from safebeat.ops.deploy_preview import Kind
 from safebeat.stores import Store, store_from_config
 
 

@@ -60,14 +60,14 @@ except ImportError as exc:  # not installed, or APScheduler 4 (another API)
         "install it with: pip install 'safebeat[apscheduler]'"
     ) from exc
 
-from safebeat import local_runs
 from safebeat.config import Config, load_config
 from safebeat.current import CurrentWindow, running
 from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
-from safebeat.local_store import store_for
 from safebeat.records import Claim, Outcome, RunEnd
+from safebeat.runners import direct as local_runs
 from safebeat.stores.base import Store
+from safebeat.stores.per_process import store_for
 
 logger = logging.getLogger("safebeat.apscheduler")
 

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from safebeat import doctor, operations
 from safebeat.app_schedule import Schedule
 from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
-from safebeat.overview import (
+from safebeat.ops import doctor, operations
+from safebeat.ops.overview import (
     EntryStatus,
     ReplicaStatus,
     empty_namespace,

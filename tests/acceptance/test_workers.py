@@ -20,10 +20,10 @@ import pytest
 import redis
 from celery import Celery
 
+from safebeat.beat.publishing import message_for
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.publishing import message_for
 from safebeat.stores.base import Claim, DispatchRecord, NewClaim, Outcome, Status, Store, TickPlan
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore

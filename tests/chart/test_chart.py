@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from yamllint import linter as yamllint_linter
 from yamllint.config import YamlLintConfig
 
+from safebeat.beat.scheduler import Scheduler
 from safebeat.cli import main as safebeat_cli
 from safebeat.config import SETTINGS, parse_duration
 from safebeat.identity import Replica
-from safebeat.scheduler import Scheduler
 from safebeat.stores.sqlite import SqliteStore
 from tests.chart.rendering import (
     CHART,

@@ -20,10 +20,11 @@ import redis
 from celery import Celery
 from click.testing import CliRunner, Result
 
-from safebeat import Scheduler, operations
+from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica
 from safebeat.liveness import LIVE_WITHIN
+from safebeat.ops import operations
 from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from tests import services

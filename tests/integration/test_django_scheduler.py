@@ -198,7 +198,7 @@ def test_bad_rows_are_reported_by_name_and_the_others_run(
         )
     PeriodicTask.objects.create(name="bad-zone", task="billing.charge", crontab=mars)
     beat = scheduler(app, clock, MemoryStore(clock=clock.now))
-    with caplog.at_level(logging.ERROR, logger="safebeat.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="safebeat.beat.scheduler"):
         run([beat], clock, 4)
     problems = {name: str(error) for name, error in beat.broken_entries.items()}
     assert set(problems) == {"bad-json", "bad-task", "bad-crontab", "bad-zone"}

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
-from safebeat.dispatch import can_batch
+from safebeat.beat.dispatch import can_batch
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
 from tests import pgconn, runscope, services

@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.beat.planning import plan_tick
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.planning import plan_tick
 from safebeat.stores.base import (
     AuditAction,
     AuditEvent,

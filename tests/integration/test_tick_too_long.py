@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
-from safebeat.planning import Planned
+from safebeat.beat.planning import Planned
 from safebeat.records import EntryState, Status
 from safebeat.stores.postgres import PostgresStore
 from tests import runscope

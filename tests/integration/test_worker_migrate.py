@@ -12,8 +12,8 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from safebeat import local_store
 from safebeat.config import Config
+from safebeat.stores import per_process as local_store
 from safebeat.stores.postgres import _MIGRATION_LOCK, PostgresStore
 
 pytestmark = pytest.mark.postgres

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safebeat.batching import ClaimBatch
+from safebeat.beat.batching import ClaimBatch
 
 
 def test_a_tick_that_took_too_long_halves_the_batch_down_to_the_floor() -> None:

@@ -1,4 +1,4 @@
-"""`safebeat.cron`: cron text, and the window one `safebeat exec` start belongs to, on a
+"""`safebeat.runners.cron`: cron text, and the window one `safebeat exec` start belongs to, on a
 controlled clock."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from safebeat.cron import (
+from safebeat.runners.cron import (
     CronError,
     NoWindow,
     find_window,

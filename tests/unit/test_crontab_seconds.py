@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from safebeat import windows
 from safebeat.config import Config
-from safebeat.cron import CronError, parse_schedule
 from safebeat.crontab import crontab
 from safebeat.entries import compile_entry
+from safebeat.runners.cron import CronError, parse_schedule
 from safebeat.windows import CrontabRule
 from tests.unit.test_dst import ZONE_YEARS, slot_instant, transitions
 from tests.unit.test_windows_properties import ZONES, instants

@@ -7,10 +7,10 @@ from datetime import timezone
 
 from celery import Celery
 
-from safebeat import operations
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import current_replica
+from safebeat.ops import operations
 from safebeat.records import Status
 from safebeat.stores.memory import MemoryStore
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.config import Config
-from safebeat.dispatch import Dispatched, Dispatcher
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Claim, NewClaim, Reclaim, Status, TickPlan

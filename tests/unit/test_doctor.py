@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 
 from safebeat.config import Config
-from safebeat.doctor import Context, Level, check_publisher_confirms
+from safebeat.ops.doctor import Context, Level, check_publisher_confirms
 from safebeat.stores.memory import MemoryStore
 
 

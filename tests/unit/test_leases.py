@@ -9,11 +9,11 @@ import pytest
 from safebeat.config import Config
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, task_id_for
-from safebeat.leases import LeaseRenewer
 from safebeat.records import LeasedRun, NewClaim, Start, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
-from safebeat.worker_metrics import WorkerTotals
+from safebeat.worker.leases import LeaseRenewer
+from safebeat.worker.metrics import WorkerTotals
 
 T0 = datetime(2026, 3, 2, 6, 0, tzinfo=timezone.utc)
 S = timedelta(seconds=1)
@@ -84,7 +84,7 @@ def test_a_store_error_while_renewing_is_counted_and_never_raised(
 ) -> None:
     """A store that is down costs the round, not the task: logged, counted, no exception."""
     totals = WorkerTotals()
-    monkeypatch.setattr("safebeat.leases.worker_metrics.totals", totals)
+    monkeypatch.setattr("safebeat.worker.leases.worker_metrics.totals", totals)
 
     class DownStore(MemoryStore):
         def renew_executions(self, *args: object, **kwargs: object) -> int:

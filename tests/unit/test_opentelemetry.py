@@ -18,14 +18,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import safebeat.worker
+from safebeat.beat.publishing import Publisher
 from safebeat.config import Config
 from safebeat.contrib import opentelemetry as safebeat_otel
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, format_window, task_id_for
-from safebeat.local_store import store_of
-from safebeat.publishing import Publisher
 from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.per_process import store_of
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.unit.test_scheduler import START, drain, make_app, run
 

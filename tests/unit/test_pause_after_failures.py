@@ -11,12 +11,11 @@ import pytest
 from celery import Celery
 
 import safebeat.worker
+from safebeat.beat.publishing import message_for
 from safebeat.config import load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError, EntryError
-from safebeat.failures import AUDIT_ACTOR
 from safebeat.identity import format_window
-from safebeat.publishing import message_for
 from safebeat.records import (
     AuditAction,
     Claim,
@@ -26,7 +25,8 @@ from safebeat.records import (
     consecutive_failures,
 )
 from safebeat.stores.base import Definition
-from safebeat.worker_metrics import WorkerTotals
+from safebeat.worker.failures import AUDIT_ACTOR
+from safebeat.worker.metrics import WorkerTotals
 from tests.unit.test_worker import (  # noqa: F401 - fixtures used by name
     NAMESPACE,
     REPLICA,

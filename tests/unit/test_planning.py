@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
+from safebeat.beat.planning import Planned, plan_tick
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for
-from safebeat.planning import Planned, plan_tick
 from safebeat.records import EntryState, NewClaim
 
 UTC = timezone.utc

@@ -17,10 +17,10 @@ from celery import Celery, Task, signals
 from celery.beat import BeatLazyFunc
 from kombu import Exchange, Queue
 
+from safebeat.beat.publishing import Publisher
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import task_id_for
-from safebeat.publishing import Publisher
 from safebeat.stores.base import Claim
 
 WINDOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)

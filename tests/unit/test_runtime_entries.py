@@ -165,7 +165,7 @@ def test_a_stored_entry_the_code_defines_later_is_left_out_and_reported(
     safebeat.schedules.add(make_app(queue, {}), "report", "t.stored", 5, store=store)
     app = make_app(queue, {"report": {"task": "t.code", "schedule": 5.0}})
     scheduler = memory_scheduler(app, clock, store)
-    with caplog.at_level(logging.ERROR, logger="safebeat.scheduler"):
+    with caplog.at_level(logging.ERROR, logger="safebeat.beat.scheduler"):
         run(scheduler, clock, 6)
     assert scheduler.entries["report"].task == "t.code"
     assert "safebeat schedule remove report" in caplog.text

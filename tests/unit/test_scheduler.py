@@ -14,7 +14,7 @@ from celery import Celery
 from celery.schedules import crontab
 
 from safebeat import Scheduler
-from safebeat.dispatch import retry_policy
+from safebeat.beat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
 from safebeat.identity import format_window, task_id_for
 from safebeat.stores.base import NewClaim, Status, TickPlan

@@ -16,14 +16,14 @@ from celery.schedules import crontab
 from sentry_sdk.integrations.celery import CeleryIntegration
 
 import safebeat.worker
+from safebeat.beat.publishing import Publisher
 from safebeat.config import Config
 from safebeat.contrib.sentry import monitor_config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.local_store import store_of
-from safebeat.publishing import Publisher
 from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.per_process import store_of
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.sentrycapture import DSN, CheckIns
 from tests.unit.test_scheduler import START, drain, make_app, run

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.beat.planning import queue_timeouts
 from safebeat.config import load_config
 from safebeat.entries import Entry, compile_entry
-from safebeat.planning import queue_timeouts
 from safebeat.records import LeasedRun
 from safebeat.stores.base import Status
 from safebeat.testing import FakeClock, memory_scheduler

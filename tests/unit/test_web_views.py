@@ -8,7 +8,7 @@ import pytest
 
 from safebeat.config import load_config
 from safebeat.entries import compile_schedule
-from safebeat.overview import EntryStatus, entry_status
+from safebeat.ops.overview import EntryStatus, entry_status
 from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
 from safebeat.web import is_loopback
 from safebeat.web.console import is_late, window_kind

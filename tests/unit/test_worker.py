@@ -12,12 +12,12 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
-from safebeat import worker_delivery
 from safebeat.identity import Replica, format_window, task_id_for
-from safebeat.local_store import store_of
 from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
-from safebeat.worker_metrics import WorkerTotals
+from safebeat.stores.per_process import store_of
+from safebeat.worker import delivery as worker_delivery
+from safebeat.worker.metrics import WorkerTotals
 from tests.unit.test_scheduler import drain
 
 NAMESPACE = "unit"
@@ -335,7 +335,7 @@ def test_store_down_fails_open_and_backs_off(
 ) -> None:
     """With the store unreachable, tasks run untracked and the store is left alone a while."""
     task.app.conf.safebeat_url = f"sqlite:///{tmp_path}/missing-folder/store.sqlite3"
-    safebeat.local_store._configs.pop(task.app, None)
+    safebeat.stores.per_process._configs.pop(task.app, None)
     task_id = task_id_for(NAMESPACE, "weekly", WINDOW)
     with caplog.at_level(logging.WARNING, "safebeat.worker"):
         deliver(task, task_id)

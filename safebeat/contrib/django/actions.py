@@ -2,7 +2,7 @@
 
 Each is recorded in the store's audit trail under the admin user's name.
 
-The actions are `safebeat.operations`' (the CLI's `pause`, `resume`, `trigger` and
+The actions are `safebeat.ops.operations`' (the CLI's `pause`, `resume`, `trigger` and
 `backfill`), on the `django://` store of the database the page reads. Triggering and
 backfilling send the entry's task with its arguments and options, which the store does
 not keep: the entry is compiled here from the Celery app, as beat compiles it. The
@@ -24,12 +24,12 @@ from django.contrib import messages
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from safebeat import operations
 from safebeat.app_schedule import periodic_task_schedule, settings_schedule
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.identity import format_window
+from safebeat.ops import operations
 from safebeat.stores.base import Store
 
 if TYPE_CHECKING:

@@ -23,11 +23,11 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from safebeat.beat.scheduler import Scheduler
 from safebeat.contrib.django.source import PeriodicTaskSource, Row, host_now
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import StoreUnavailable
 from safebeat.records import Claim
-from safebeat.scheduler import Scheduler
 
 logger = logging.getLogger("safebeat.contrib.django")
 

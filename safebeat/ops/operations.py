@@ -22,15 +22,15 @@ from typing import Any
 
 from safebeat import windows
 from safebeat.app_schedule import Schedule
-from safebeat.broker import app_connection_errors
-from safebeat.dispatch import Dispatched, Dispatcher
+from safebeat.beat.broker import app_connection_errors
+from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
-from safebeat.local_store import config_of
 from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim
 from safebeat.stores.base import Store
+from safebeat.stores.per_process import config_of
 
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000

@@ -3,7 +3,7 @@
 `check_delivery` runs in the task's `before_start` (see `safebeat.worker`): it asks the
 store whether this delivery runs (`ExecutionStore.start_execution`), skips a duplicate,
 sends a deferred delivery again for later, and holds the run's lease while the body runs
-(`safebeat.leases`); `finish` records how the run ended, `not_run` frees a run that gave
+(`safebeat.worker.leases`); `finish` records how the run ended, `not_run` frees a run that gave
 its message back. A store that cannot be reached makes the task run untracked, and is
 left alone for a short backoff (`backoff`).
 """
@@ -22,7 +22,6 @@ from typing import Any
 from celery import states
 from celery.exceptions import Ignore, Reject
 
-from safebeat import failures
 from safebeat import signals as safebeat_signals
 from safebeat.backoff import Backoff
 from safebeat.contrib import opentelemetry
@@ -36,10 +35,11 @@ from safebeat.identity import (
     format_window,
     task_id_for,
 )
-from safebeat.leases import renewer
-from safebeat.local_store import config_of, store_of
 from safebeat.records import LeasedRun, Outcome, RunEnd, Start
-from safebeat.worker_metrics import metrics as worker_metrics
+from safebeat.stores.per_process import config_of, store_of
+from safebeat.worker import failures
+from safebeat.worker.leases import renewer
+from safebeat.worker.metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")
 
@@ -68,7 +68,7 @@ class Execution:
     window: CurrentWindow
     run: LeasedRun
     started: float
-    lease: int  # the renewer's token for this run (safebeat.leases)
+    lease: int  # the renewer's token for this run (safebeat.worker.leases)
     start: Start = Start.RUN  # the store's verdict: run, or take over
 
 

@@ -10,18 +10,18 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from safebeat.batching import ClaimBatch
+from safebeat.beat.batching import ClaimBatch
+from safebeat.beat.dispatch import Dispatcher
+from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.pacing import Pacing
+from safebeat.beat.planning import Planned
+from safebeat.beat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.config import Config
 from safebeat.contrib import opentelemetry
-from safebeat.dispatch import Dispatcher
 from safebeat.entries import Entry
 from safebeat.errors import StoreUnavailable, TickTooLong
 from safebeat.identity import Replica
-from safebeat.metrics import BeatMetrics
-from safebeat.pacing import Pacing
-from safebeat.planning import Planned
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
-from safebeat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.stores import Store
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -32,7 +32,7 @@ Planner = Callable[[datetime, Mapping[str, EntryState]], Planned]
 class ClaimRounds:
     """Beat's claim rounds in one store namespace, and the batch of due entries a round
     claims: halved after a round the store ended for lasting too long, grown back after
-    quick ones (see `safebeat.batching`)."""
+    quick ones (see `safebeat.beat.batching`)."""
 
     def __init__(
         self,

@@ -23,10 +23,10 @@ from datetime import timedelta
 
 from safebeat.config import Config
 from safebeat.errors import SafebeatError
-from safebeat.local_store import store_for
 from safebeat.records import LeasedRun
 from safebeat.stores.base import ExecutionStore
-from safebeat.worker_metrics import metrics as worker_metrics
+from safebeat.stores.per_process import store_for
+from safebeat.worker.metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")
 

@@ -1,7 +1,7 @@
 """What beat logs and counts about a tick, from what the store and the dispatcher returned.
 
-Nothing here decides anything: the planner (`safebeat.planning`) and the dispatcher
-(`safebeat.dispatch`) return what they did, and these functions turn it into log lines
+Nothing here decides anything: the planner (`safebeat.beat.planning`) and the dispatcher
+(`safebeat.beat.dispatch`) return what they did, and these functions turn it into log lines
 and metrics once the store has committed.
 """
 
@@ -15,12 +15,12 @@ from typing import Any
 from celery.utils.dispatch import Signal
 
 from safebeat import signals
-from safebeat.dispatch import Dispatched
+from safebeat.beat.dispatch import Dispatched
+from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.planning import Planned
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 from safebeat.identity import format_window
-from safebeat.metrics import BeatMetrics
-from safebeat.planning import Planned
 from safebeat.records import Claim, EntryState, NewSkip, TickResult
 from safebeat.windows import SkipReason, typical_period
 

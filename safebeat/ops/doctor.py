@@ -18,7 +18,7 @@ from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
-from safebeat.overview import empty_namespace
+from safebeat.ops.overview import empty_namespace
 from safebeat.records import Status
 from safebeat.stores.base import AdminStore
 from safebeat.urls import redact

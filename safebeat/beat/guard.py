@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 from safebeat import signals
 from safebeat.backoff import Backoff
+from safebeat.beat.metrics import BeatMetrics
 from safebeat.errors import StoreError, StoreUnavailable, TickTooLong
-from safebeat.metrics import BeatMetrics
 
 logger = logging.getLogger("safebeat.scheduler")
 

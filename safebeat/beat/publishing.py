@@ -39,7 +39,7 @@ from safebeat.identity import (
 from safebeat.records import Claim
 from safebeat.windows import Overlap
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("safebeat.publishing")
 
 #: Options the direct path passes on exactly as `send_task` would; any other option (eta,
 #: countdown, expires, links, shadow, stamping...) takes Celery's full path.

@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from safebeat._version import __version__
+from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.reporting import report_registration
 from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica
-from safebeat.metrics import BeatMetrics
-from safebeat.reporting import report_registration
 from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")

@@ -11,7 +11,7 @@ headers), the hook asks the store before the task body runs (`Store.start_execut
 - the window's first delivery, or a Celery retry of it: the body runs, and the dispatch
   row records when it started, on which worker, and (afterwards) when it finished, how
   (success, failure, retry) and for how long;
-- while the body runs, its lease on the row is renewed (`safebeat.leases`): every
+- while the body runs, its lease on the row is renewed (`safebeat.worker.leases`): every
   `safebeat_execution_lease / 3` a daemon thread of the worker process extends it to
   store now + `safebeat_execution_lease`, for all runs of the process in one call;
 - a delivery of a window whose run is alive (its lease has not expired) is deferred: the
@@ -36,8 +36,8 @@ second line of defence; losing a run because the store blinked would be worse th
 rare duplicate, which idempotent effects (`safebeat.claim`) absorb.
 
 This module puts the hook in place (Celery's signals, the guard on each task class);
-what one delivery does is `safebeat.worker_delivery`, and a pool child lost while it ran
-a window is `safebeat.worker_pool`.
+what one delivery does is `safebeat.worker.delivery`, and a pool child lost while it ran
+a window is `safebeat.worker.pool`.
 """
 
 from __future__ import annotations
@@ -51,13 +51,13 @@ from typing import Any
 
 from celery import signals
 
-from safebeat import worker_pool
 from safebeat.current import window_of
 from safebeat.errors import SafebeatError
-from safebeat.local_store import config_of
+from safebeat.stores.per_process import config_of
+from safebeat.worker import pool as worker_pool
 
 # Names this module has always offered, now kept where their job is.
-from safebeat.worker_delivery import (  # noqa: F401
+from safebeat.worker.delivery import (  # noqa: F401
     Execution,
     begin,
     check_delivery,
@@ -66,9 +66,9 @@ from safebeat.worker_delivery import (  # noqa: F401
     not_run,
     warn_once,
 )
-from safebeat.worker_metrics import child_exited, pool_name
-from safebeat.worker_metrics import metrics as worker_metrics
-from safebeat.worker_pool import lost  # noqa: F401
+from safebeat.worker.metrics import child_exited, pool_name
+from safebeat.worker.metrics import metrics as worker_metrics
+from safebeat.worker.pool import lost  # noqa: F401
 
 logger = logging.getLogger("safebeat.worker")
 

@@ -16,12 +16,12 @@ from typing import Any
 
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 
-from safebeat import worker_delivery
 from safebeat.current import window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.local_store import store_of
 from safebeat.records import LeasedRun, Outcome, RunEnd
+from safebeat.stores.per_process import store_of
+from safebeat.worker import delivery as worker_delivery
 
 logger = logging.getLogger("safebeat.worker")
 

@@ -17,7 +17,7 @@ from datetime import datetime
 from safebeat import windows
 from safebeat.app_schedule import Schedule
 from safebeat.identity import format_window
-from safebeat.overview import ReplicaStatus
+from safebeat.ops.overview import ReplicaStatus
 from safebeat.schedule_text import rule_from_text
 from safebeat.stores.base import EntryState
 from safebeat.windows import Rule

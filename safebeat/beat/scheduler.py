@@ -19,29 +19,29 @@ from typing import Any
 from celery import beat
 
 from safebeat.app_schedule import settings_source
-from safebeat.batching import ClaimBatch
-from safebeat.claim_round import ClaimRounds, traced
-from safebeat.config import Config, config_from_app
-from safebeat.dispatch import Dispatcher
-from safebeat.entries import Entry
-from safebeat.errors import EntryError
-from safebeat.guard import TickGuard
-from safebeat.housekeeping import Housekeeper
-from safebeat.identity import current_replica
-from safebeat.liveness import HEARTBEAT_INTERVAL
-from safebeat.metrics import BeatMetrics
-from safebeat.pacing import Pacing
-from safebeat.planning import Planned, plan_tick, queue_timeouts
-from safebeat.publishing import Publisher
-from safebeat.records import Claim, EntryState, TickResult
-from safebeat.reporting import (
+from safebeat.beat.batching import ClaimBatch
+from safebeat.beat.claim_round import ClaimRounds, traced
+from safebeat.beat.dispatch import Dispatcher
+from safebeat.beat.guard import TickGuard
+from safebeat.beat.housekeeping import Housekeeper
+from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.pacing import Pacing
+from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
+from safebeat.beat.publishing import Publisher
+from safebeat.beat.reporting import (
     announce_tick,
     report_claims,
     report_entries,
     report_unregistered,
     serve_metrics,
 )
-from safebeat.runtime_watch import RuntimeWatch
+from safebeat.beat.runtime_watch import RuntimeWatch
+from safebeat.config import Config, config_from_app
+from safebeat.entries import Entry
+from safebeat.errors import EntryError
+from safebeat.identity import current_replica
+from safebeat.liveness import HEARTBEAT_INTERVAL
+from safebeat.records import Claim, EntryState, TickResult
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 
@@ -75,7 +75,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: Most entries one tick claims; more due entries are taken by the next, immediate tick,
     #: so the time between a claim and its publish stays short however large the burst.
     #: A tick the store ends for outlasting safebeat_lock_timeout halves it, down to
-    #: `min_claim_batch` (see `safebeat.batching`).
+    #: `min_claim_batch` (see `safebeat.beat.batching`).
     claim_batch = 5000
     min_claim_batch = 10
 

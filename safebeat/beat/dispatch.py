@@ -4,7 +4,7 @@ A `Dispatcher` publishes claims (with their deterministic task ids) and records 
 outcome in the store in one call. It owns the rules of publishing: nothing is handed to
 the broker once a claim is too old to publish safely, messages go out in batches where
 the transport can batch, kombu's reconnect-and-retry is bounded to fit the time left,
-and "the broker is down" (`safebeat.broker`) leaves the claims unsent, to be
+and "the broker is down" (`safebeat.beat.broker`) leaves the claims unsent, to be
 re-published with the same ids, and starts the broker backoff. The claims a dispatch
 stops before handing to the transport are handed back to the store at once
 (`TickStore.release_claims`), so any replica re-publishes them at its next take-over pass
@@ -23,11 +23,11 @@ from datetime import timedelta
 from typing import Any
 
 from safebeat.backoff import Backoff
-from safebeat.broker import connection_errors
+from safebeat.beat.broker import connection_errors
+from safebeat.beat.publishing import Publisher
 from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica, format_window
-from safebeat.publishing import Publisher
 from safebeat.records import Claim
 from safebeat.stores.base import TickStore
 

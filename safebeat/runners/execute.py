@@ -2,7 +2,7 @@
 
 One start, in order:
 
-1. the window (`safebeat.cron.find_window`): the scheduled time the starter passed, else
+1. the window (`safebeat.runners.cron.find_window`): the scheduled time the starter passed, else
    the latest slot at or before this host's clock, within the grace;
 2. the command is looked up first: one that cannot be found or run claims nothing, so a
    host that has it can still win the window;
@@ -30,12 +30,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import FrameType
 
-from safebeat import cron, local_runs
 from safebeat.config import Config
 from safebeat.current import ENTRY_VARIABLE, WINDOW_VARIABLE
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
 from safebeat.records import Claim, Outcome, RunEnd
+from safebeat.runners import cron
+from safebeat.runners import direct as local_runs
 from safebeat.stores.base import Store
 from safebeat.windows import CrontabRule
 

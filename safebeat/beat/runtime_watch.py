@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from datetime import tzinfo
 from typing import Any
 
+from safebeat.beat.metrics import BeatMetrics
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError
-from safebeat.metrics import BeatMetrics
 from safebeat.runtime import compile_runtime
 from safebeat.stores import Store
 
