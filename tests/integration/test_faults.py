@@ -8,7 +8,6 @@ stopping a redis-server this test owns.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,9 +18,10 @@ from safebeat import Scheduler
 from safebeat.dispatch import can_batch
 from safebeat.stores.base import Status
 from safebeat.stores.postgres import PostgresStore
+from safebeat.testing import FakeClock
 from tests import pgconn, runscope, services
 from tests.acceptance.harness import redis_messages, safebeat_messages
-from tests.integration.beat import make_app, run
+from tests.integration.beat import make_app, run, tick_until
 from tests.proxy import Proxy
 
 pytestmark = pytest.mark.postgres
@@ -111,19 +111,22 @@ def test_broker_down_leaves_claims_unsent_then_republishes_them(
 def test_burst_through_redis_is_published_in_batches_once_each(
     pg_url: str, redis_url: str, namespace: str
 ) -> None:
-    """1,200 windows due at once go out through kombu's batched publish, each once, recorded."""
+    """1,200 windows due at once go out through kombu's batched publish, each once, recorded.
+
+    The scheduler's clock moves only between ticks, so on a slow machine too the burst is
+    published within its claim_timeout / 2 (that deadline has a test of its own below).
+    """
     queue = runscope.unique("faults")
-    app = make_app(redis_url, queue, pg_url, namespace)
+    app = make_app(redis_url, queue, pg_url, namespace, safebeat_lock_timeout=30)
     app.conf.beat_schedule = {
         f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)
     }
-    scheduler = Scheduler(app)
+    clock = FakeClock()
+    scheduler = Scheduler(app, monotonic=clock.monotonic)
     broker = redis.Redis.from_url(redis_url)
     try:
         assert can_batch(scheduler.producer)
-        deadline = time.monotonic() + 10
-        while broker.llen(queue) < 1200 and time.monotonic() < deadline:
-            time.sleep(min(scheduler.tick(), 0.05))
+        tick_until(scheduler, clock, lambda: scheduler.metrics.totals.claimed > 0)
         messages = safebeat_messages(redis_messages(redis_url, queue))
     finally:
         scheduler.close()
@@ -131,6 +134,7 @@ def test_burst_through_redis_is_published_in_batches_once_each(
     store = PostgresStore(pg_url)
     history = store.history(namespace, limit=5000)
     store.close()
+    assert scheduler.metrics.totals.claimed == 1200  # in one tick
     assert len(messages) == 1200
     assert len({m.entry for m in messages}) == 1200
     assert len({m.task_id for m in messages}) == 1200
@@ -157,44 +161,53 @@ def test_a_burst_that_outlasts_half_the_claim_timeout_is_not_published_late(
 ) -> None:
     """Past claim_timeout / 2 from its claim, a replica hands nothing more to the broker.
 
-    Replica A is slowed (its clock moves 4 ms per message, so its 1 s runs out at the
-    250th): the chunk of 500 it was buffering when its time ran out is discarded, not
-    flushed. Replica B takes the unsent claims over after the claim timeout and
-    publishes them: every window reaches the broker exactly once.
+    Replica A's clock moves 1.5 ms per message it sends and not otherwise while it
+    publishes, so its 1 s runs out at the 667th message: the first chunk of 500 was
+    flushed and stays sent; the second, buffered when the time ran out, is discarded, not
+    flushed. Replica B takes the unsent claims over after the claim timeout and publishes
+    them: every window reaches the broker exactly once.
     """
     queue = runscope.unique("faults")
-    app = make_app(redis_url, queue, pg_url, namespace)
+    app = make_app(redis_url, queue, pg_url, namespace, safebeat_lock_timeout=30)
     app.conf.beat_schedule = {
         f"e{i}": {"task": "faults.tick", "schedule": 3.0} for i in range(1200)
     }
-    slowness = [0.0]
-    slow = Scheduler(app, monotonic=lambda: time.monotonic() + slowness[0])
+    slow_clock = FakeClock()
+    slow = Scheduler(app, monotonic=slow_clock.monotonic)
     real_send = slow.publisher.send
 
     def slow_send(*args: object, **kwargs: object) -> None:
         real_send(*args, **kwargs)  # type: ignore[arg-type]
-        slowness[0] += 0.004
+        slow_clock.advance(0.0015)
 
     monkeypatch.setattr(slow.publisher, "send", slow_send)
     broker = redis.Redis.from_url(redis_url)
     try:
         assert can_batch(slow.producer)
-        deadline = time.monotonic() + 10
-        while not slow.metrics.totals.claimed and time.monotonic() < deadline:
-            time.sleep(min(slow.tick(), 0.05))
+        tick_until(slow, slow_clock, lambda: slow.metrics.totals.claimed > 0)
         published_by_a = broker.llen(queue)
         store = PostgresStore(pg_url)
         unsent = [r for r in store.history(namespace, limit=5000) if r.status is Status.CLAIMED]
         store.close()
-        takeover = Scheduler(app)
-        run(takeover, 4)  # the claims are taken over 2 s after they were made
-        takeover.close()
+        takeover_clock = FakeClock()
+        takeover = Scheduler(app, monotonic=takeover_clock.monotonic)
+        try:
+            # The claims are taken over once they are claim_timeout (2 s) old.
+            tick_until(
+                takeover,
+                takeover_clock,
+                lambda: takeover.metrics.totals.republished >= len(unsent),
+            )
+        finally:
+            takeover.close()
         messages = safebeat_messages(redis_messages(redis_url, queue))
     finally:
         slow.close()
         broker.delete(queue)
-    assert published_by_a < 250  # nothing handed over after the deadline
-    assert len(unsent) == 1200 - published_by_a
+    assert slow.metrics.totals.claimed == 1200  # in one tick
+    assert published_by_a == slow.dispatcher.chunk == 500  # nothing handed over after
+    assert slow.metrics.totals.dispatched == 500
+    assert len(unsent) == 700
     sent = Counter((m.entry, m.window) for m in messages)
     assert max(sent.values()) == 1
     assert {(r.entry, r.window) for r in unsent} <= set(sent)
