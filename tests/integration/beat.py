@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -66,7 +67,11 @@ def tick_until(
     """
     give_up = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < give_up, f"not done after {timeout:g} s of ticking"
-        pause = min(max(scheduler.tick(), 0.0), step)
+        assert time.monotonic() < give_up, (
+            f"not done after {timeout:g} s of ticking; so far: {scheduler.metrics.totals}"
+        )
+        # In whole microseconds, rounded up: FakeClock moves by timedeltas, and a sleep of
+        # less than one would not move it at all.
+        pause = math.ceil(min(max(scheduler.tick(), 0.0), step) * 1e6) / 1e6
         clock.advance(pause)
         time.sleep(pause)
