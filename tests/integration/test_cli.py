@@ -27,9 +27,10 @@ from safebeat.liveness import LIVE_WITHIN
 from safebeat.ops import operations
 from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
+from safebeat.testing import FakeClock
 from tests import services
 from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages
-from tests.integration.beat import make_app, run
+from tests.integration.beat import make_app, tick_until
 
 REPLICA = Replica("host-a", 1, "aaaaaa")
 OTHER = Replica("host-b", 2, "bbbbbb")
@@ -92,10 +93,12 @@ def test_without_auto_migrate_beat_waits_for_safebeat_migrate(
 
 @pytest.fixture
 def running(redis_url: str, sqlite_url: str, namespace: str) -> Iterator[Scheduler]:
-    """A real scheduler that published to Redis for three seconds and is still running."""
+    """A real scheduler that published two windows to Redis and is still running."""
     queue = f"cli-{namespace}"
-    scheduler = Scheduler(make_app(redis_url, queue, sqlite_url, namespace))
-    run(scheduler, 3)
+    clock = FakeClock()
+    app = make_app(redis_url, queue, sqlite_url, namespace)
+    scheduler = Scheduler(app, monotonic=clock.monotonic)
+    tick_until(scheduler, clock, lambda: scheduler.metrics.totals.dispatched >= 2)
     yield scheduler
     scheduler.close()
     redis.Redis.from_url(redis_url).delete(queue)

@@ -1,8 +1,8 @@
 """A tick the store ends for outlasting the lock timeout: beat claims fewer entries per tick.
 
-On real PostgreSQL, with `safebeat_lock_timeout = 1s` and a planner slowed down per entry
-(the injected step sleeps; the test body does not): a tick of every due entry outlasts
-the lock timeout and the server ends its session; beat says so, halves its batch and
+On real PostgreSQL, with `safebeat_lock_timeout = 2s` and a planner slowed down (the
+injected step sleeps; the test body does not): a tick of every due entry outlasts the
+lock timeout and the server ends its session; beat says so, halves its batch and
 dispatches every entry in smaller ticks, where it used to retry the same tick for ever.
 """
 
@@ -27,19 +27,24 @@ from tests.integration.beat import make_app, run
 pytestmark = pytest.mark.postgres
 
 ENTRIES = 24
-PLAN_SECONDS_PER_ENTRY = 0.06  # 24 entries: 1.4 s, past the 1 s lock timeout; 12: 0.7 s
+LOCK_TIMEOUT = 2.0
+#: How long planning takes: for more than half the entries, well past the lock timeout;
+#: for half or fewer, past a quarter of it (so the batch does not grow back, see
+#: `safebeat.beat.batching`) with 1.4 s to spare for the round trips on a loaded machine.
+SLOW_PLAN_SECONDS = 3.0
+PLAN_SECONDS = 0.6
 
 
 class SlowPlanner(Scheduler):
-    """A scheduler whose planner takes a fixed time per entry, like counting a long backlog."""
+    """A scheduler whose planner is slow past a size, like counting a long backlog."""
 
     claim_batch = ENTRIES
     min_claim_batch = 3
     slow = False
 
     def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
-        if self.slow:
-            time.sleep(PLAN_SECONDS_PER_ENTRY * len(states))  # the controlled slow step
+        if self.slow:  # the controlled slow step
+            time.sleep(SLOW_PLAN_SECONDS if len(states) > ENTRIES // 2 else PLAN_SECONDS)
         return super()._planner(now, states)
 
 
@@ -50,7 +55,7 @@ def test_a_tick_the_store_ended_shrinks_the_batch_and_every_entry_is_dispatched(
     batch (not "store unreachable"), its skipped windows are not reported (it committed
     nothing), and the smaller ticks that follow dispatch every entry's latest window."""
     queue = runscope.unique("toolong")
-    app = make_app(redis_url, queue, pg_url, namespace)
+    app = make_app(redis_url, queue, pg_url, namespace, safebeat_lock_timeout=LOCK_TIMEOUT)
     app.conf.beat_schedule = {
         f"e{i:02d}": {"task": "faults.tick", "schedule": 0.2} for i in range(ENTRIES)
     }

@@ -25,9 +25,10 @@ from safebeat.cli import main
 from safebeat.identity import Replica, current_replica, format_window
 from safebeat.stores import Store, open_store
 from safebeat.stores.base import AuditAction, AuditEvent, Definition
+from safebeat.testing import FakeClock
 from safebeat.web import Credentials
 from tests.acceptance.harness import redis_messages, safebeat_messages
-from tests.integration.beat import make_app, run
+from tests.integration.beat import make_app, tick_until
 
 ENTRY = "every-1s"
 PAGES = ("/", f"/entries/{ENTRY}", "/replicas", "/doctor")
@@ -72,7 +73,7 @@ def filled(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Filled]:
-    """A store beat filled for three seconds (its replica still heartbeating), per backend."""
+    """A store beat filled with two sent windows (its replica still heartbeating), per backend."""
     # Not a Django project: where another test configured Django in this process, the
     # console would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
     monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
@@ -81,8 +82,9 @@ def filled(
         url = with_password(request.getfixturevalue("pg_url"))
     queue = f"web-{namespace}"
     app = make_app(redis_url, queue, url, namespace)
-    scheduler = Scheduler(app)
-    run(scheduler, 3)
+    clock = FakeClock()
+    scheduler = Scheduler(app, monotonic=clock.monotonic)
+    tick_until(scheduler, clock, lambda: scheduler.metrics.totals.dispatched >= 2)
     store = open_store(url)
     yield Filled(app, url, namespace, queue, store, redis_url)
     store.close()
