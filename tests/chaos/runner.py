@@ -23,8 +23,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ from safebeat.stores.sqlite import SqliteStore
 from tests.acceptance.harness import Cluster
 from tests.chaos import counting
 from tests.chaos.counting import Arrival, Tally
+from tests.chaos.crontabs import crontab_entries, policy_group, slots_of
 from tests.chaos.lab import OwnedPostgres, OwnedRedis
 from tests.proxy import Proxy
 
@@ -68,6 +70,9 @@ class Mode:
     store_outage: float
     broker_outage: float
     stock_everywhere: bool  # stock beat beside every scenario, or only beside the baseline
+    #: The long-outage scenario's minutely crontab entries, and how long its outage is.
+    outage_entries: int = 2000
+    outage_hours: float = 12.0
     claim_timeout: float = 2.0
     lock_timeout: float = 1.0
 
@@ -79,8 +84,12 @@ class Mode:
 
 MODES = {
     "short": Mode("short", 3, 6, 4, 20, 1.0, 3.0, 6.0, stock_everywhere=False),
-    "default": Mode("default", 5, 8, 10, 60, 3.0, 10.0, 30.0, stock_everywhere=True),
-    "long": Mode("long", 10, 10, 10, 60, 8.0, 20.0, 30.0, stock_everywhere=True),
+    "default": Mode(
+        "default", 5, 8, 10, 60, 3.0, 10.0, 30.0, stock_everywhere=True, outage_entries=5000
+    ),
+    "long": Mode(
+        "long", 10, 10, 10, 60, 8.0, 20.0, 30.0, stock_everywhere=True, outage_entries=5000
+    ),
 }
 
 
@@ -113,6 +122,8 @@ class Side:
     slots: list[list[Cluster]] = field(default_factory=list)
     slot_env: dict[int, dict[str, str]] = field(default_factory=dict)
     proxy: Proxy | None = None
+    #: How many of the lab's crontab entries (`tests.chaos.crontabs`) every replica adds.
+    crontabs: int = 0
 
     @property
     def is_stock(self) -> bool:
@@ -120,6 +131,8 @@ class Side:
 
     def _env(self, slot: int) -> dict[str, str]:
         env = {"SB_STOCK": "1"} if self.is_stock else {}
+        if self.crontabs:
+            env["SB_CRONTABS"] = str(self.crontabs)
         if not self.is_stock:
             assert self.store_url is not None
             env |= {
@@ -290,6 +303,8 @@ class SideResult:
     last_args: dict[str, str]
     exited: list[int]
     fault_applies: bool = True
+    #: After an outage of every replica: see `Run.recovery`.
+    recovery: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -301,7 +316,7 @@ class SideResult:
             "replicas_that_exited": self.exited,
             "log_signs": self.log_signs,
             "fault_applies": self.fault_applies,
-        }
+        } | ({} if self.recovery is None else {"recovery": self.recovery})
 
 
 @dataclass
@@ -348,6 +363,8 @@ class Run:
         self._server_log_from = self._server_log_size()
         self.fault_at: float | None = None
         self.fault_over_at: float | None = None
+        #: Set when the store's state was moved into the past: (when, by how much).
+        self.shifted: tuple[float, timedelta] | None = None
         self.warm_at = 0.0
         self.sides: list[Side] = []
         self.broker: OwnedRedis | None = None
@@ -356,13 +373,17 @@ class Run:
         self.replicas = mode.baseline_replicas if scenario.key == "baseline" else mode.replicas
         count = mode.baseline_entries if scenario.key == "baseline" else mode.entries
         self.schedule = schedule_of(count)
+        #: Crontab entries beside `schedule`: the scenarios that ask for them only.
+        self.crontabs = crontab_entries(mode.outage_entries if scenario.crontabs else 0)
 
     # --- setting up -----------------------------------------------------------------------
 
     def open(self) -> None:
         self.broker = OwnedRedis(self.folder / "broker")
         kinds = [kind for kind in (POSTGRES, REDIS, SQLITE) if kind in self.scenario.stores]
-        if self.mode.stock_everywhere or self.scenario.key == "baseline":
+        if self.scenario.with_stock and (
+            self.mode.stock_everywhere or self.scenario.key == "baseline"
+        ):
             kinds.append(STOCK)
         for kind in kinds:
             side = Side(
@@ -372,6 +393,7 @@ class Run:
                 queue=f"chaos-{kind.split()[0].lower()}-{uuid.uuid4().hex[:6]}",
                 schedule=self.schedule,
                 mode=self.mode,
+                crontabs=len(self.crontabs),
             )
             side.store_url = self._store_url(side)
             self.sides.append(side)
@@ -513,10 +535,76 @@ class Run:
             text = file.read().decode(errors="replace")
         return {key: text.count(needle) for key, needle in SERVER_LOG_SIGNS.items()}
 
-    def _count(self, side: Side, end: float, exited: list[int]) -> SideResult:
+    def _arrivals(self, side: Side) -> list[Arrival]:
+        """`side`'s messages; those that came before the store's state was moved into the
+        past moved with it, window and arrival, as if they had come before the outage."""
         assert self.collector is not None
         arrivals = self.collector.arrivals(side.queue)
+        if self.shifted is None:
+            return arrivals
+        moment, by = self.shifted
+        return [
+            dataclasses.replace(a, at=a.at - by.total_seconds(), window=a.window - by)
+            if a.at < moment and a.window is not None
+            else a
+            for a in arrivals
+        ]
+
+    def recovery(self, arrivals: Sequence[Arrival], tally: Tally) -> dict[str, Any]:
+        """After every replica was restarted at `fault_over_at`: seconds from the restart to
+        the first message, to the first live window's message (a window after the
+        restart), and to the last catch-up message (a window before it); the worst lag of
+        the interval entries' live windows after that first one (do live windows wait for
+        the catch-up?) and of the crontab entries' live windows; and what each
+        missed-window policy did (`counting.after_outage`)."""
+        assert self.fault_over_at is not None
+        restart = self.fault_over_at
+        after = [a for a in arrivals if a.at > restart and not a.recovered and a.window]
+        live = [a for a in after if a.window and a.window.timestamp() > restart]
+        catch_up = [a for a in after if a.window and a.window.timestamp() <= restart]
+        first_live = min((a.at for a in live), default=None)
+
+        def lag(arrival: Arrival) -> float:
+            assert arrival.window is not None
+            return arrival.at - arrival.window.timestamp()
+
+        def worst(lags: list[float]) -> float | None:
+            return round(max(lags), 2) if lags else None
+
+        def since_restart(instant: float | None) -> float | None:
+            return None if instant is None else round(instant - restart, 2)
+
+        crontab_live = [a for a in live if a.entry in self.crontabs]
+        interval_live = [
+            a
+            for a in live
+            if a.entry in self.schedule and first_live is not None and a.at - lag(a) > first_live
+        ]
+        return {
+            "outage_hours": self.mode.outage_hours,
+            "crontab_entries": len(self.crontabs),
+            "first_message_s": since_restart(min((a.at for a in after), default=None)),
+            "first_live_dispatch_s": since_restart(first_live),
+            "last_catch_up_message_s": since_restart(max((a.at for a in catch_up), default=None)),
+            "catch_up_messages": len(catch_up),
+            "interval_live_max_lag_s": worst([lag(a) for a in interval_live]),
+            "live_crontab_messages": len(crontab_live),
+            "crontab_live_max_lag_s": worst([lag(a) for a in crontab_live]),
+            "policies": counting.after_outage(
+                tally, {name: policy_group(spec) for name, spec in self.crontabs.items()}
+            ),
+        }
+
+    def _rules(self) -> dict[str, counting.Rule]:
+        rules: dict[str, counting.Rule] = {n: s["every"] for n, s in self.schedule.items()}
+        return rules | {name: slots_of(spec) for name, spec in self.crontabs.items()}
+
+    def _count(self, side: Side, end: float, exited: list[int]) -> SideResult:
+        assert self.collector is not None
+        arrivals = self._arrivals(side)
         gap_from = self.fault_at if self.fault_at is not None else self.warm_at
+        if self.scenario.stops_every_replica:
+            gap_from = self.fault_over_at or gap_from  # stopped on purpose: from the restart
         gap = counting.failover_gap(arrivals, after=gap_from, until=end)
         if side.is_stock:
             tally = counting.count_stock(
@@ -534,7 +622,7 @@ class Run:
             finally:
                 store.close()
             tally = counting.count_safebeat(
-                {name: spec["every"] for name, spec in self.schedule.items()},
+                self._rules(),
                 states,
                 rows,
                 arrivals,
@@ -556,6 +644,9 @@ class Run:
             last_args=last_args,
             exited=exited,
             fault_applies=not (side.is_stock and self.scenario.store_fault),
+            recovery=self.recovery(arrivals, tally)
+            if self.scenario.stops_every_replica and not side.is_stock
+            else None,
         )
 
     def close(self) -> None:
@@ -583,6 +674,13 @@ class Scenario:
     store_fault: bool = False
     #: Called before each replica starts (a skewed clock, a proxied URL).
     before_start: Callable[[Run, Side, int], None] | None = None
+    #: Every replica adds the mode's `outage_entries` crontab entries.
+    crontabs: bool = False
+    #: Stock beats run beside it (where the mode runs them at all).
+    with_stock: bool = True
+    #: The fault stops every replica: the failover gap counts from the restart, and the
+    #: side reports its recovery (`Run.recovery`).
+    stops_every_replica: bool = False
 
     def prepare(self, run: Run, side: Side, slot: int) -> None:
         if self.before_start is not None:
