@@ -61,11 +61,6 @@ def settings_schedule(app: Any, config: Config) -> Schedule:
     return Schedule(entries, broken)
 
 
-def reads_periodic_tasks(app: Any) -> bool:
-    """Whether this app's beat runs django-celery-beat's rows (see `periodic_tasks_reason`)."""
-    return periodic_tasks_reason(app) is not None
-
-
 def periodic_tasks_reason(app: Any) -> str | None:
     """Why this app's beat runs django-celery-beat's rows, or None when it does not.
 

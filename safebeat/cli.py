@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 import click
 
 from safebeat import cron, doctor, execute, operations
-from safebeat import plan as planning
+from safebeat import deploy_preview as planning
 from safebeat.app_schedule import Schedule
 from safebeat.cli_app import AppNotFound
 from safebeat.cli_context import Options, choose_namespace, missing_store, open_store
 from safebeat.config import Config, parse_duration
+from safebeat.deploy_preview import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
 from safebeat.display import BadInstant, note, one_line, parse_instant, span, unknown_entry, when
 from safebeat.entries import Entry, describe
 from safebeat.errors import ConfigError, SafebeatError
@@ -39,7 +40,6 @@ from safebeat.overview import (
     entry_statuses,
     replica_statuses,
 )
-from safebeat.plan import RUN_OUTSIDE_CELERY, Change, Kind, describe_windows
 from safebeat.records import AuditRecord, DispatchRecord
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact

@@ -5,7 +5,11 @@ outcome in the store in one call. It owns the rules of publishing: nothing is ha
 the broker once a claim is too old to publish safely, messages go out in batches where
 the transport can batch, kombu's reconnect-and-retry is bounded to fit the time left,
 and "the broker is down" (`safebeat.broker`) leaves the claims unsent, to be
-re-published with the same ids, and starts the broker backoff.
+re-published with the same ids, and starts the broker backoff. The claims a dispatch
+stops before handing to the transport are handed back to the store at once
+(`TickStore.release_claims`), so any replica re-publishes them at its next take-over pass
+instead of waiting `safebeat_claim_timeout`; a claim that was handed over and may have
+reached the broker waits the timeout.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Any
 from safebeat.backoff import Backoff
 from safebeat.broker import connection_errors
 from safebeat.entries import Entry
-from safebeat.identity import format_window
+from safebeat.errors import StoreError
+from safebeat.identity import Replica, format_window
 from safebeat.publishing import Publisher
 from safebeat.records import Claim
 from safebeat.stores.base import TickStore
@@ -40,7 +45,9 @@ class Dispatched:
 
     `sent`: published and recorded sent; `failed`: claim id -> error of messages that
     cannot be published (recorded failed); `unsent`: left claimed (the broker was down,
-    or they grew too old), for a beat replica to re-publish after safebeat_claim_timeout;
+    or they grew too old), for a beat replica to re-publish: at its next take-over pass
+    those of them in `released` (never handed to the transport, handed back to the
+    store), after safebeat_claim_timeout the others (handed over, delivery uncertain);
     `broker_error`: what the broker raised, if it was down.
     """
 
@@ -48,6 +55,7 @@ class Dispatched:
     failed: Mapping[int, str] = field(default_factory=dict)
     unsent: Sequence[Claim] = ()
     broker_error: BaseException | None = None
+    released: Sequence[Claim] = ()
 
 
 def can_batch(producer: Any) -> bool:
@@ -90,7 +98,7 @@ class Dispatcher:
         app: Any,
         *,
         claim_timeout: timedelta,
-        replica: str,
+        replica: Replica,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.publisher = Publisher(app)
@@ -151,11 +159,18 @@ class Dispatcher:
         Where the transport can batch, claims go out in chunks of `chunk`, each flushed
         before its claims count as sent; a chunk that fails to flush stays claimed.
         `producer` is called inside the broker-error boundary (getting it may connect).
+
+        When the dispatch stops early (the broker is down, or the claims grew too old),
+        the claims it never handed to the producer are handed back to the store. A claim
+        handed over counts as maybe delivered: the one whose publish raised, and every
+        claim of a chunk whose flush failed (kombu: "delivery is uncertain", the
+        pipeline may have run in part). Those wait safebeat_claim_timeout.
         """
         if not claims:
             return Dispatched()
         sent: list[int] = []
         failed: dict[int, str] = {}
+        handed_over: set[int] = set()  # passed to the producer, whatever came of it
         broker_down = connection_errors(connection)
         broker_error: BaseException | None = None
         publish_until = claimed_at + self._claim_timeout.total_seconds() / 2
@@ -172,6 +187,7 @@ class Dispatcher:
                         entries=entries,
                         connection=connection,
                         failed=failed,
+                        handed_over=handed_over,
                         broker_down=broker_down,
                         publish_until=publish_until,
                     )
@@ -195,12 +211,35 @@ class Dispatcher:
                 self.backoff.succeeded()
         store.record_publish(namespace, sent, failed)
         done = set(sent)
+        unsent = [claim for claim in claims if claim.id not in done and claim.id not in failed]
         return Dispatched(
             sent=[claim for claim in claims if claim.id in done],
             failed=failed,
-            unsent=[claim for claim in claims if claim.id not in done and claim.id not in failed],
+            unsent=unsent,
             broker_error=broker_error,
+            released=self._hand_back(
+                store, namespace, [c for c in unsent if c.id not in handed_over]
+            ),
         )
+
+    def _hand_back(self, store: TickStore, namespace: str, claims: Sequence[Claim]) -> list[Claim]:
+        """Hand `claims` (never handed to the transport) back to the store; return them,
+        or none if the store could not be told (they then wait the claim timeout)."""
+        if not claims:
+            return []
+        try:
+            store.release_claims(
+                namespace, claims, replica=self._replica, timeout=self._claim_timeout
+            )
+        except StoreError as exc:
+            logger.warning(
+                "safebeat: could not hand back %d claim(s) never sent (%s); they will be "
+                "re-published after safebeat_claim_timeout",
+                len(claims),
+                exc,
+            )
+            return []
+        return list(claims)
 
     def _send_chunk(
         self,
@@ -210,10 +249,12 @@ class Dispatcher:
         entries: Mapping[str, Entry],
         connection: Any,
         failed: dict[int, str],
+        handed_over: set[int],
         broker_down: tuple[type[BaseException], ...],
         publish_until: float,
     ) -> list[int]:
-        """Send each claim; return the ids handed to the producer.
+        """Send each claim; return the ids the producer took (each is added to
+        `handed_over` before it is sent, so one whose send raised counts too).
 
         Broker errors propagate; so does `_TooLate` once `publish_until` has passed.
         """
@@ -224,7 +265,7 @@ class Dispatcher:
                 raise _TooLate
             entry = entries.get(claim.entry)
             if entry is None:
-                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self._replica}"
+                failed[claim.id] = f"entry {claim.entry!r} is not defined on {self._replica.id}"
                 continue
             logger.info(
                 "Scheduler: Sending due task %s (%s) for window %s",
@@ -232,6 +273,7 @@ class Dispatcher:
                 entry.task,
                 format_window(claim.window),
             )
+            handed_over.add(claim.id)
             try:
                 self.publisher.send(
                     producer, entry, claim, retry_policy=retry_policy(connection, left)

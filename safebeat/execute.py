@@ -35,7 +35,7 @@ from safebeat.config import Config
 from safebeat.current import ENTRY_VARIABLE, WINDOW_VARIABLE
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.records import Claim, Outcome
+from safebeat.records import Claim, Outcome, RunEnd
 from safebeat.stores.base import Store
 from safebeat.windows import CrontabRule
 
@@ -196,15 +196,8 @@ class _Recorder:
         self.worker = f"{socket.gethostname()}:{pid}"
         self._try("start", local_runs.started, worker=self.worker)
 
-    def finished(self, outcome: Outcome, runtime: timedelta, detail: str | None) -> None:
-        self._try(
-            "end",
-            local_runs.finished,
-            worker=self.worker,
-            outcome=outcome,
-            runtime=runtime,
-            detail=detail,
-        )
+    def finished(self, end: RunEnd) -> None:
+        self._try("end", local_runs.finished, worker=self.worker, end=end)
 
     def _try(self, what: str, step: Callable[..., object], *args: object, **kwargs: object) -> None:
         try:
@@ -233,9 +226,11 @@ def run_command(argv: Sequence[str], env: dict[str, str], *, record: _Recorder |
     if record is not None:
         how = f"was ended by signal {-returncode}" if returncode < 0 else f"exited with {code}"
         record.finished(
-            Outcome.SUCCESS if code == 0 else Outcome.FAILURE,
-            runtime,
-            None if code == 0 else f"the command {how}",
+            RunEnd(
+                Outcome.SUCCESS if code == 0 else Outcome.FAILURE,
+                runtime,
+                None if code == 0 else f"the command {how}",
+            )
         )
         record.say(f"{record.where}: the command {how} after {runtime.total_seconds():.1f}s")
     return code

@@ -1,15 +1,19 @@
-"""Beat's chores besides dispatching: heartbeats of this replica, pruning old history."""
+"""Beat's standing in the store besides dispatching: registration, heartbeats of this replica,
+pruning old history."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from safebeat._version import __version__
 from safebeat.config import Config
+from safebeat.entries import Entry
+from safebeat.errors import StoreError
 from safebeat.identity import Replica
 from safebeat.metrics import BeatMetrics
+from safebeat.reporting import report_registration
 from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -42,3 +46,64 @@ def prune(store: TickStore, config: Config, now: datetime) -> None:
             "safebeat: pruned %d row(s): dispatches older than the retention, expired effect keys",
             deleted,
         )
+
+
+class Housekeeper:
+    """One replica's standing in the store: its entries registered, and its chores on their
+    timers (monotonic): a heartbeat every `heartbeat_interval`, a prune every
+    `prune_interval`, and its heartbeat removed when it stops. The intervals are read at
+    each call, so a scheduler may change them."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        config: Config,
+        replica: Replica,
+        metrics: BeatMetrics,
+        *,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._store, self._config, self._replica = store, config, replica
+        self._metrics, self._monotonic = metrics, monotonic
+        self.next_heartbeat = 0.0
+        self.next_prune = 0.0
+
+    def register(self, entries: Mapping[str, Entry]) -> None:
+        """Register `entries`' definitions; say which ones the store had otherwise."""
+        definitions = [entry.definition for entry in entries.values()]
+        registration = self._store().register(self._config.namespace, definitions, self._replica)
+        report_registration(registration.changed, entries)
+
+    def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
+        """Record now that this replica is alive with `entries`' digests."""
+        digests = {name: entry.digest for name, entry in entries.items()}
+        heartbeat(
+            self._store(), self._config, self._replica, digests, self._metrics, interval=interval
+        )
+        self.next_heartbeat = self._monotonic() + interval
+
+    def run_due(
+        self,
+        now: float,
+        store_now: datetime | None,
+        entries: Mapping[str, Entry],
+        *,
+        heartbeat_interval: float,
+        prune_interval: float,
+    ) -> None:
+        """The chores whose time has come at monotonic `now`; pruning needs the store's
+        time (`store_now`), so it waits for the first tick that read it."""
+        if now >= self.next_heartbeat:
+            self.heartbeat(entries, interval=heartbeat_interval)
+        if now >= self.next_prune and store_now is not None:
+            prune(self._store(), self._config, store_now)
+            self.next_prune = self._monotonic() + prune_interval
+
+    def forget_replica(self) -> None:
+        """Remove this replica's heartbeat, if it sent one, so `safebeat status` drops it."""
+        if not self.next_heartbeat:
+            return
+        try:
+            self._store().forget_replica(self._config.namespace, self._replica)
+        except StoreError as exc:
+            logger.warning("safebeat: could not remove this replica's heartbeat: %s", exc)

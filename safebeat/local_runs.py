@@ -28,9 +28,10 @@ from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
+    LeasedRun,
     NewClaim,
-    Outcome,
     Registration,
+    RunEnd,
     Start,
 )
 from safebeat.stores.base import Store
@@ -65,32 +66,17 @@ def claim(
 def started(store: Store, namespace: str, won: Claim, *, worker: str) -> Start:
     """Record that the claimed window is handed over and runs on `worker`."""
     store.record_publish(namespace, [won.id], {})
-    return store.start_execution(
-        namespace, won.entry, won.window, worker=worker, retries=0, lease=_UNTIL_FINISHED
-    )
+    return store.start_execution(namespace, _run(won, worker), lease=_UNTIL_FINISHED)
 
 
-def finished(
-    store: Store,
-    namespace: str,
-    won: Claim,
-    *,
-    worker: str,
-    outcome: Outcome,
-    runtime: timedelta,
-    detail: str | None = None,
-) -> None:
-    """Record how the run of a claimed window ended (`detail`: what went wrong, if anything)."""
-    store.finish_execution(
-        namespace,
-        won.entry,
-        won.window,
-        worker=worker,
-        retries=0,
-        outcome=outcome,
-        runtime=runtime,
-        detail=detail,
-    )
+def finished(store: Store, namespace: str, won: Claim, *, worker: str, end: RunEnd) -> None:
+    """Record how the run of a claimed window on `worker` ended."""
+    store.finish_execution(namespace, _run(won, worker), end)
+
+
+def _run(won: Claim, worker: str) -> LeasedRun:
+    """The one run of a window claimed outside Celery (no retries)."""
+    return LeasedRun(won.entry, won.window, worker, 0)
 
 
 def not_started(store: Store, namespace: str, won: Claim, error: str) -> None:

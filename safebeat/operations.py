@@ -284,7 +284,7 @@ def _claim_and_publish(
         reason=reason,
     )
     claimed_at = time.monotonic()
-    dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica.id)
+    dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica)
     dispatched = Dispatched(unsent=claims)
     if claims:
         broker_down = app_connection_errors(app)

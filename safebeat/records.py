@@ -96,6 +96,26 @@ class EntryState:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """An entry's pause as `AdminStore.set_paused` stores it: the flag, the instant it ends
+    by itself (None: until resumed) and the operator's note. A resume clears all three."""
+
+    paused: bool
+    until: datetime | None = None
+    note: str | None = None
+
+    @classmethod
+    def of(cls, paused: bool, until: datetime | None, note: str | None) -> Pause:
+        """The pause `set_paused(paused, until=..., note=...)` stores."""
+        return cls(True, until, note) if paused else cls(False)
+
+    @property
+    def action(self) -> str:
+        """What storing it does, for the store's error messages."""
+        return "pause an entry" if self.paused else "resume an entry"
+
+
+@dataclass(frozen=True)
 class NewClaim:
     """A window this replica wants to dispatch."""
 
@@ -132,6 +152,13 @@ class Reclaim:
     entries: Collection[str]
     timeout: timedelta
     limit: int = 1000
+
+
+def released_age(timeout: timedelta) -> timedelta:
+    """How far before store now a handed-back claim's `claimed_at` is set (see
+    `TickStore.release_claims`): just past `timeout`, so the take-over rule
+    (`claimed_at < now - timeout`) already holds for it at the next tick of any replica."""
+    return timeout + timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -198,12 +225,37 @@ class DispatchRecord:
 
 @dataclass(frozen=True)
 class LeasedRun:
-    """An execution a worker process runs and renews the lease of: who started which window."""
+    """One execution of a window: who (`worker`, `nodename:pid`) started which window, on
+    which Celery retry. What the worker hook starts, renews the lease of and finishes
+    (`ExecutionStore`)."""
 
     entry: str
     window: datetime
     worker: str
     retries: int
+
+    def holds(self, record: DispatchRecord) -> bool:
+        """Whether `record`'s latest execution is this run and has not finished: the rows
+        `renew_executions` and `finish_execution` change (a run taken over, superseded by a
+        retry or finished changes nothing)."""
+        return (
+            record.worker == self.worker
+            and record.retries == self.retries
+            and record.finished_at is None
+        )
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How an execution ended, as its worker saw it (`ExecutionStore.finish_execution`).
+
+    `runtime` is measured by the worker; `detail`, if given, says what went wrong (a
+    command's exit status, a hard time limit) and is kept in the row's `error`.
+    """
+
+    outcome: Outcome
+    runtime: timedelta
+    detail: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ Nothing store-specific lives here; nothing raised in a tick escapes into Celery'
 
 from __future__ import annotations
 
-import heapq
 import logging
 import random
 import time
@@ -21,31 +20,28 @@ from celery import beat
 
 from safebeat.app_schedule import settings_source
 from safebeat.batching import ClaimBatch
+from safebeat.claim_round import ClaimRounds, traced
 from safebeat.config import Config, config_from_app
-from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
-from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import EntryError, StoreError, StoreUnavailable, TickTooLong
+from safebeat.entries import Entry
+from safebeat.errors import EntryError
 from safebeat.guard import TickGuard
-from safebeat.housekeeping import heartbeat, prune
+from safebeat.housekeeping import Housekeeper
 from safebeat.identity import current_replica
 from safebeat.liveness import HEARTBEAT_INTERVAL
 from safebeat.metrics import BeatMetrics
+from safebeat.pacing import Pacing
 from safebeat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.publishing import Publisher
-from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.records import Claim, EntryState, TickResult
 from safebeat.reporting import (
     announce_tick,
     report_claims,
-    report_dispatch,
     report_entries,
-    report_plan,
-    report_registration,
     report_unregistered,
     serve_metrics,
-    skipped_windows,
 )
-from safebeat.runtime import compile_runtime
+from safebeat.runtime_watch import RuntimeWatch
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 
@@ -100,20 +96,35 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._store = store
         self._monotonic = monotonic or time.monotonic
         self._ready = False
-        self._due_at: dict[str, float] = {}
-        self._next_heartbeat = 0.0
-        self._next_reclaim = 0.0
-        self._next_prune = 0.0
+        self._pacing = Pacing()
+        self._runtime = RuntimeWatch()
         self._last_store_now: datetime | None = None
-        self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
-        self._planning = False  # set while the store runs our planner
         self._queue_timeouts: dict[str, timedelta] = {}
-        self._runtime_specs: dict[str, str] = {}
-        self._runtime_version: int | None = None
-        self._next_runtime_look = 0.0
-        self._runtime_clashes: frozenset[str] = frozenset()
         self.metrics = BeatMetrics(
             self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
+        )
+        self.dispatcher = Dispatcher(
+            app,
+            claim_timeout=self.safebeat_config.claim_timeout,
+            replica=self.replica,
+            monotonic=self._monotonic,
+        )
+        self._rounds = ClaimRounds(
+            lambda: self.store,
+            self.safebeat_config,
+            self.replica,
+            batch=ClaimBatch(self.claim_batch, self.min_claim_batch),
+            pacing=self._pacing,
+            dispatcher=self.dispatcher,
+            metrics=self.metrics,
+            monotonic=self._monotonic,
+        )
+        self._chores = Housekeeper(
+            lambda: self.store,
+            self.safebeat_config,
+            self.replica,
+            self.metrics,
+            monotonic=self._monotonic,
         )
         self._guard = TickGuard(
             self.metrics,
@@ -121,12 +132,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             max_sleep=self.max_interval,
             store_url=lambda: self.store.display_url,
             sender=self,
-        )
-        self.dispatcher = Dispatcher(
-            app,
-            claim_timeout=self.safebeat_config.claim_timeout,
-            replica=self.replica.id,
-            monotonic=self._monotonic,
         )
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
@@ -184,53 +189,24 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if (
             self.runs_runtime_entries
             and self._ready
-            and self._monotonic() >= self._next_runtime_look
+            and self._monotonic() >= self._runtime.next_look
         ):
             self._look_at_runtime_entries()
 
     def _look_at_runtime_entries(self) -> None:
-        """One read of the version; the definitions only when it moved."""
-        config = self.safebeat_config
-        self._next_runtime_look = self._monotonic() + self.runtime_interval
-        version = self.store.runtime_version(config.namespace)
-        if version == self._runtime_version:
-            return
-        specs = self.store.runtime_entries(config.namespace)
-        self._runtime_version = version
-        if specs == self._runtime_specs:
-            return
-        logger.info(
-            "safebeat: entries added at run time changed: %d stored (version %d)",
-            len(specs),
-            version,
-        )
-        self._runtime_specs = specs
-        self.use_entries(*self._compiled_entries())
+        """Compile the entries again if the ones added at run time changed."""
+        namespace, now = self.safebeat_config.namespace, self._monotonic()
+        if self._runtime.look(self.store, namespace, now=now, interval=self.runtime_interval):
+            self.use_entries(*self._compiled_entries())
 
     def _compiled_entries(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
-        """The code's entries (`schedule_source`) and the entries added at run time; a
-        stored entry whose name the code uses is left out (the code's runs) and reported."""
-        app_timezone, config = self.app.timezone, self.safebeat_config
-        entries, broken = compile_schedule(
-            self.schedule_source(), app_timezone=app_timezone, config=config
+        """The code's entries (`schedule_source`) and the entries added at run time."""
+        return self._runtime.compiled(
+            self.schedule_source(),
+            app_timezone=self.app.timezone,
+            config=self.safebeat_config,
+            metrics=self.metrics,
         )
-        runtime = compile_runtime(
-            self._runtime_specs,
-            taken=entries.keys() | broken.keys(),
-            app_timezone=app_timezone,
-            config=config,
-        )
-        for name in sorted(runtime.clashes - self._runtime_clashes):
-            logger.error(
-                "safebeat: entry %r was added at run time but the app's beat_schedule defines "
-                "it too; the code's entry runs: remove the stored one with `safebeat schedule "
-                "remove %s`",
-                name,
-                name,
-            )
-        self._runtime_clashes = runtime.clashes
-        self.metrics.runtime_entries(len(runtime.entries))
-        return {**entries, **runtime.entries}, {**broken, **runtime.broken}
 
     def published(self, claims: Sequence[Claim]) -> None:
         """Called with the claims just published and recorded as sent. Does nothing by default."""
@@ -263,15 +239,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             super().close()
         finally:
             if self._store is not None and not self._guard.running:
-                if self._next_heartbeat:
-                    self._forget_replica()
+                self._chores.forget_replica()
                 self._store.close()
-
-    def _forget_replica(self) -> None:
-        try:
-            self.store.forget_replica(self.safebeat_config.namespace, self.replica)
-        except StoreError as exc:
-            logger.warning("safebeat: could not remove this replica's heartbeat: %s", exc)
 
     @property
     def info(self) -> str:
@@ -292,19 +261,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     # --- the tick -------------------------------------------------------------------------
 
     def _bootstrap(self) -> float:
-        store, config = self.store, self.safebeat_config
-        if config.auto_migrate:
-            store.migrate()
+        if self.safebeat_config.auto_migrate:
+            self.store.migrate()
         if self.runs_runtime_entries:
             self._look_at_runtime_entries()  # before registering: they are registered too
-        registration = store.register(
-            config.namespace, [e.definition for e in self.entries.values()], self.replica
-        )
-        report_registration(registration.changed, self.entries)
-        now = self._monotonic()
-        self._due_at = dict.fromkeys(self.entries, now)
+        self._chores.register(self.entries)
+        self._pacing.restart(self.entries, self._monotonic())
         self._ready = True
-        self._heartbeat()
+        self._chores.heartbeat(self.entries, interval=self.heartbeat_interval)
         return 0.0
 
     def _tick(self) -> float:
@@ -312,37 +276,29 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.refresh_entries()
         if not self._ready:
             self._bootstrap()
-        # The most overdue first: with more due entries than one tick claims, entries that
-        # were just sent must not come back ahead of the ones still waiting.
-        if self._batch.ceiling != self.claim_batch:  # set on the instance after __init__
-            self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
-        due = heapq.nsmallest(
-            self._batch.size,
-            (name for name, at in self._due_at.items() if at <= now),
-            key=self._due_at.__getitem__,
-        )
-        reclaim = now >= self._next_reclaim
+        due = self._pacing.due(now, self._rounds.batch_size(self.claim_batch, self.min_claim_batch))
+        reclaim = now >= self._pacing.next_reclaim
         if (due or reclaim) and not self._can_publish():
             # Claiming (or taking over) now would only leave unsent claims for the other
             # replicas to wait a claim timeout for; windows that pass meanwhile follow
             # the missed-window policy, and the replicas that reach the broker send them.
             due, reclaim = [], False
         if due or reclaim:
-            with opentelemetry.tick_span(self.safebeat_config.namespace, self.replica.id) as span:
-                result = self._locked_tick(due, reclaim=reclaim)
-                span.done(
-                    claimed=0 if result is None else len(result.claimed),
-                    skipped=0 if result is None else skipped_windows(result.plan.skips),
-                    republished=0 if result is None else len(result.reclaimed),
-                    busy=result is None,
-                )
+            result = traced(
+                self.safebeat_config.namespace,
+                self.replica.id,
+                lambda: self._locked_tick(due, reclaim=reclaim),
+            )
             if result is None:
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
-        if now >= self._next_heartbeat:
-            self._heartbeat()
-        if now >= self._next_prune and self._last_store_now is not None:
-            self._prune(self._last_store_now)
+        self._chores.run_due(
+            now,
+            self._last_store_now,
+            self.entries,
+            heartbeat_interval=self.heartbeat_interval,
+            prune_interval=self.prune_interval,
+        )
         return self._sleep_time()
 
     def _can_publish(self) -> bool:
@@ -356,62 +312,35 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
         config = self.safebeat_config
         started = self._monotonic()
-        lock_timeout = config.lock_timeout.total_seconds()
-        self._planning = False
-        try:
-            result = self.store.tick(
-                config.namespace,
-                due,
-                self._planner,
-                replica=self.replica,
-                reclaim=(
-                    Reclaim(list(self.entries), config.claim_timeout, self.reclaim_limit)
-                    if reclaim
-                    else None
-                ),
-            )
-        except StoreUnavailable as exc:
-            # The store answered the tick's first message (it ran our planner) and the tick
-            # failed after the lock timeout: the store ended it for lasting too long.
-            took = self._monotonic() - started
-            if isinstance(exc, TickTooLong) or (self._planning and took >= lock_timeout):
-                size = self._batch.too_long()
-                raise TickTooLong(
-                    f"tick took longer than safebeat_lock_timeout ({lock_timeout:g}s): "
-                    f"{len(due)} entries in {took:.1f}s, and the store ended it, writing "
-                    f"nothing; claiming fewer entries per tick ({size}) [{exc}]"
-                ) from exc
-            raise
+        result = self._rounds.run(
+            due,
+            self._planner,
+            reclaim=list(self.entries) if reclaim else None,
+            reclaim_limit=self.reclaim_limit,
+            started=started,
+            retry_after=timedelta(seconds=self.max_interval),
+        )
         if result is None:
             return None
-        self._batch.finished(seconds=self._monotonic() - started, lock_timeout=lock_timeout)
         self._last_store_now = result.now
-        planned = result.plan
-        if not isinstance(planned, Planned):  # a store outside the contract: never spin
-            logger.error(
-                "safebeat: store %s returned a tick result without the plan its planner made "
-                "(TickResult.plan, see safebeat.stores.base.TickStore.tick); its entries are "
-                "looked at every %.0fs instead",
-                self.store.display_url,
-                self.max_interval,
-            )
-            retry_at = result.now + timedelta(seconds=self.max_interval)
-            planned = Planned(upcoming=dict.fromkeys(due, retry_at))
-        report_plan(planned, self.metrics)
-        for name in due:
-            self._schedule_next(name, planned.upcoming.get(name, result.now), result.now, started)
         if report_unregistered(due, result.states):
             self._ready = False  # register again before the next tick claims
-        if reclaim:
-            self._next_reclaim = started + config.claim_timeout.total_seconds() / 2
         report_claims(result.claimed, result.reclaimed, self.metrics)
         announce_tick(self, result, config.namespace, self.replica.id)
-        self._publish([*result.claimed, *result.reclaimed], claimed_at=started)
+        sent = self._rounds.publish(
+            [*result.claimed, *result.reclaimed],
+            entries=self.entries,
+            connection=self.connection,
+            producer=lambda: self.producer,
+            claimed_at=started,
+            store_now=result.now,
+        )
+        if sent:
+            self.published(sent)
         return result
 
     def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
         """The pure planner, with this replica's entries (run by the store under its lock)."""
-        self._planning = True
         return plan_tick(
             self.entries,
             states,
@@ -421,66 +350,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             queue_timeouts=self._queue_timeouts,
         )
 
-    def _schedule_next(
-        self, name: str, upcoming: datetime | None, now: datetime, started: float
-    ) -> None:
-        if upcoming is None:
-            self._due_at.pop(name, None)
-            logger.info("safebeat: entry %r has no more windows", name)
-            return
-        self._due_at[name] = started + max(0.0, (upcoming - now).total_seconds())
-
-    def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
-        """Publish claimed windows through the dispatcher; count and log what happened."""
-        if not claims:
-            return
-        dispatched = self.dispatcher.dispatch(
-            self.store,
-            self.safebeat_config.namespace,
-            claims,
-            entries=self.entries,
-            connection=self.connection,
-            producer=lambda: self.producer,
-            claimed_at=claimed_at,
-        )
-        now = self._monotonic()
-        store_now = self._last_store_now
-        report_dispatch(
-            dispatched,
-            self.metrics,
-            published_at=None
-            if store_now is None
-            else store_now + timedelta(seconds=now - claimed_at),
-            broker_retry_in=self.dispatcher.backoff.until - now,
-        )
-        if dispatched.sent:
-            self.published(dispatched.sent)
-
-    def _heartbeat(self) -> None:
-        digests = {name: entry.digest for name, entry in self.entries.items()}
-        heartbeat(
-            self.store,
-            self.safebeat_config,
-            self.replica,
-            digests,
-            self.metrics,
-            interval=self.heartbeat_interval,
-        )
-        self._next_heartbeat = self._monotonic() + self.heartbeat_interval
-
-    def _prune(self, now: datetime) -> None:
-        prune(self.store, self.safebeat_config, now)
-        self._next_prune = self._monotonic() + self.prune_interval
-
     def _sleep_time(self) -> float:
-        now = self._monotonic()
-        deadlines = [
-            *self._due_at.values(),
-            self._next_heartbeat,
-            self._next_reclaim,
-        ]
-        if self.runs_runtime_entries:
-            deadlines.append(self._next_runtime_look)
-        if self.dispatcher.backoff.waiting(now):
-            deadlines = [self.dispatcher.backoff.until, self._next_heartbeat]
-        return max(0.0, min(min(deadlines) - now, self.max_interval))
+        now, backoff = self._monotonic(), self.dispatcher.backoff
+        return self._pacing.sleep_time(
+            now,
+            heartbeat_at=self._chores.next_heartbeat,
+            runtime_look_at=self._runtime.next_look if self.runs_runtime_entries else None,
+            broker_until=backoff.until if backoff.waiting(now) else None,
+            max_sleep=self.max_interval,
+        )

@@ -66,7 +66,7 @@ from safebeat.current import CurrentWindow, running
 from safebeat.errors import ConfigError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.local_store import store_for
-from safebeat.records import Claim, Outcome
+from safebeat.records import Claim, Outcome, RunEnd
 from safebeat.stores.base import Store
 
 logger = logging.getLogger("safebeat.apscheduler")
@@ -300,13 +300,7 @@ def _finished(
     runtime = timedelta(seconds=time.monotonic() - began)
     try:
         local_runs.finished(
-            store,
-            config.namespace,
-            claim,
-            worker=worker,
-            outcome=outcome,
-            runtime=runtime,
-            detail=detail,
+            store, config.namespace, claim, worker=worker, end=RunEnd(outcome, runtime, detail)
         )
     except SafebeatError as exc:
         logger.warning("safebeat: could not record the end of %s (%s)", claim.entry, exc)

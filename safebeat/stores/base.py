@@ -37,6 +37,7 @@ from safebeat.records import (
     Reclaim,
     Registration,
     ReplicaRecord,
+    RunEnd,
     Start,
     Status,
     TickPlan,
@@ -64,6 +65,7 @@ __all__ = [
     "Reclaim",
     "Registration",
     "ReplicaRecord",
+    "RunEnd",
     "RuntimeEntryStore",
     "Start",
     "Status",
@@ -174,6 +176,28 @@ class TickStore(StoreConnection, Protocol):
         cannot fix. A row that is no longer `claimed` is left as it is."""
         ...
 
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        """Hand back `claims` that `replica` made (or took over) and never handed to the
+        transport, so that the next take-over pass of any replica re-publishes them
+        instead of waiting `timeout` (the claim timeout its `Reclaim` uses).
+
+        In one statement or script: a row is released only while it is still `claimed`,
+        by `replica`, with the claim's `attempts` (a row taken over since, by anyone, or
+        recorded sent or failed is left alone). A released row keeps its status, task id,
+        attempts and replica; its `claimed_at` becomes store now minus
+        `records.released_age(timeout)`, which the take-over rule of `tick` already
+        counts as stale (the take-over adds the attempt). Return how many rows were
+        released.
+        """
+        ...
+
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
     ) -> None:
@@ -199,22 +223,15 @@ class ExecutionStore(StoreConnection, Protocol):
     """What the worker hook uses: record each execution of a window, skip duplicates."""
 
     def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        lease: timedelta,
-        exclusive: bool = False,
+        self, namespace: str, run: LeasedRun, *, lease: timedelta, exclusive: bool = False
     ) -> Start:
-        """Decide whether this delivery of a window may run, and record its start if so.
+        """Decide whether this delivery of a window may run (as `run`: its worker and Celery
+        `retries`), and record its start if so.
 
         Called by the worker hook before the task body runs. Atomic: of any number of
         concurrent calls for one window, at most one records a start, and every call
-        sees the effect of those before it. On the dispatch row (namespace, entry,
-        window) that carries a task id (claimed, sent or failed; not skipped), by
+        sees the effect of those before it. On the dispatch row (namespace, `run.entry`,
+        `run.window`) that carries a task id (claimed, sent or failed; not skipped), by
         `records.decide_start`:
 
         - no such row: return UNKNOWN and write nothing;
@@ -242,31 +259,19 @@ class ExecutionStore(StoreConnection, Protocol):
     ) -> int:
         """Extend the lease of each of `runs` to store now + `lease`, in one call.
 
-        Only a row whose `worker` and `retries` are the run's and that has not finished
-        is renewed (a run taken over or finished renews nothing); return how many were.
+        Only a row that still holds the run (`LeasedRun.holds`) is renewed (a run taken
+        over or finished renews nothing); return how many were.
         """
         ...
 
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
-        """Record the end of the execution `worker` started with `retries`.
+    def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
+        """Record how `run` ended.
 
-        Sets `finished_at` = store now, `outcome`, `runtime` and, if given, `detail` (kept in
-        the row's `error`: what went wrong, such as a command's exit status) on the dispatch
-        row, only if the row's `worker` and `retries` are the given ones and `finished_at`
-        is not set: an execution that was taken over or superseded by a retry records
-        nothing.
-        A missing row is not an error.
+        Sets `finished_at` = store now, `end.outcome`, `end.runtime` and, if given,
+        `end.detail` (kept in the row's `error`) on the run's dispatch row, only if the row
+        still holds the run (`LeasedRun.holds`: its `worker` and `retries` are the run's and
+        `finished_at` is not set): an execution that was taken over or superseded by a
+        retry records nothing. A missing row is not an error.
         """
         ...
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from safebeat.records import Start, decide_start
+from safebeat.records import LeasedRun, Start, decide_start
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,9 @@ class ExecutionRow:
 
     `other_run_alive`: another window of the entry has an unfinished run with a live
     lease (only looked up when the caller asked for it: `overlap="forbid"`).
-    `start(worker, retries, lease_until)` records a start (started_at = now, the lease,
-    finished_at, outcome and runtime cleared, runs + 1); `duplicate()` adds one to its
-    duplicates.
+    `start(lease_until)` records the start of the run asked about (started_at = now, its
+    worker and retries, the lease, finished_at, outcome and runtime cleared, runs + 1);
+    `duplicate()` adds one to its duplicates.
     """
 
     now: datetime
@@ -35,17 +35,18 @@ class ExecutionRow:
     lease_until: datetime | None
     retries: int | None
     other_run_alive: bool
-    start: Callable[[str, int, datetime], object]
+    start: Callable[[datetime], object]
     duplicate: Callable[[], object]
 
 
 class _LocksExecutionRows(Protocol):
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
+        self, namespace: str, run: LeasedRun, *, exclusive: bool
     ) -> AbstractContextManager[ExecutionRow | None]:
-        """Lock the dispatch row of (namespace, entry, window) that carries a task id and
-        yield it (None: there is none) inside a transaction committed at the end; with
-        `exclusive`, look up whether another window of the entry runs with a live lease."""
+        """Lock the dispatch row of (namespace, run's entry and window) that carries a task
+        id and yield it (None: there is none) inside a transaction committed at the end;
+        with `exclusive`, look up whether another window of the entry runs with a live
+        lease."""
         ...
 
 
@@ -55,15 +56,12 @@ class DecidedStart:
     def start_execution(
         self: _LocksExecutionRows,
         namespace: str,
-        entry: str,
-        window: datetime,
+        run: LeasedRun,
         *,
-        worker: str,
-        retries: int,
         lease: timedelta,
         exclusive: bool = False,
     ) -> Start:
-        with self._execution_row(namespace, entry, window, exclusive=exclusive) as row:
+        with self._execution_row(namespace, run, exclusive=exclusive) as row:
             if row is None:
                 return Start.UNKNOWN
             verdict = decide_start(
@@ -71,12 +69,12 @@ class DecidedStart:
                 finished_at=row.finished_at,
                 lease_until=row.lease_until,
                 recorded_retries=row.retries,
-                retries=retries,
+                retries=run.retries,
                 now=row.now,
                 other_run_alive=row.other_run_alive,
             )
             if verdict is Start.DUPLICATE:
                 row.duplicate()
             elif verdict is not Start.DEFER:
-                row.start(worker, retries, row.now + lease)
+                row.start(row.now + lease)
             return verdict

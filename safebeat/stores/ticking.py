@@ -5,7 +5,7 @@ the states of the due entries, call the planner, insert the claims and skips und
 unique key, advance the states, take over stale claims (on the periodic pass), commit.
 The memory, SQLite and Django ORM stores give `SteppedTick` their transaction and
 steps; PostgreSQL and Redis run the same sequence in two server round trips each
-(`postgres.statements._tick`, Redis's `begin_tick` and `finish_tick` scripts).
+(`postgres.tick._tick`, Redis's `begin_tick` and `finish_tick` scripts).
 """
 
 from __future__ import annotations

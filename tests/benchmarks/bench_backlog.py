@@ -7,7 +7,7 @@ What it measures, in one run:
    3 h and 12 h), the work a PostgreSQL tick does while its transaction is open. Timed
    twice: with today's counting of the skipped windows, and with the counting safebeat
    did before (one window at a time, up to 10,000 per entry), reproduced here by
-   swapping `windows.count_windows` for its step-by-step form. Median of `--repeats`.
+   swapping the `count_windows` that `due` uses for its step-by-step form. Median of `--repeats`.
 
 2. Recovery on PostgreSQL: N minutely crontab entries registered by a real
    `safebeat.Scheduler` in a database this script creates and drops, then the store's
@@ -51,7 +51,8 @@ from safebeat import windows
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.stores import open_store
-from safebeat.windows import Policy
+from safebeat.windows import Policy, decide
+from safebeat.windows import counting as window_counting
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the editable install
@@ -75,22 +76,22 @@ def counting(kind: str) -> Iterator[None]:
     if kind == "today":
         yield
         return
-    original = windows.count_windows
+    original = decide.count_windows  # what `due` counts its skipped spans with
 
     def stepwise(
         rule: windows.Rule, first: datetime, last: datetime, anchor: datetime | None = None
     ) -> int | None:
         if isinstance(rule, windows.IntervalRule):
             return original(rule, first, last, anchor)
-        return windows._count_stepwise(  # the previous counting, on purpose
+        return window_counting._count_stepwise(  # the previous counting, on purpose
             rule, first, last, anchor, limit=windows.MAX_COUNTED_SKIPS
         )
 
-    windows.count_windows = stepwise  # type: ignore[assignment]
+    decide.count_windows = stepwise  # type: ignore[assignment]
     try:
         yield
     finally:
-        windows.count_windows = original  # type: ignore[assignment]
+        decide.count_windows = original  # type: ignore[assignment]
 
 
 def parse_duration(text: str) -> timedelta:

@@ -24,6 +24,12 @@ A message for an instant that is not a window of its entry (off the grid, before
 definition, an unknown entry) is counted as unexpected (must be 0); a window both sent and
 recorded as skipped is a contradiction (must be 0).
 
+A window's lag is its first timed message less the window. The largest is kept for all
+windows, and apart for the windows taken over and for those that went out from their
+first claim: a fault may make the first wait a claim timeout, never the second. The
+windows taken over are counted per entry too, with the most attempts any row records (a
+claim taken over twice records 3).
+
 Stock beat has no window identity: each replica computes its own runs from its own last
 run. Its side is counted from arrival times: the windows are the same grid cut to the
 same span, a run of consecutive arrivals of one entry more than one period apart means
@@ -113,6 +119,13 @@ class Tally:
     contradictions: list[tuple[str, str]] = field(default_factory=list)
     messages: int = 0
     max_lag: float | None = None
+    #: The lag split by whether the window waited for a take-over (its row records
+    #: `attempts > 1`) or went out from its first claim.
+    max_lag_taken_over: float | None = None
+    max_lag_first_claim: float | None = None
+    #: Windows taken over, per entry, and the most attempts any window's row records.
+    taken_over_by_entry: Counter[str] = field(default_factory=Counter)
+    most_attempts: int = 0
     failover_gap: float | None = None
     #: Stock beat only: whether the numbers come from arrival times (no window identity).
     estimated: bool = False
@@ -145,10 +158,18 @@ class Tally:
             "unexpected_messages": [f"{e}@{w}" for e, w in self.unexpected[:50]],
             "contradictions": [f"{e}@{w}" for e, w in self.contradictions[:50]],
             "messages": self.messages,
-            "max_lag_s": None if self.max_lag is None else round(self.max_lag, 2),
-            "failover_gap_s": None if self.failover_gap is None else round(self.failover_gap, 2),
+            "max_lag_s": _rounded(self.max_lag),
+            "max_lag_taken_over_s": _rounded(self.max_lag_taken_over),
+            "max_lag_first_claim_s": _rounded(self.max_lag_first_claim),
+            "taken_over_by_entry": dict(sorted(self.taken_over_by_entry.items())),
+            "most_attempts": self.most_attempts,
+            "failover_gap_s": _rounded(self.failover_gap),
             "estimated_from_arrivals": self.estimated,
         }
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 2)
 
 
 def grid(state: EntryState, rule: timedelta | CronSlots, until: datetime) -> list[datetime]:
@@ -196,7 +217,7 @@ def count_safebeat(
             tally.skip_rows[record.entry] += 1
         else:
             by_key[(record.entry, record.window)] = record
-    lags: list[float] = []
+    lags: dict[bool, list[float]] = {True: [], False: []}  # taken over -> lags
     for name, spec in schedule.items():
         state = states.get(name)
         if state is None:
@@ -218,7 +239,9 @@ def count_safebeat(
             tally.unexpected.extend((name, window.isoformat()) for _ in sent)
         elif window > horizon and len(sent) > 1 and not _republished(sent, by_key.get(key)):
             tally.more_than_once += 1  # a late window sent twice still counts
-    tally.max_lag = max(lags) if lags else None
+    tally.max_lag_taken_over = max(lags[True], default=None)
+    tally.max_lag_first_claim = max(lags[False], default=None)
+    tally.max_lag = max(lags[True] + lags[False], default=None)
     return tally
 
 
@@ -229,20 +252,24 @@ def _classify(  # noqa: PLR0917 - the tally's working state, in one place
     copies: Mapping[tuple[str, datetime], list[Arrival]],
     skips: Sequence[DispatchRecord],
     by_key: Mapping[tuple[str, datetime], DispatchRecord],
-    lags: list[float],
+    lags: dict[bool, list[float]],
 ) -> str:
     """Count one window in `tally`; return its outcome (a key of `OUTCOME_CODES`)."""
     sent = copies.get((name, window), [])
     reason = _skip_reason(skips, window)
     row = by_key.get((name, window))
-    if row is not None and row.attempts > 1:
+    taken_over = row is not None and row.attempts > 1
+    if row is not None:
+        tally.most_attempts = max(tally.most_attempts, row.attempts)
+    if taken_over:
         tally.taken_over += 1
+        tally.taken_over_by_entry[name] += 1
     if sent:
         if reason is not None:
             tally.contradictions.append((name, window.isoformat()))
         timed = [a.at for a in sent if not a.recovered]
         if timed:
-            lags.append(min(timed) - window.timestamp())
+            lags[taken_over].append(min(timed) - window.timestamp())
         if len(sent) == 1:
             tally.once += 1
             return "once"

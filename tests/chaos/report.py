@@ -187,11 +187,23 @@ def failures(results: Sequence[ScenarioResult]) -> list[str]:
     return found
 
 
+def _own_claim_timeouts(report: dict[str, Any]) -> str:
+    """` (broker-cut 4s)`: the scenarios that ran with a claim timeout of their own."""
+    mode = report["claim_timeout_s"]
+    own = [
+        f"{s['scenario']} {s['claim_timeout_s']:g}s"
+        for s in report["scenarios"]
+        if s.get("claim_timeout_s", mode) != mode
+    ]
+    return f" ({', '.join(own)})" if own else ""
+
+
 def print_report(report: dict[str, Any], markdown: bool) -> None:
     print(f"safebeat chaos report, mode {report['mode']}: {report['command']}")
     print(
         f"{report['cpus']} CPUs, Python {report['python']}, {report['minutes']} min; "
-        f"claim timeout {report['claim_timeout_s']:g}s, lock timeout {report['lock_timeout_s']:g}s"
+        f"claim timeout {report['claim_timeout_s']:g}s{_own_claim_timeouts(report)}, "
+        f"lock timeout {report['lock_timeout_s']:g}s"
     )
     print()
     scenarios = report["scenarios"]

@@ -327,6 +327,7 @@ class ScenarioResult:
     seconds: float
     events: list[str]
     sides: list[SideResult]
+    claim_timeout: float  # the replicas' safebeat_claim_timeout in this run
 
     def side(self, kind: str) -> SideResult:
         return next(s for s in self.sides if s.kind == kind)
@@ -337,6 +338,7 @@ class ScenarioResult:
             "title": self.title,
             "mode": self.mode,
             "seconds": round(self.seconds, 1),
+            "claim_timeout_s": self.claim_timeout,
             "events": self.events,
             "sides": [side.as_dict() for side in self.sides],
         }
@@ -519,6 +521,7 @@ class Run:
             end - self.began,
             self.events,
             results,
+            self.mode.claim_timeout,
         )
 
     def _server_log_size(self) -> int:
@@ -681,6 +684,8 @@ class Scenario:
     #: The fault stops every replica: the failover gap counts from the restart, and the
     #: side reports its recovery (`Run.recovery`).
     stops_every_replica: bool = False
+    #: The replicas' safebeat_claim_timeout in this scenario, if not the mode's.
+    claim_timeout: float | None = None
 
     def prepare(self, run: Run, side: Side, slot: int) -> None:
         if self.before_start is not None:
@@ -695,6 +700,8 @@ def run_scenario(
     seed: int = 0,
 ) -> ScenarioResult:
     """Run one scenario end to end; every process and server it started is stopped."""
+    if scenario.claim_timeout is not None:
+        mode = dataclasses.replace(mode, claim_timeout=scenario.claim_timeout)
     run = Run(scenario, mode, folder, postgres, seed)
     try:
         run.open()

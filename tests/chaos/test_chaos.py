@@ -107,24 +107,35 @@ def test_windows_claimed_while_the_broker_is_down_are_published_once_it_is_back(
         assert side.tally.max_lag >= chaos_mode.broker_outage / 2, side.as_dict()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the claims of the tick in which the broker connection broke still wait "
-    "claim_timeout (issue 17, open): on a slow run their lag passes the bound; every "
-    "window is still dispatched once",
-)
+#: The lag of a window nobody had to take over, on a loaded 2-core machine: a healthy
+#: run's largest (0.1 to 0.7 s in docs/reliability.md), one 1 s tick, publishing.
+ON_TIME = 2.0
+#: What a take-over adds beyond the claim timeout and one periodic pass: the claim's own
+#: tick, the taking tick, publishing and collecting.
+TAKE_OVER_SLACK = 2.0
+
+
 def test_a_replica_cut_off_from_the_broker_delays_no_window(
     chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
 ) -> None:
-    """One replica's broker connection cut by a TCP proxy while it still reaches its store:
-    after the tick in which the connection broke, it claims and takes over nothing, so at
-    most that tick's windows (one per entry) wait for a take-over, once."""
+    """One replica's broker connection cut while it reaches its store: only the claims of the
+    tick in which it broke (one window per entry) wait for a take-over, once; none else waits."""
     result = run("broker-cut", chaos_mode, tmp_path, chaos_postgres)
+    timeout = result.claim_timeout
+    assert 2 * timeout > 1.5 * timeout + TAKE_OVER_SLACK  # a second wait breaks the bound
     for side in safebeat_sides(result):
+        tally = side.tally
         assert side.log_signs["broker_unreachable"] >= 1, side.as_dict()
-        assert side.tally.taken_over <= chaos_mode.entries, side.as_dict()
-        assert side.tally.max_lag is not None
-        assert side.tally.max_lag < 1.5 * chaos_mode.claim_timeout + 1.0, side.as_dict()
+        # After that tick it checks the broker before claiming: a replica that kept claiming
+        # what it cannot send would leave more windows of an entry to take over, and a
+        # take-over that failed again would record a third attempt and wait twice.
+        assert tally.max_lag_first_claim is not None
+        assert tally.max_lag_first_claim <= ON_TIME, side.as_dict()
+        assert all(n == 1 for n in tally.taken_over_by_entry.values()), side.as_dict()
+        assert tally.most_attempts <= 2, side.as_dict()
+        if tally.max_lag_taken_over is not None:
+            bound = 1.5 * timeout + TAKE_OVER_SLACK
+            assert tally.max_lag_taken_over <= bound, side.as_dict()
 
 
 def test_skewed_replica_clocks_change_no_window(

@@ -113,6 +113,28 @@ def test_a_claim_taken_over_and_sent_once_counts_once_and_as_taken_over() -> Non
     assert (tally.once, tally.taken_over, tally.republished) == (6, 1, 0)
 
 
+def test_the_lag_of_windows_taken_over_is_kept_apart_from_the_others() -> None:
+    """Window 3 taken over 2.5 s late, window 5 taken over twice 4.5 s late, the rest 0.25 s
+    late from their first claim: each lag where it belongs, the attempts and entries seen."""
+    attempts = {3: 2, 5: 3}
+    delays = {3: 2.5, 5: 4.5}
+    rows = [row(w, attempts=attempts.get(w, 1)) for w in range(1, 7)]
+    tally = count(rows, [message(w, delay=delays.get(w, 0.25)) for w in range(1, 7)])
+    assert tally.max_lag_taken_over is not None
+    assert tally.max_lag_first_claim is not None
+    assert abs(tally.max_lag_taken_over - 4.5) < 1e-6
+    assert abs(tally.max_lag_first_claim - 0.25) < 1e-6
+    assert tally.max_lag == tally.max_lag_taken_over
+    assert (tally.taken_over_by_entry, tally.most_attempts) == ({"every-1s": 2}, 3)
+
+
+def test_without_a_take_over_no_lag_is_counted_as_taken_over() -> None:
+    """Every window from its first claim: no taken-over lag, one attempt at most."""
+    tally = count([row(w) for w in range(1, 7)], [message(w) for w in range(1, 7)])
+    assert tally.max_lag_taken_over is None
+    assert (tally.taken_over_by_entry, tally.most_attempts) == ({}, 1)
+
+
 def test_a_copy_with_another_task_id_is_a_duplicate_even_after_a_republish() -> None:
     """A second copy of a window under a different task id is never explained by a re-publish."""
     rows = [row(w, attempts=2 if w == 3 else 1) for w in range(1, 7)]

@@ -24,9 +24,11 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
     Definition,
     EntryState,
+    LeasedRun,
     NewClaim,
     Outcome,
     Reclaim,
+    RunEnd,
     Start,
     Status,
     Store,
@@ -151,24 +153,10 @@ def test_hostile_names_round_trip_as_data_and_the_tables_survive(
     [claimed] = store.claim_extra(hostile_namespace, [extra], replica=REPLICA, reason="trigger")
     assert claimed.entry == payload
 
-    start = store.start_execution(
-        hostile_namespace,
-        payload,
-        window,
-        worker=payload,
-        retries=0,
-        lease=timedelta(hours=1),
-    )
+    run = LeasedRun(payload, window, payload, 0)
+    start = store.start_execution(hostile_namespace, run, lease=timedelta(hours=1))
     assert start is Start.RUN
-    store.finish_execution(
-        hostile_namespace,
-        payload,
-        window,
-        worker=payload,
-        retries=0,
-        outcome=Outcome.SUCCESS,
-        runtime=SECOND,
-    )
+    store.finish_execution(hostile_namespace, run, RunEnd(Outcome.SUCCESS, SECOND))
     [finished] = [r for r in store.history(hostile_namespace, payload) if r.window == window]
     assert (finished.worker, finished.outcome) == (payload, Outcome.SUCCESS)
 

@@ -25,9 +25,11 @@ from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import (
     Definition,
     EntryState,
+    LeasedRun,
     NewClaim,
     Outcome,
     Reclaim,
+    RunEnd,
     Start,
     Store,
     TickPlan,
@@ -268,19 +270,9 @@ def exercise(store: Store, namespace: str) -> None:
     )
     store.record_publish(namespace, [result.claimed[0].id], {})
     window = result.claimed[0].window
-    started = store.start_execution(
-        namespace, "a", window, worker="w@h:1", retries=0, lease=timedelta(hours=1)
-    )
-    assert started is Start.RUN
-    store.finish_execution(
-        namespace,
-        "a",
-        window,
-        worker="w@h:1",
-        retries=0,
-        outcome=Outcome.SUCCESS,
-        runtime=timedelta(seconds=1),
-    )
+    run = LeasedRun("a", window, "w@h:1", 0)
+    assert store.start_execution(namespace, run, lease=timedelta(hours=1)) is Start.RUN
+    store.finish_execution(namespace, run, RunEnd(Outcome.SUCCESS, timedelta(seconds=1)))
     assert store.claim_effect(
         namespace, "charge:42", owner="o1", keep_for=timedelta(days=1), task_id=None
     )

@@ -25,6 +25,7 @@ from safebeat.stores.base import (
     NewSkip,
     Outcome,
     Reclaim,
+    RunEnd,
     Start,
     Status,
     Store,
@@ -579,22 +580,35 @@ def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
     return window
 
 
-def start(store: Store, namespace: str, window: datetime, **overrides: object) -> Start:
-    options: dict[str, object] = {"worker": "w1@host:1", "retries": 0, "lease": HOUR}
-    options.update(overrides)
-    return store.start_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+def start(
+    store: Store,
+    namespace: str,
+    window: datetime,
+    *,
+    worker: str = "w1@host:1",
+    retries: int = 0,
+    lease: timedelta = HOUR,
+    exclusive: bool = False,
+) -> Start:
+    """Start entry "a"'s execution of `window` (worker w1, first try, a lease of an hour)."""
+    run = LeasedRun("a", window, worker, retries)
+    return store.start_execution(namespace, run, lease=lease, exclusive=exclusive)
 
 
-def finish(store: Store, namespace: str, window: datetime, **overrides: object) -> None:
+def finish(
+    store: Store,
+    namespace: str,
+    window: datetime,
+    *,
+    worker: str = "w1@host:1",
+    retries: int = 0,
+    outcome: Outcome = Outcome.SUCCESS,
+    runtime: timedelta = timedelta(seconds=1),
+    detail: str | None = None,
+) -> None:
     """Record the end of entry "a"'s execution of `window` (worker w1, first try, success)."""
-    options: dict[str, object] = {
-        "worker": "w1@host:1",
-        "retries": 0,
-        "outcome": Outcome.SUCCESS,
-        "runtime": timedelta(seconds=1),
-    }
-    options.update(overrides)
-    store.finish_execution(namespace, "a", window, **options)  # type: ignore[arg-type]
+    run = LeasedRun("a", window, worker, retries)
+    store.finish_execution(namespace, run, RunEnd(outcome, runtime, detail))
 
 
 def row_of(store: Store, namespace: str, window: datetime) -> object:
@@ -1255,7 +1269,7 @@ def test_a_frozen_planner_writes_nothing_decided_while_it_was_frozen(
         decided = result.states["e"].last_window
         for claim in result.claimed:  # the live replica's runs start: forbid sees them
             live_store.start_execution(
-                namespace, "e", claim.window, worker="w1@host:1", retries=0, lease=HOUR
+                namespace, LeasedRun("e", claim.window, "w1@host:1", 0), lease=HOUR
             )
     resume.set()
     thread.join(30)
@@ -1358,3 +1372,62 @@ def test_concurrent_adds_of_one_runtime_entry_have_one_winner(
         thread.join(30)
     assert sorted(results) == [False, False, False, True]
     assert stores[0].runtime_version(namespace) == 1
+
+
+# --- claims handed back (release_claims) --------------------------------------------------------
+
+
+def claimed(store: Store, namespace: str, entry: str, *seconds: int) -> list[Claim]:
+    """REPLICA claims windows `seconds` after `entry`'s anchor; returns them in window order."""
+    state = store.register(namespace, definitions(entry), REPLICA).states[entry]
+    windows = [window_after(state, s) for s in seconds]
+    result = store.tick(
+        namespace, [entry], lambda now, s: claim_plan(entry, namespace, *windows), replica=REPLICA
+    )
+    assert result is not None
+    return sorted(result.claimed, key=lambda c: c.window)
+
+
+def take_over(store: Store, namespace: str, who: Replica, timeout: timedelta) -> list[Claim]:
+    result = store.tick(
+        namespace, ["a"], lambda now, s: TickPlan(), replica=who, reclaim=Reclaim(["a"], timeout)
+    )
+    assert result is not None
+    return sorted(result.reclaimed, key=lambda c: c.window)
+
+
+def test_claims_handed_back_are_taken_over_by_the_next_tick_of_any_replica(
+    store: Store, namespace: str
+) -> None:
+    """A claim its replica hands back is stale at once for the take-over rule: the next tick
+    of another replica takes it over with the same task id, counting the attempt; the
+    claims not handed back still wait the timeout."""
+    first, _still_waiting = claimed(store, namespace, "a", 1, 2)
+    assert store.release_claims(namespace, [first], replica=REPLICA, timeout=HOUR) == 1
+    [row] = [r for r in store.history(namespace, "a") if r.window == first.window]
+    assert row.status is Status.CLAIMED
+    assert row.claimed_at < store.clock() - HOUR
+    [taken] = take_over(store, namespace, OTHER, HOUR)
+    assert (taken.id, taken.window, taken.task_id) == (first.id, first.window, first.task_id)
+    assert taken.attempts == 2
+    assert take_over(store, namespace, REPLICA, HOUR) == []  # fresh again after the take-over
+
+
+def test_only_the_claimers_own_unsent_claims_are_handed_back(store: Store, namespace: str) -> None:
+    """Release is fenced: a claim recorded sent or failed, another replica's claim, and a claim
+    taken over since (by anyone: its attempt moved on) are left as they are."""
+    sent, failed, taken, kept = claimed(store, namespace, "a", 1, 2, 3, 4)
+    store.record_publish(namespace, [sent.id], {failed.id: "EncodeError: bad kwargs"})
+    assert store.release_claims(namespace, [sent, failed], replica=REPLICA, timeout=HOUR) == 0
+    assert store.release_claims(namespace, [taken, kept], replica=OTHER, timeout=HOUR) == 0
+    retaken = take_over(store, namespace, REPLICA, timedelta(0))
+    assert [c.window for c in retaken] == [taken.window, kept.window]
+    # REPLICA's first attempt of them is over: handing that attempt back changes nothing.
+    assert store.release_claims(namespace, [taken, kept], replica=REPLICA, timeout=HOUR) == 0
+    assert take_over(store, namespace, OTHER, HOUR) == []
+    assert store.release_claims(namespace, retaken[1:], replica=REPLICA, timeout=HOUR) == 1
+    [again] = take_over(store, namespace, OTHER, HOUR)
+    assert (again.window, again.attempts) == (kept.window, 3)
+    rows = {r.window: r.status for r in store.history(namespace, "a")}
+    assert rows[sent.window] is Status.SENT
+    assert rows[failed.window] is Status.FAILED

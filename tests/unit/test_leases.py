@@ -25,9 +25,9 @@ def started(store: MemoryStore, window: datetime, worker: str) -> LeasedRun:
     """Claim `window` of entry "e" and record its start by `worker`; return the run."""
     claim = NewClaim("e", window, task_id_for("unit", "e", window), "t")
     store.tick("unit", [], lambda n, s: TickPlan(claims=[claim]), replica=Replica("h", 1, "r"))
-    verdict = store.start_execution("unit", "e", window, worker=worker, retries=0, lease=LEASE)
-    assert verdict is Start.RUN
-    return LeasedRun("e", window, worker, 0)
+    run = LeasedRun("e", window, worker, 0)
+    assert store.start_execution("unit", run, lease=LEASE) is Start.RUN
+    return run
 
 
 def lease_of(store: MemoryStore, window: datetime) -> datetime | None:
@@ -73,7 +73,7 @@ def test_a_run_taken_over_by_another_worker_is_not_renewed() -> None:
     run = started(store, T0, "old@h:1")
     renewer.hold(CONFIG, run)
     clock.advance(31)
-    taken = store.start_execution("unit", "e", T0, worker="new@h:2", retries=0, lease=LEASE)
+    taken = store.start_execution("unit", LeasedRun("e", T0, "new@h:2", 0), lease=LEASE)
     assert taken is Start.TAKEOVER
     assert renewer.renew_now() == 0
     assert lease_of(store, T0) == T0 + 31 * S + LEASE

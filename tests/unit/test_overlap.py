@@ -10,7 +10,7 @@ import pytest
 from safebeat.config import Config, load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError
-from safebeat.records import LeasedRun
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.base import Outcome, Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, forbid_overlap
@@ -105,7 +105,6 @@ def test_beat_skips_windows_while_the_previous_run_holds_its_lease(queue: str) -
     scheduler = memory_scheduler(app, clock)
     store = scheduler.store
     lease = timedelta(seconds=25)
-    run = {"worker": "w1@host:1", "retries": 0}
 
     def tick_at(seconds: int) -> list[tuple[str, str]]:
         clock.set(T0 + seconds * S)
@@ -114,23 +113,17 @@ def test_beat_skips_windows_while_the_previous_run_holds_its_lease(queue: str) -
 
     scheduler.tick()
     assert tick_at(10) == [("sync", "2026-03-01T12:00:10Z")]
-    store.start_execution("unit", "sync", T0 + 10 * S, lease=lease, **run)  # type: ignore[arg-type]
+    first = LeasedRun("sync", T0 + 10 * S, "w1@host:1", 0)
+    store.start_execution("unit", first, lease=lease)
     assert tick_at(20) == []  # the 12:00:10 run is alive
-    store.finish_execution(
-        "unit",
-        "sync",
-        T0 + 10 * S,
-        outcome=Outcome.SUCCESS,
-        runtime=S,
-        **run,  # type: ignore[arg-type]
-    )
+    store.finish_execution("unit", first, RunEnd(Outcome.SUCCESS, S))
     assert tick_at(30) == [("sync", "2026-03-01T12:00:30Z")]
-    store.start_execution("unit", "sync", T0 + 30 * S, lease=lease, **run)  # type: ignore[arg-type]
+    second = LeasedRun("sync", T0 + 30 * S, "w1@host:1", 0)
+    store.start_execution("unit", second, lease=lease)
     assert tick_at(40) == []
     clock.set(T0 + 45 * S)
-    store.renew_executions(  # a live worker renews; its lease now ends at 12:01:10
-        "unit", [LeasedRun("sync", T0 + 30 * S, "w1@host:1", 0)], lease=lease
-    )
+    # A live worker renews; its lease now ends at 12:01:10.
+    store.renew_executions("unit", [second], lease=lease)
     assert tick_at(50) == []
     assert tick_at(60) == []  # 30 s after its start, a run still renewing blocks
     # Renewals stopped (its worker died): the lease ends at 12:01:10, and the run with it.

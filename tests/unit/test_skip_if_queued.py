@@ -11,6 +11,7 @@ import pytest
 from safebeat.config import load_config
 from safebeat.entries import Entry, compile_entry
 from safebeat.planning import queue_timeouts
+from safebeat.records import LeasedRun
 from safebeat.stores.base import Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, skip_if_queued
@@ -103,7 +104,7 @@ def test_beat_sends_nothing_more_while_no_worker_takes_the_window(queue: str) ->
     assert tick_at(10) == [("sync", "2026-03-01T12:00:10Z")]
     assert tick_at(20) == []  # the 12:00:10 message still waits for a worker
     assert tick_at(30) == []
-    store.start_execution("unit", "sync", T0 + 10 * S, worker="w1@host:1", retries=0, lease=MINUTE)
+    store.start_execution("unit", LeasedRun("sync", T0 + 10 * S, "w1@host:1", 0), lease=MINUTE)
     assert tick_at(40) == [("sync", "2026-03-01T12:00:40Z")]
     skipped = [r for r in store.history("unit", "sync") if r.status is Status.SKIPPED]
     assert {r.reason for r in skipped} == {"queued"}

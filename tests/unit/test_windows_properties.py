@@ -354,7 +354,7 @@ def test_replicas_under_policy_all_dispatch_every_window(
     assert dispatched == grid(rule, state.anchor, scenario.registered, newest_now)
 
 
-# BUG (safebeat/windows.py, solar rules): the same solar event gets a different window
+# BUG (safebeat/windows/solar.py, solar rules): the same solar event gets a different window
 # depending on when it is asked about. ephem's search result moves by up to ~0.1 s with the
 # search's start instant, and rounding to the second splits events near a half second into
 # two windows (e.g. Berlin's sunset of 2024-06-04: 19:23:07 or 19:23:08), which lets two

@@ -12,8 +12,10 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
+from safebeat import worker_delivery
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.local_store import store_of
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
 from safebeat.worker_metrics import WorkerTotals
 from tests.unit.test_scheduler import drain
@@ -29,8 +31,8 @@ def fresh_counters(monkeypatch: pytest.MonkeyPatch) -> WorkerTotals:
     totals = WorkerTotals()
     monkeypatch.setattr(safebeat.worker.worker_metrics, "totals", totals)
     monkeypatch.setattr(safebeat.worker, "stats", totals)
-    monkeypatch.setattr(safebeat.worker, "_backoff", safebeat.worker._StoreBackoff())
-    monkeypatch.setattr(safebeat.worker, "_warned", set())
+    monkeypatch.setattr(worker_delivery, "backoff", worker_delivery.StoreBackoff())
+    monkeypatch.setattr(worker_delivery, "warned", set())
     return totals
 
 
@@ -164,7 +166,7 @@ def test_an_unfinished_run_whose_lease_expired_is_taken_over(
     runs again (no time limit involved)."""
     task_id = dispatch(app)
     store(app).start_execution(
-        NAMESPACE, "weekly", WINDOW, worker="dead@host:9", retries=0, lease=timedelta(0)
+        NAMESPACE, LeasedRun("weekly", WINDOW, "dead@host:9", 0), lease=timedelta(0)
     )
     assert deliver(task, task_id) == "SUCCESS"
     assert ran == [task_id]
@@ -180,7 +182,7 @@ def test_a_delivery_of_a_live_run_is_sent_again_for_later_and_skipped(
     queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
     task_id = dispatch(app)
     store(app).start_execution(
-        NAMESPACE, "weekly", WINDOW, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
     )
     assert deliver(task, task_id) == "IGNORED"
     assert ran == []
@@ -199,7 +201,7 @@ def test_a_deferral_the_broker_refuses_goes_back_to_the_broker(
     requeue, so the broker keeps it: it is never acknowledged away."""
     task_id = dispatch(app)
     store(app).start_execution(
-        NAMESPACE, "weekly", WINDOW, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
     )
 
     class Unsendable:
@@ -227,7 +229,7 @@ def test_forbid_defers_a_window_while_another_window_of_the_entry_runs(
     later = WINDOW + timedelta(days=7)
     older_id, _ = dispatch(app), dispatch(app, later)
     store(app).start_execution(
-        NAMESPACE, "weekly", later, worker="alive@host:9", retries=0, lease=timedelta(hours=1)
+        NAMESPACE, LeasedRun("weekly", later, "alive@host:9", 0), lease=timedelta(hours=1)
     )
     forbid = {
         "safebeat_entry": "weekly",
@@ -240,12 +242,8 @@ def test_forbid_defers_a_window_while_another_window_of_the_entry_runs(
     assert (copy["id"], copy["safebeat_overlap"]) == (older_id, "forbid")
     store(app).finish_execution(
         NAMESPACE,
-        "weekly",
-        later,
-        worker="alive@host:9",
-        retries=0,
-        outcome=Outcome.SUCCESS,
-        runtime=timedelta(seconds=1),
+        LeasedRun("weekly", later, "alive@host:9", 0),
+        RunEnd(Outcome.SUCCESS, timedelta(seconds=1)),
     )
     assert deliver(task, older_id, headers=forbid) == "SUCCESS"
     assert ran == [older_id]
@@ -398,7 +396,7 @@ def test_duplicate_and_takeover_are_sent_as_signals(app: Celery, task: Any) -> N
         other = dispatch(app, later)
         task.push_request(id=other, headers=None, is_eager=False)
         store(app).start_execution(
-            NAMESPACE, "weekly", later, worker="dead@host:9", retries=0, lease=timedelta(0)
+            NAMESPACE, LeasedRun("weekly", later, "dead@host:9", 0), lease=timedelta(0)
         )
         task.pop_request()
         deliver(task, other, window=later, timelimit=(1e-6, None))
@@ -454,7 +452,7 @@ def lost_in_child(app: Celery, task: Any, exception: Exception) -> PoolRequest:
     safebeat.worker._on_received(request=request)
     request.worker_pid = request.child_pid  # the pool accepted it
     verdict = store(app).start_execution(
-        NAMESPACE, "weekly", WINDOW, worker="w1@host:4242", retries=0, lease=timedelta(hours=1)
+        NAMESPACE, LeasedRun("weekly", WINDOW, "w1@host:4242", 0), lease=timedelta(hours=1)
     )
     assert verdict is Start.RUN
     safebeat.worker._on_failure(task_id=task_id, exception=exception)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from safebeat.identity import Replica
@@ -24,6 +24,7 @@ from safebeat.records import (
     Status,
     TickPlan,
     fence,
+    released_age,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
@@ -118,21 +119,8 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
     def _insert(
         self, ns: _Namespace, plan: TickPlan, replica: Replica, now: datetime
     ) -> list[Claim]:
-        inserted: list[Claim] = []
         plan = fence(plan, {name: state.last_window for name, state in ns.entries.items()})
-        for claim in plan.claims:
-            record = self._new_row(
-                ns,
-                replica,
-                now,
-                entry=claim.entry,
-                window=claim.window,
-                status=Status.CLAIMED,
-                task_id=claim.task_id,
-                task_name=claim.task_name,
-            )
-            if record is not None:
-                inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
+        rows = [self._claim_row(ns, replica, now, claim) for claim in plan.claims]
         for skip in plan.skips:
             self._new_row(
                 ns,
@@ -145,7 +133,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                 skipped_from=skip.first,
                 skipped_count=skip.count,
             )
-        return inserted
+        return [claim for claim in rows if claim is not None]
 
     def _reclaim(
         self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
@@ -196,6 +184,28 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                     )
                 else:
                     ns.dispatches[key] = replace(record, status=Status.SENT, sent_at=now)
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        with self._mutex:
+            ns, now = self._ns(namespace), self.clock()
+            attempts = {claim.id: claim.attempts for claim in claims}
+            released = 0
+            for key, record in list(ns.dispatches.items()):
+                if (
+                    attempts.get(record.id) == record.attempts
+                    and record.status is Status.CLAIMED
+                    and record.replica == replica.id
+                ):
+                    ns.dispatches[key] = replace(record, claimed_at=now - released_age(timeout))
+                    released += 1
+            return released
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -15,13 +14,14 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     NewClaim,
+    Pause,
     ReplicaRecord,
-    Status,
 )
 from safebeat.stores.memory.state import MemoryState
+from safebeat.stores.pausing import SetsPaused
 
 
-class MemoryAdmin(MemoryState):
+class MemoryAdmin(SetsPaused, MemoryState):
     """`AdminStore` in memory (`schema_version` and `checks` are `MemoryStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -50,25 +50,14 @@ class MemoryAdmin(MemoryState):
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records[:limit]
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
         with self._mutex:
             ns = self._ns(namespace)
             state = ns.entries.get(entry)
             if state is None:
                 return False
             ns.entries[entry] = replace(
-                state,
-                paused=paused,
-                paused_until=until if paused else None,
-                pause_note=note if paused else None,
+                state, paused=pause.paused, paused_until=pause.until, pause_note=pause.note
             )
             return True
 
@@ -96,22 +85,8 @@ class MemoryAdmin(MemoryState):
     ) -> list[Claim]:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
-            inserted = []
-            for claim in claims:
-                record = self._new_row(
-                    ns,
-                    replica,
-                    now,
-                    entry=claim.entry,
-                    window=claim.window,
-                    status=Status.CLAIMED,
-                    task_id=claim.task_id,
-                    task_name=claim.task_name,
-                    reason=reason,
-                )
-                if record is not None:
-                    inserted.append(Claim(record.id, claim.entry, claim.window, claim.task_id, 1))
-            return inserted
+            rows = [self._claim_row(ns, replica, now, claim, reason) for claim in claims]
+            return [claim for claim in rows if claim is not None]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         with self._mutex:

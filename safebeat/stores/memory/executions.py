@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from safebeat.records import LeasedRun, Outcome, lease_alive
+from safebeat.records import LeasedRun, RunEnd, lease_alive
 from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.memory.state import MemoryState, _Effect
 
@@ -17,23 +17,23 @@ class MemoryExecutions(DecidedStart, MemoryState):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
+        self, namespace: str, run: LeasedRun, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
         with self._mutex:
-            ns, now, key = self._ns(namespace), self.clock(), (entry, window)
+            ns, now, key = self._ns(namespace), self.clock(), (run.entry, run.window)
             record = ns.dispatches.get(key)
             if record is None or record.task_id is None:
                 yield None
                 return
             found = record
 
-            def start(worker: str, retries: int, lease_until: datetime) -> None:
+            def start(lease_until: datetime) -> None:
                 ns.dispatches[key] = replace(
                     found,
                     started_at=now,
                     lease_until=lease_until,
-                    worker=worker,
-                    retries=retries,
+                    worker=run.worker,
+                    retries=run.retries,
                     finished_at=None,
                     outcome=None,
                     runtime=None,
@@ -44,8 +44,8 @@ class MemoryExecutions(DecidedStart, MemoryState):
                 ns.dispatches[key] = replace(found, duplicates=found.duplicates + 1)
 
             other_run_alive = exclusive and any(
-                r.entry == entry
-                and r.window != window
+                r.entry == run.entry
+                and r.window != run.window
                 and r.started_at is not None
                 and r.finished_at is None
                 and lease_alive(r.lease_until, now)
@@ -70,46 +70,25 @@ class MemoryExecutions(DecidedStart, MemoryState):
             ns, now = self._ns(namespace), self.clock()
             for run in runs:
                 record = ns.dispatches.get((run.entry, run.window))
-                if (
-                    record is not None
-                    and record.worker == run.worker
-                    and record.retries == run.retries
-                    and record.finished_at is None
-                ):
+                if record is not None and run.holds(record):
                     ns.dispatches[(run.entry, run.window)] = replace(
                         record, lease_until=now + lease
                     )
                     renewed += 1
         return renewed
 
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
+    def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
-            record = ns.dispatches.get((entry, window))
-            if (
-                record is None
-                or record.worker != worker
-                or record.retries != retries
-                or record.finished_at is not None
-            ):
+            record = ns.dispatches.get((run.entry, run.window))
+            if record is None or not run.holds(record):
                 return
-            ns.dispatches[(entry, window)] = replace(
+            ns.dispatches[(run.entry, run.window)] = replace(
                 record,
                 finished_at=now,
-                outcome=outcome,
-                runtime=runtime,
-                error=record.error if detail is None else detail,
+                outcome=end.outcome,
+                runtime=end.runtime,
+                error=record.error if end.detail is None else end.detail,
             )
 
     def claim_effect(

@@ -11,8 +11,10 @@ from datetime import datetime
 from safebeat.identity import Replica
 from safebeat.records import (
     AuditRecord,
+    Claim,
     DispatchRecord,
     EntryState,
+    NewClaim,
     ReplicaRecord,
     Status,
     lease_alive,
@@ -128,6 +130,30 @@ class MemoryState:
         self._next_id += 1
         ns.dispatches[(entry, window)] = record
         return record
+
+    def _claim_row(
+        self,
+        ns: _Namespace,
+        replica: Replica,
+        now: datetime,
+        claim: NewClaim,
+        reason: str | None = None,
+    ) -> Claim | None:
+        """Insert the `claimed` row of `claim` (see `_new_row`); None if its window has one."""
+        record = self._new_row(
+            ns,
+            replica,
+            now,
+            entry=claim.entry,
+            window=claim.window,
+            status=Status.CLAIMED,
+            task_id=claim.task_id,
+            task_name=claim.task_name,
+            reason=reason,
+        )
+        if record is None:
+            return None
+        return Claim(record.id, claim.entry, claim.window, claim.task_id, 1)
 
     def close(self) -> None:
         """Nothing to release: the data lives as long as the process."""

@@ -339,3 +339,14 @@ SELECT name, spec FROM safebeat_runtime_entry WHERE namespace = %(namespace)s OR
 -- name: runtime_version
 SELECT coalesce(max(value), 0) FROM safebeat_counter
 WHERE namespace = %(namespace)s AND name = 'runtime_entries';
+
+-- name: release_claims
+-- Claims this replica never handed to the transport, handed back: made stale for the
+-- take-over rule (reclaim_stale) at once, so the next replica that ticks re-publishes
+-- them. Only while each is still this replica's unsent claim of that attempt: one taken
+-- over or recorded since is left alone.
+UPDATE safebeat_dispatch AS d
+SET claimed_at = clock_timestamp() - %(age)s::interval
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS c(id, attempts)
+WHERE d.id = c.id AND d.attempts = c.attempts AND d.status = 'claimed'
+  AND d.replica = %(replica)s;

@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 try:
     import redis
@@ -39,6 +39,7 @@ from safebeat.records import (
     Registration,
     TickPlan,
     TickResult,
+    released_age,
     states_after,
 )
 from safebeat.stores.base import StoreCheck
@@ -249,6 +250,23 @@ class RedisStore(RedisExecutions, RedisAdmin):
             args += [row_id, error]
         with self._boundary("record publishing"):
             self._run("record_publish", [f"{prefix}:unsent"], args)
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        if not claims:
+            return 0
+        prefix = key_prefix(namespace)
+        args: list[object] = [prefix, replica.id, _micros(released_age(timeout))]
+        for claim in claims:
+            args += [claim.id, claim.attempts]
+        with self._boundary("hand back unsent claims"):
+            return int(self._run("release_claims", [f"{prefix}:unsent"], args))
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -15,8 +14,10 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     NewClaim,
+    Pause,
     ReplicaRecord,
 )
+from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
     RedisBase,
@@ -30,7 +31,7 @@ from safebeat.stores.redis.base import (
 from safebeat.stores.sql_common import audit_columns, audit_record
 
 
-class RedisAdmin(RedisBase):
+class RedisAdmin(SetsPaused, RedisBase):
     """`AdminStore` on Redis (`schema_version` and `checks` are `RedisStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -81,18 +82,10 @@ class RedisAdmin(RedisBase):
         records.sort(key=lambda r: (r.window, r.id), reverse=True)
         return records
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
         prefix = key_prefix(namespace)
-        args = [prefix, entry, int(paused), pause_value(until, note)]
-        with self._boundary("pause an entry" if paused else "resume an entry"):
+        args = [prefix, entry, int(pause.paused), pause_value(pause.until, pause.note)]
+        with self._boundary(pause.action):
             done = self._run("set_paused", [f"{prefix}:paused"], args)
         return bool(done)
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from safebeat.records import LeasedRun, Outcome, Start
+from safebeat.records import LeasedRun, RunEnd, Start
 from safebeat.stores.redis.base import RedisBase, _claim_key, _micros, key_prefix
 
 
@@ -13,22 +13,14 @@ class RedisExecutions(RedisBase):
     """`ExecutionStore` and `EffectStore` on Redis, one script each."""
 
     def start_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        lease: timedelta,
-        exclusive: bool = False,
+        self, namespace: str, run: LeasedRun, *, lease: timedelta, exclusive: bool = False
     ) -> Start:
         prefix = key_prefix(namespace)
         with self._boundary("record an execution's start"):
             verdict = self._run(
                 "start_execution",
-                [_claim_key(prefix, entry, window)],
-                [prefix, entry, worker, retries, _micros(lease), int(exclusive)],
+                [_claim_key(prefix, run.entry, run.window)],
+                [prefix, run.entry, run.worker, run.retries, _micros(lease), int(exclusive)],
             )
         return Start(verdict)
 
@@ -44,24 +36,21 @@ class RedisExecutions(RedisBase):
         with self._boundary("renew execution leases"):
             return int(self._run("renew_executions", [f"{prefix}:seq"], args))
 
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
+    def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
         prefix = key_prefix(namespace)
         with self._boundary("record an execution's end"):
             self._run(
                 "finish_execution",
-                [_claim_key(prefix, entry, window)],
-                [prefix, entry, worker, retries, outcome.value, _micros(runtime), detail or ""],
+                [_claim_key(prefix, run.entry, run.window)],
+                [
+                    prefix,
+                    run.entry,
+                    run.worker,
+                    run.retries,
+                    end.outcome.value,
+                    _micros(end.runtime),
+                    end.detail or "",
+                ],
             )
 
     def claim_effect(

@@ -621,3 +621,25 @@ if redis.call('HDEL', KEYS[1], ARGV[2]) == 0 then
 end
 redis.call('INCR', ARGV[1] .. ':runtime_version')
 return 1
+
+-- name: release_claims
+-- KEYS[1]: P:unsent. ARGV: prefix, replica, age (us), then (id, attempts) pairs.
+-- Claims this replica never handed to the transport, handed back: claimed_at set `age`
+-- before now, which the take-over in finish_tick already counts as stale. Only while each
+-- row is still this replica's unsent claim of that attempt: one taken over or recorded
+-- since is left alone. Returns how many rows were released.
+local p, replica = ARGV[1], ARGV[2]
+local claimed_at = string.format('%d', tonumber(now_us()) - tonumber(ARGV[3]))
+local released = 0
+for i = 4, #ARGV, 2 do
+    local id = ARGV[i]
+    local row = p .. ':row:' .. id
+    local f = redis.call('HMGET', row, 'status', 'replica', 'attempts')
+    if f[1] == 'claimed' and f[2] == replica and f[3] == ARGV[i + 1] then
+        redis.call('HSET', row, 'claimed_at', claimed_at)
+        redis.call('ZADD', KEYS[1], claimed_at, id)
+        redis.call('ZADD', p .. ':age', claimed_at, id)
+        released = released + 1
+    end
+end
+return released

@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -22,6 +22,7 @@ from safebeat.records import (
     Reclaim,
     Registration,
     TickPlan,
+    released_age,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
@@ -196,6 +197,25 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
             now = _us(self.clock())
             conn.executemany(Q["mark_sent"], [{"id": i, "now": now} for i in sent])
             conn.executemany(Q["mark_failed"], [{"id": i, "error": e} for i, e in failed.items()])
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        if not claims:
+            return 0
+        with self._write("hand back unsent claims") as conn:
+            who = {"replica": replica.id, "claimed_at": _us(self.clock() - released_age(timeout))}
+            return sum(
+                conn.execute(
+                    Q["release_claim"], {"id": c.id, "attempts": c.attempts, **who}
+                ).rowcount
+                for c in claims
+            )
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]

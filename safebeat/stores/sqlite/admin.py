@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -15,9 +14,11 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     NewClaim,
+    Pause,
     ReplicaRecord,
     Status,
 )
+from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -29,7 +30,7 @@ from safebeat.stores.sqlite.connection import (
 )
 
 
-class SqliteAdmin(SqliteConnection):
+class SqliteAdmin(SetsPaused, SqliteConnection):
     """`AdminStore` on SQLite (`schema_version` and `checks` are `SqliteStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -60,24 +61,16 @@ class SqliteAdmin(SqliteConnection):
             ).fetchall()
         return [_record(r) for r in rows]
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
-        with self._write("pause an entry" if paused else "resume an entry") as conn:
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+        with self._write(pause.action) as conn:
             cursor = conn.execute(
                 Q["set_paused"],
                 {
                     "namespace": namespace,
                     "name": entry,
-                    "paused": int(paused),
-                    "until": _us(until) if paused and until is not None else None,
-                    "note": note if paused else None,
+                    "paused": int(pause.paused),
+                    "until": None if pause.until is None else _us(pause.until),
+                    "note": pause.note,
                 },
             )
             return cursor.rowcount == 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 
-from safebeat.records import LeasedRun, Outcome
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.executions import DecidedStart, ExecutionRow
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -21,14 +21,14 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
+        self, namespace: str, run: LeasedRun, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
         with self._write("record the start of an execution") as conn:
             now = self.clock()
             key = {
                 "namespace": namespace,
-                "entry": entry,
-                "window": _us(window),
+                "entry": run.entry,
+                "window": _us(run.window),
                 "exclusive": exclusive,
                 "now": _us(now),
             }
@@ -44,14 +44,14 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
                 _maybe_instant(lease_until),
                 recorded_retries,
                 bool(other_alive),
-                start=lambda worker, retries, lease_until: conn.execute(
+                start=lambda lease_until: conn.execute(
                     Q["start_execution"],
                     {
                         "id": row_id,
                         "now": _us(now),
                         "lease_until": _us(lease_until),
-                        "worker": worker,
-                        "retries": retries,
+                        "worker": run.worker,
+                        "retries": run.retries,
                     },
                 ),
                 duplicate=lambda: conn.execute(Q["count_duplicate"], {"id": row_id}),
@@ -66,43 +66,20 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
             lease_until = _us(self.clock() + lease)
             return sum(
                 conn.execute(
-                    Q["renew_execution"],
-                    {
-                        "namespace": namespace,
-                        "entry": run.entry,
-                        "window": _us(run.window),
-                        "worker": run.worker,
-                        "retries": run.retries,
-                        "lease_until": lease_until,
-                    },
+                    Q["renew_execution"], {**_run_key(namespace, run), "lease_until": lease_until}
                 ).rowcount
                 for run in runs
             )
 
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
+    def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
         with self._write("record the end of an execution") as conn:
             conn.execute(
                 Q["finish_execution"],
                 {
-                    "namespace": namespace,
-                    "entry": entry,
-                    "window": _us(window),
-                    "worker": worker,
-                    "retries": retries,
-                    "outcome": outcome.value,
-                    "runtime": runtime // timedelta(microseconds=1),
-                    "detail": detail,
+                    **_run_key(namespace, run),
+                    "outcome": end.outcome.value,
+                    "runtime": end.runtime // timedelta(microseconds=1),
+                    "detail": end.detail,
                     "now": _us(self.clock()),
                 },
             )
@@ -131,3 +108,14 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
                 Q["release_effect"], {"namespace": namespace, "key": key, "owner": owner}
             ).rowcount
         return bool(deleted)
+
+
+def _run_key(namespace: str, run: LeasedRun) -> dict[str, object]:
+    """The parameters that find `run`'s row while it still holds it (`LeasedRun.holds`)."""
+    return {
+        "namespace": namespace,
+        "entry": run.entry,
+        "window": _us(run.window),
+        "worker": run.worker,
+        "retries": run.retries,
+    }

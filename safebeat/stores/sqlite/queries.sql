@@ -107,6 +107,13 @@ WHERE id = :id AND status = 'claimed';
 UPDATE safebeat_dispatch SET status = 'failed', error = :error
 WHERE id = :id AND status = 'claimed';
 
+-- name: release_claim
+-- A claim this replica never handed to the transport, handed back: made stale for the
+-- take-over rule (stale_claims) at once. Only while it is still this replica's unsent
+-- claim of that attempt: one taken over or recorded since is left alone.
+UPDATE safebeat_dispatch SET claimed_at = :claimed_at
+WHERE id = :id AND status = 'claimed' AND replica = :replica AND attempts = :attempts;
+
 -- name: heartbeat
 INSERT INTO safebeat_replica
     (namespace, replica, host, pid, version, started_at, heartbeat_at, definitions)

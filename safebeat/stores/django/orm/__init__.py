@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -23,6 +23,7 @@ from safebeat.records import (
     Registration,
     TickPlan,
     fence,
+    released_age,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.admin import DjangoOrmAdmin
@@ -273,6 +274,36 @@ class DjangoOrmStore(SteppedTick, DjangoOrmExecutions, DjangoOrmAdmin):
                         output_field=TextField(),
                     ),
                 )
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        from django.db.models import Q  # noqa: PLC0415
+
+        if not claims:
+            return 0
+        by_attempts: dict[int, list[int]] = {}
+        for claim in claims:
+            by_attempts.setdefault(claim.attempts, []).append(claim.id)
+        this_attempt = Q()
+        for attempts, ids in by_attempts.items():
+            this_attempt |= Q(id__in=ids, attempts=attempts)
+        m = django_models(self.alias)
+        with (
+            self._boundary("hand back unsent claims") as connection,
+            vendors.write(connection, bound=self._lock_timeout),
+        ):
+            claimed_at = vendors.clock(connection) - released_age(timeout)
+            return int(
+                m.Dispatch.objects.using(self.alias)
+                .filter(this_attempt, status="claimed", replica=replica.id)
+                .update(claimed_at=claimed_at)
+            )
 
     def heartbeat(
         self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]

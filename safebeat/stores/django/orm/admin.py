@@ -4,7 +4,6 @@ entries added at run time."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -14,18 +13,20 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     NewClaim,
+    Pause,
     ReplicaRecord,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
 from safebeat.stores.django.setup import django_models
+from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 
 #: The counter that moves with every change to the entries added at run time.
 RUNTIME_COUNTER = "runtime_entries"
 
 
-class DjangoOrmAdmin(DjangoOrmRows):
+class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
     """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -62,30 +63,17 @@ class DjangoOrmAdmin(DjangoOrmRows):
             values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
         return [_record(row) for row in values]
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
-        action = "pause an entry" if paused else "resume an entry"
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
         m = django_models(self.alias)
         with (
-            self._boundary(action) as connection,
+            self._boundary(pause.action) as connection,
             vendors.write(connection, bound=self._lock_timeout),
         ):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
             updated = (
                 m.Entry.objects.using(self.alias)
                 .filter(namespace=namespace, name=entry)
-                .update(
-                    paused=paused,
-                    paused_until=until if paused else None,
-                    pause_note=note if paused else None,
-                )
+                .update(paused=pause.paused, paused_until=pause.until, pause_note=pause.note)
             )
         return bool(updated)
 

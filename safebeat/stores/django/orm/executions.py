@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from safebeat.errors import StoreError
-from safebeat.records import LeasedRun, Outcome
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
@@ -19,7 +19,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
 
     @contextmanager
     def _execution_row(
-        self, namespace: str, entry: str, window: datetime, *, exclusive: bool
+        self, namespace: str, run: LeasedRun, *, exclusive: bool
     ) -> Iterator[ExecutionRow | None]:
         from django.db.models import F  # noqa: PLC0415
 
@@ -35,12 +35,17 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 list(
                     m.Entry.objects.using(self.alias)
                     .select_for_update()
-                    .filter(namespace=namespace, name=entry)
+                    .filter(namespace=namespace, name=run.entry)
                     .values_list("name")
                 )
             found = (
                 rows.select_for_update()
-                .filter(namespace=namespace, entry=entry, window_at=window, task_id__isnull=False)
+                .filter(
+                    namespace=namespace,
+                    entry=run.entry,
+                    window_at=run.window,
+                    task_id__isnull=False,
+                )
                 .values_list("id", "started_at", "finished_at", "lease_until", "retries")
                 .first()
             )
@@ -53,12 +58,12 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 exclusive
                 and rows.filter(
                     namespace=namespace,
-                    entry=entry,
+                    entry=run.entry,
                     started_at__isnull=False,
                     finished_at__isnull=True,
                     lease_until__gt=now,
                 )
-                .exclude(window_at=window)
+                .exclude(window_at=run.window)
                 .exists()
             )
             yield ExecutionRow(
@@ -68,11 +73,11 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 lease_until,
                 recorded_retries,
                 other_run_alive,
-                start=lambda worker, retries, lease_until: rows.filter(id=row_id).update(
+                start=lambda lease_until: rows.filter(id=row_id).update(
                     started_at=now,
                     lease_until=lease_until,
-                    worker=worker,
-                    retries=retries,
+                    worker=run.worker,
+                    retries=run.retries,
                     finished_at=None,
                     outcome=None,
                     runtime=None,
@@ -94,46 +99,23 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
             lease_until = vendors.clock(connection) + lease
             rows = m.Dispatch.objects.using(self.alias)
             return sum(
-                rows.filter(
-                    namespace=namespace,
-                    entry=run.entry,
-                    window_at=run.window,
-                    worker=run.worker,
-                    retries=run.retries,
-                    finished_at__isnull=True,
-                ).update(lease_until=lease_until)
+                rows.filter(**_held_by(namespace, run)).update(lease_until=lease_until)
                 for run in runs
             )
 
-    def finish_execution(
-        self,
-        namespace: str,
-        entry: str,
-        window: datetime,
-        *,
-        worker: str,
-        retries: int,
-        outcome: Outcome,
-        runtime: timedelta,
-        detail: str | None = None,
-    ) -> None:
+    def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
         m = django_models(self.alias)
-        changes: dict[str, object] = {}
-        if detail is not None:
-            changes["error"] = detail
+        changes: dict[str, object] = {"outcome": end.outcome.value, "runtime": end.runtime}
+        if end.detail is not None:
+            changes["error"] = end.detail
         with (
             self._boundary("record the end of an execution") as connection,
             vendors.write(connection, bound=self._lock_timeout),
         ):
             now = vendors.clock(connection)
-            m.Dispatch.objects.using(self.alias).filter(
-                namespace=namespace,
-                entry=entry,
-                window_at=window,
-                worker=worker,
-                retries=retries,
-                finished_at__isnull=True,
-            ).update(finished_at=now, outcome=outcome.value, runtime=runtime, **changes)
+            m.Dispatch.objects.using(self.alias).filter(**_held_by(namespace, run)).update(
+                finished_at=now, **changes
+            )
 
     def claim_effect(
         self, namespace: str, key: str, *, owner: str, keep_for: timedelta, task_id: str | None
@@ -176,3 +158,15 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 .delete()
             )
         return bool(deleted > 0)
+
+
+def _held_by(namespace: str, run: LeasedRun) -> dict[str, object]:
+    """The filter of `run`'s row while it still holds it (`LeasedRun.holds`)."""
+    return {
+        "namespace": namespace,
+        "entry": run.entry,
+        "window_at": run.window,
+        "worker": run.worker,
+        "retries": run.retries,
+        "finished_at__isnull": True,
+    }

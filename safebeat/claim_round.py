@@ -1,0 +1,177 @@
+"""One claim round of beat: the store's tick run with the planner, a tick the store ended for
+outlasting `safebeat_lock_timeout` turned into `TickTooLong` (and a smaller batch next time),
+a result that lacks its plan made safe, each planned entry paced to its next window; then
+the claims published through the dispatcher, and counted."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from safebeat.batching import ClaimBatch
+from safebeat.config import Config
+from safebeat.contrib import opentelemetry
+from safebeat.dispatch import Dispatcher
+from safebeat.entries import Entry
+from safebeat.errors import StoreUnavailable, TickTooLong
+from safebeat.identity import Replica
+from safebeat.metrics import BeatMetrics
+from safebeat.pacing import Pacing
+from safebeat.planning import Planned
+from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.reporting import report_dispatch, report_plan, skipped_windows
+from safebeat.stores import Store
+
+logger = logging.getLogger("safebeat.scheduler")
+
+Planner = Callable[[datetime, Mapping[str, EntryState]], Planned]
+
+
+class ClaimRounds:
+    """Beat's claim rounds in one store namespace, and the batch of due entries a round
+    claims: halved after a round the store ended for lasting too long, grown back after
+    quick ones (see `safebeat.batching`)."""
+
+    def __init__(
+        self,
+        store: Callable[[], Store],
+        config: Config,
+        replica: Replica,
+        *,
+        batch: ClaimBatch,
+        pacing: Pacing,
+        dispatcher: Dispatcher,
+        metrics: BeatMetrics,
+        monotonic: Callable[[], float],
+    ) -> None:
+        self._store, self._config, self._replica = store, config, replica
+        self._pacing, self._dispatcher = pacing, dispatcher
+        self._metrics, self._monotonic = metrics, monotonic
+        self.batch = batch
+
+    def batch_size(self, ceiling: int, floor: int) -> int:
+        """How many due entries the next round claims, at most `ceiling` (a scheduler may
+        set another `claim_batch` after it started: the batch starts again from it)."""
+        if self.batch.ceiling != ceiling:
+            self.batch = ClaimBatch(ceiling, floor)
+        return self.batch.size
+
+    def run(
+        self,
+        due: Sequence[str],
+        planner: Planner,
+        *,
+        reclaim: Collection[str] | None,
+        reclaim_limit: int,
+        started: float,
+        retry_after: timedelta,
+    ) -> TickResult | None:
+        """Run one store tick for `due` (begun at monotonic `started`), taking over the stale
+        claims of the entries `reclaim` names if set; None if another replica holds the tick
+        lock. Each of `due` is paced to the next window it planned."""
+        store, config = self._store(), self._config
+        limit = config.lock_timeout.total_seconds()
+        takeover = (
+            None if reclaim is None else Reclaim(reclaim, config.claim_timeout, reclaim_limit)
+        )
+        planned_once = False
+
+        def planning(now: datetime, states: Mapping[str, EntryState]) -> Planned:
+            nonlocal planned_once
+            planned_once = True
+            return planner(now, states)
+
+        try:
+            result = store.tick(
+                config.namespace, due, planning, replica=self._replica, reclaim=takeover
+            )
+        except StoreUnavailable as exc:
+            # The store answered the tick's first message (it ran our planner) and the tick
+            # failed after the lock timeout: the store ended it for lasting too long.
+            took = self._monotonic() - started
+            if isinstance(exc, TickTooLong) or (planned_once and took >= limit):
+                size = self.batch.too_long()
+                raise TickTooLong(
+                    f"tick took longer than safebeat_lock_timeout ({limit:g}s): "
+                    f"{len(due)} entries in {took:.1f}s, and the store ended it, writing "
+                    f"nothing; claiming fewer entries per tick ({size}) [{exc}]"
+                ) from exc
+            raise
+        if result is None:
+            return None
+        self.batch.finished(seconds=self._monotonic() - started, lock_timeout=limit)
+        planned = _plan_of(result, due, store.display_url, retry_after)
+        report_plan(planned, self._metrics)
+        for name in due:
+            upcoming = planned.upcoming.get(name, result.now)
+            self._pacing.schedule_next(name, upcoming, result.now, started)
+        if takeover is not None:
+            self._pacing.reclaimed(started, takeover.timeout)
+        return result
+
+    def publish(
+        self,
+        claims: Sequence[Claim],
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        producer: Callable[[], Any],
+        claimed_at: float,
+        store_now: datetime | None,
+    ) -> Sequence[Claim]:
+        """Publish claimed windows (claimed at monotonic `claimed_at`, store time `store_now`)
+        through the dispatcher; count and log what happened; return the claims sent."""
+        if not claims:
+            return ()
+        dispatcher = self._dispatcher
+        dispatched = dispatcher.dispatch(
+            self._store(),
+            self._config.namespace,
+            claims,
+            entries=entries,
+            connection=connection,
+            producer=producer,
+            claimed_at=claimed_at,
+        )
+        now = self._monotonic()
+        report_dispatch(
+            dispatched,
+            self._metrics,
+            published_at=None
+            if store_now is None
+            else store_now + timedelta(seconds=now - claimed_at),
+            broker_retry_in=dispatcher.backoff.until - now,
+        )
+        return dispatched.sent
+
+
+def _plan_of(
+    result: TickResult, due: Sequence[str], store_url: str, retry_after: timedelta
+) -> Planned:
+    """The plan in `result`; from a store outside the contract, which returned none, a plan
+    that looks at `due` again after `retry_after` (never spin)."""
+    if isinstance(result.plan, Planned):
+        return result.plan
+    logger.error(
+        "safebeat: store %s returned a tick result without the plan its planner made "
+        "(TickResult.plan, see safebeat.stores.base.TickStore.tick); its entries are "
+        "looked at every %.0fs instead",
+        store_url,
+        retry_after.total_seconds(),
+    )
+    return Planned(upcoming=dict.fromkeys(due, result.now + retry_after))
+
+
+def traced(namespace: str, replica: str, run: Callable[[], TickResult | None]) -> TickResult | None:
+    """`run` (a claim round and its publish) inside the tick's span, which says what it did."""
+    with opentelemetry.tick_span(namespace, replica) as span:
+        result = run()
+        span.done(
+            claimed=0 if result is None else len(result.claimed),
+            skipped=0 if result is None else skipped_windows(result.plan.skips),
+            republished=0 if result is None else len(result.reclaimed),
+            busy=result is None,
+        )
+    return result

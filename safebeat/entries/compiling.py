@@ -1,0 +1,144 @@
+"""A `beat_schedule` item, validated and compiled into an `Entry`; a whole schedule at once,
+with each bad entry's error kept apart."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import tzinfo
+from typing import Any
+
+from safebeat.config import Config
+from safebeat.entries.digest import entry_digest, policy_parts
+from safebeat.entries.entry import Entry
+from safebeat.entries.options import (
+    entry_bounds,
+    entry_calendar,
+    entry_jitter,
+    entry_name,
+    entry_overlap,
+    entry_pause_after_failures,
+    entry_policy,
+    sorted_keys,
+)
+from safebeat.entries.rules import compile_rule
+from safebeat.entries.text import describe
+from safebeat.errors import EntryError, shown
+
+ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
+#: Options safebeat sets itself on every message, so an entry may not set them.
+RESERVED_OPTIONS = frozenset({"task_id"})
+
+
+def compile_schedule(
+    beat_schedule: Mapping[str, Any], *, app_timezone: tzinfo, config: Config
+) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+    """Compile every entry; return (good entries, errors of the bad ones) by name."""
+    entries: dict[str, Entry] = {}
+    errors: dict[str, EntryError] = {}
+    for name, raw in beat_schedule.items():
+        try:
+            entries[name] = compile_entry(name, raw, app_timezone=app_timezone, config=config)
+        except EntryError as exc:
+            errors[name] = exc
+        except Exception as exc:  # noqa: BLE001 - one entry's surprise must not stop the rest
+            detail = " ".join(str(exc).split())
+            errors[name] = EntryError(
+                entry_name(name),
+                f"cannot be compiled ({type(exc).__name__}: {detail}); fix or remove the entry",
+            )
+    return entries, errors
+
+
+def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Config) -> Entry:
+    """Validate one `beat_schedule` item and compile its rule; raise EntryError on bad input."""
+    if not isinstance(name, str) or not name:
+        raise EntryError(entry_name(name), "an entry name must be a non-empty string")
+    if not isinstance(raw, Mapping):
+        raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {shown(raw)}")
+    unknown = set(raw) - ENTRY_KEYS
+    if unknown:
+        raise EntryError(
+            name, f"unknown key(s) {sorted_keys(unknown)}; an entry has {sorted(ENTRY_KEYS)}"
+        )
+    task = raw.get("task")
+    if not isinstance(task, str) or not task:
+        raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
+    args = raw.get("args") or ()
+    if not isinstance(args, list | tuple):
+        raise EntryError(name, f"'args' must be a list or tuple, got {type(args).__name__}")
+    kwargs = raw.get("kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise EntryError(name, f"'kwargs' must be a dict, got {type(kwargs).__name__}")
+    options = _options(name, raw.get("options"))
+    safebeat_options = options.pop("safebeat", None) or {}
+    reserved = RESERVED_OPTIONS & set(options)
+    if reserved:
+        raise EntryError(name, f"options {sorted(reserved)} are set by safebeat per window")
+    if "schedule" not in raw:
+        raise EntryError(name, "'schedule' is missing")
+    policy, zone = entry_policy(name, safebeat_options, config, app_timezone)
+    overlap = entry_overlap(name, safebeat_options, config)
+    pause_after = entry_pause_after_failures(name, safebeat_options, config)
+    rule = entry_bounds(
+        name,
+        compile_rule(
+            name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone
+        ),
+        safebeat_options,
+    )
+    calendar = entry_calendar(name, safebeat_options, zone)
+    jitter = entry_jitter(name, safebeat_options, f"{config.namespace}/{name}")
+    policy = dataclasses.replace(policy, calendar=calendar, jitter=jitter)
+    schedule_text = describe(rule)
+    described: dict[str, object] = {
+        "task": task,
+        "schedule": schedule_text,
+        "args": args,
+        "kwargs": kwargs,
+        "options": options,
+        "policy": [policy.misfire.value, str(policy.grace), policy.catchup_limit],
+    }
+    described.update(policy_parts(overlap, calendar, jitter, pause_after))
+    try:
+        digest = entry_digest(described)
+    except (ValueError, RecursionError) as exc:  # a 5000-digit int, a list holding itself
+        raise EntryError(
+            name, f"args, kwargs and options must be plain data Celery can send ({exc})"
+        ) from None
+    return Entry(
+        name,
+        task,
+        rule,
+        policy,
+        schedule_text,
+        digest,
+        tuple(args),
+        kwargs,
+        options,
+        overlap,
+        pause_after_failures=pause_after,
+    )
+
+
+def _options(name: str, value: object) -> dict[str, Any]:
+    """The entry's `options`: a dict of `apply_async` keyword arguments (a copy)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise EntryError(
+            name, f"'options' must be a dict of apply_async options, got {type(value).__name__}"
+        )
+    odd = [key for key in value if not isinstance(key, str)]
+    if odd:
+        raise EntryError(
+            name, f"'options' keys are apply_async keyword names, so text; got {sorted_keys(odd)}"
+        )
+    return dict(value)
+
+
+def _relative(name: str, value: object) -> bool:
+    """The entry's `relative` flag: True or False (None: not set)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    raise EntryError(name, f"'relative' must be True or False, got {shown(value)}")

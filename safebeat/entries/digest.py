@@ -1,0 +1,67 @@
+"""An entry's digest: everything it sends and when, hashed the same in every process, so a
+changed definition is seen as changed and an unchanged one keeps its digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from safebeat.calendars import describe_calendar
+from safebeat.entries.text import seconds_text
+from safebeat.errors import shown
+from safebeat.windows import Calendar, Jitter, Misfire, Overlap
+
+
+def policy_parts(
+    overlap: Overlap, calendar: Calendar | None, jitter: Jitter | None, pause_after: int | None
+) -> dict[str, object]:
+    """The digest's parts for policies an entry sets: each only when set, so that the
+    digests of existing entries stay what they were."""
+    parts: dict[str, object] = {}
+    if overlap is not Overlap.ALLOW:
+        parts["overlap"] = overlap.value
+    if calendar is not None:
+        parts["exclude"] = describe_calendar(calendar)
+    if jitter is not None:
+        parts["jitter"] = seconds_text(jitter.spread)
+    if pause_after is not None:
+        parts["pause_after_failures"] = pause_after
+    return parts
+
+
+def entry_digest(payload: Mapping[str, object]) -> str:
+    """A digest of everything an entry sends and when, stable across processes."""
+    try:
+        text = json.dumps(payload, sort_keys=True, default=_stable_text)
+    except TypeError:
+        # Keys JSON cannot sort ({1: "a", "b": 2}) or hold (a tuple). Only then this other
+        # form, so that the digest of every entry that had one stays what it was.
+        text = json.dumps(_typed_keys(payload), sort_keys=True, default=_stable_text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _typed_keys(value: object) -> object:
+    """`value` with every dict key turned into text that keeps its type: 1 -> "int:1"."""
+    if isinstance(value, Mapping):
+        return {
+            f"{type(key).__name__}:{_key_text(key)}": _typed_keys(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_typed_keys(item) for item in value]
+    return value
+
+
+def _key_text(key: object) -> str:
+    if key is None or isinstance(key, str | int | float):  # bool is an int
+        return shown(key)
+    return _stable_text(key)
+
+
+def _stable_text(value: object) -> str:
+    """Text for values JSON cannot hold; never a repr with a memory address in it."""
+    if isinstance(value, datetime | timedelta | Misfire):
+        return str(value)
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"

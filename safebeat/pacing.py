@@ -1,0 +1,71 @@
+"""Beat's wake-ups, on the monotonic clock: when each entry is looked at again, when stale
+claims are next taken over, and how long to sleep until the first of those.
+
+The store's clock decides which windows are due; this only decides when to ask.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+logger = logging.getLogger("safebeat.scheduler")
+
+
+class Pacing:
+    """The monotonic instant each entry is due to be planned again (`due_at`) and the next
+    take-over of stale claims (`next_reclaim`)."""
+
+    def __init__(self) -> None:
+        self.due_at: dict[str, float] = {}
+        self.next_reclaim = 0.0
+
+    def restart(self, names: Iterable[str], now: float) -> None:
+        """Plan every one of `names` at once (after registering them)."""
+        self.due_at = dict.fromkeys(names, now)
+
+    def due(self, now: float, limit: int) -> list[str]:
+        """Up to `limit` entries whose time has come, the most overdue first: with more due
+        entries than one tick claims, entries that were just sent must not come back ahead
+        of the ones still waiting."""
+        return heapq.nsmallest(
+            limit,
+            (name for name, at in self.due_at.items() if at <= now),
+            key=self.due_at.__getitem__,
+        )
+
+    def reclaimed(self, started: float, claim_timeout: timedelta) -> None:
+        """Stale claims were taken over by the tick that started at `started`."""
+        self.next_reclaim = started + claim_timeout.total_seconds() / 2
+
+    def schedule_next(
+        self, name: str, upcoming: datetime | None, store_now: datetime, started: float
+    ) -> None:
+        """Plan `name` again at `upcoming` (store time), counted from the tick's start;
+        never again when it has no more windows."""
+        if upcoming is None:
+            self.due_at.pop(name, None)
+            logger.info("safebeat: entry %r has no more windows", name)
+            return
+        self.due_at[name] = started + max(0.0, (upcoming - store_now).total_seconds())
+
+    def sleep_time(
+        self,
+        now: float,
+        *,
+        heartbeat_at: float,
+        runtime_look_at: float | None,
+        broker_until: float | None,
+        max_sleep: float,
+    ) -> float:
+        """Seconds until the first deadline, at most `max_sleep`. While the broker is backed
+        off (`broker_until`), only its retry and the heartbeat can wake beat."""
+        if broker_until is not None:
+            deadlines = [broker_until, heartbeat_at]
+        else:
+            deadlines = [*self.due_at.values(), heartbeat_at, self.next_reclaim]
+            if runtime_look_at is not None:
+                deadlines.append(runtime_look_at)
+        return max(0.0, min(min(deadlines) - now, max_sleep))

@@ -1,0 +1,180 @@
+"""The PostgreSQL statements of the operator tools: states, history, pauses, the audit
+trail, extra claims, entries added at run time. `claim_extra` and the stored entries'
+changes run in a transaction the cursor source opens; the others are one statement."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    AuditEvent,
+    AuditRecord,
+    Claim,
+    DispatchRecord,
+    EntryState,
+    NewClaim,
+    Outcome,
+    Pause,
+    ReplicaRecord,
+    Status,
+)
+from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.postgres.cursors import Q, Statements, now_of
+from safebeat.stores.sql_common import (
+    DispatchRow,
+    as_columns,
+    audit_columns,
+    audit_record,
+    replica_columns,
+)
+
+
+class AdminStatements(SetsPaused, Statements):
+    """`AdminStore` and `RuntimeEntryStore` on PostgreSQL (`schema_version` and `checks`
+    are the connection owner's)."""
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        with self._cursors.read("load entry states") as cursor:
+            cursor.execute(Q["all_states"], {"namespace": namespace})
+            return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+
+    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+        with self._cursors.read("list replicas") as cursor:
+            cursor.execute(Q["replicas"], {"namespace": namespace})
+            records = []
+            for (
+                replica,
+                host,
+                pid,
+                version,
+                started_at,
+                heartbeat_at,
+                definitions,
+            ) in cursor.fetchall():
+                loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
+                # (Django's connections load jsonb as text; psycopg's own, as Python values.)
+                records.append(
+                    ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded)
+                )
+            return records
+
+    def namespaces(self) -> list[str]:
+        with self._cursors.read("list namespaces") as cursor:
+            cursor.execute(Q["namespaces"])
+            return [str(row[0]) for row in cursor.fetchall()]
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        with self._cursors.read("read history") as cursor:
+            cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
+            return [_record(row) for row in cursor.fetchall()]
+
+    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+        with self._cursors.statement(pause.action) as cursor:
+            cursor.execute(
+                Q["set_paused"],
+                {
+                    "namespace": namespace,
+                    "name": entry,
+                    "paused": pause.paused,
+                    "until": pause.until,
+                    "note": pause.note,
+                },
+            )
+            return cursor.rowcount == 1
+
+    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+        with self._cursors.statement("record an operator action") as cursor:
+            cursor.execute(Q["record_audit"], audit_columns(namespace, event))
+            row = cursor.fetchone()
+            assert row is not None  # noqa: S101 - INSERT ... RETURNING returns the row
+            return AuditRecord.of(row[0], row[1], event)
+
+    def audit(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[AuditRecord]:
+        with self._cursors.read("read the audit trail") as cursor:
+            cursor.execute(Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit})
+            return [audit_record(r[0], r[1], r[2:]) for r in cursor.fetchall()]
+
+    def forget_entry(self, namespace: str, entry: str) -> bool:
+        with self._cursors.statement("forget an entry") as cursor:
+            cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
+            return cursor.rowcount == 1
+
+    def claim_extra(
+        self,
+        namespace: str,
+        claims: Sequence[NewClaim],
+        *,
+        replica: Replica,
+        reason: str,
+    ) -> list[Claim]:
+        """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
+        if not claims:
+            return []
+        with self._cursors.transaction("claim windows") as cursor:
+            rows: list[DispatchRow] = [
+                (
+                    c.entry,
+                    c.window,
+                    Status.CLAIMED.value,
+                    c.task_id,
+                    c.task_name,
+                    reason,
+                    None,
+                    None,
+                )
+                for c in claims
+            ]
+            now = now_of(cursor)
+            cursor.execute(
+                Q["insert_dispatches"],
+                {
+                    "namespace": namespace,
+                    "now": now,
+                    "fenced": False,  # past windows, claimed on purpose
+                    **replica_columns(replica),
+                    **as_columns(rows),
+                },
+            )
+            return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
+
+    def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
+        query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]
+        with self._cursors.transaction("store an entry") as cursor:
+            cursor.execute(query, {"namespace": namespace, "name": name, "spec": spec})
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def delete_runtime_entry(self, namespace: str, name: str) -> bool:
+        with self._cursors.transaction("delete a stored entry") as cursor:
+            cursor.execute(Q["delete_runtime_entry"], {"namespace": namespace, "name": name})
+            if cursor.rowcount != 1:
+                return False
+            cursor.execute(Q["bump_runtime_version"], {"namespace": namespace})
+            return True
+
+    def runtime_entries(self, namespace: str) -> dict[str, str]:
+        with self._cursors.read("load stored entries") as cursor:
+            cursor.execute(Q["runtime_entries"], {"namespace": namespace})
+            return {str(name): str(spec) for name, spec in cursor.fetchall()}
+
+    def runtime_version(self, namespace: str) -> int:
+        with self._cursors.read("read the stored entries' version") as cursor:
+            cursor.execute(Q["runtime_version"], {"namespace": namespace})
+            return int(cursor.fetchone()[0])
+
+
+def _record(row: Sequence[Any]) -> DispatchRecord:
+    values = list(row)
+    values[3] = Status(values[3])
+    if values[18] is not None:
+        values[18] = Outcome(values[18])
+    return DispatchRecord(*values)

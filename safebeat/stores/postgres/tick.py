@@ -1,0 +1,250 @@
+"""The PostgreSQL statements beat runs: the tick, registering, publishes, heartbeats, pruning.
+
+The tick is two messages of several statements each, so its cursor must bind parameters
+client-side (`psycopg.ClientCursor`, or Django's default cursor, which is one). It sends
+its own `BEGIN` and `COMMIT` inside them unless the cursor source holds a transaction
+already; `register` and `prune` run inside one the source opens; the other writes are
+one statement each (two for `record_publish` with both outcomes).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from safebeat.identity import Replica
+from safebeat.records import (
+    Claim,
+    Definition,
+    EntryState,
+    Planner,
+    Reclaim,
+    Registration,
+    Status,
+    TickResult,
+    released_age,
+    states_after,
+)
+from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
+from safebeat.stores.sql_common import advisory_key, as_columns, dispatch_rows, replica_columns
+
+#: Definitions per statement when registering: a schedule of 100,000 entries is sent in
+#: slices, so neither side builds every parameter of it at once.
+REGISTER_SLICE = 5000
+
+
+def _load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
+    cursor.execute(Q["load_states"], {"namespace": namespace, "names": list(names)})
+    return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+
+
+def _tick(
+    cursor: Cursor,
+    namespace: str,
+    names: Collection[str],
+    planner: Planner,
+    *,
+    replica: Replica,
+    reclaim: Reclaim | None,
+    limits: Mapping[str, str],
+    own_transaction: bool = True,
+) -> TickResult | None:
+    """One tick in two messages; None (nothing written) when another replica holds the lock.
+
+    The first message takes the lock, reads the store's clock and loads the states; the
+    second inserts the claims and skips, advances the states and takes over stale claims.
+    With `own_transaction`, the first begins the transaction, the second commits it, and
+    a busy lock rolls it back (one more message). Without, the caller holds a
+    transaction and ends it (a busy lock returns None with that transaction still open).
+    """
+    first = [Q["bound_transaction"], Q["try_tick_lock"], Q["load_states"]]
+    lock_rows, state_rows = _result_sets(
+        cursor,
+        ";\n".join(["BEGIN", *first] if own_transaction else first),
+        {
+            **limits,
+            "key": advisory_key("tick", namespace),
+            "namespace": namespace,
+            "names": list(names),
+        },
+    )[1:]
+    locked, now = lock_rows[0]
+    if not locked:
+        if own_transaction:
+            cursor.execute("ROLLBACK")
+        return None
+    states = {row[0]: EntryState(*row) for row in state_rows}
+    plan = planner(now, states)
+    rows = dispatch_rows(plan)
+    parts, params = [], {"namespace": namespace, "now": now, **replica_columns(replica)}
+    if rows:
+        parts.append(Q["insert_dispatches"])
+        params.update(as_columns(rows), fenced=True)
+    if plan.advances:
+        parts.append(Q["advance_states"])
+        params["advance_names"] = list(plan.advances)
+        params["advance_windows"] = list(plan.advances.values())
+    if reclaim is not None:
+        parts.append(Q["reclaim_stale"])
+        params["stale_before"] = now - reclaim.timeout
+        params["reclaim_names"] = list(reclaim.entries)
+        params["limit"] = reclaim.limit
+    if own_transaction:
+        parts.append("COMMIT")
+    returned = _result_sets(cursor, ";\n".join(parts), params) if parts else []
+    inserted = returned.pop(0) if rows else []
+    stale = returned.pop(0) if reclaim is not None else []
+    claimed = [
+        Claim(row[0], row[1], row[2], row[3], 1)
+        for row in inserted
+        if row[4] == Status.CLAIMED.value
+    ]
+    reclaimed = [Claim(*row) for row in stale]
+    return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+
+
+def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
+    """Send several statements as one message; return the rows of those that return rows."""
+    cursor.execute(statements, params)
+    results = []
+    while True:
+        if cursor.description is not None:
+            results.append(cursor.fetchall())
+        if not cursor.nextset():
+            return results
+
+
+class TickStatements(Statements):
+    """`TickStore` on PostgreSQL (`migrate` and `close` are the connection owner's)."""
+
+    def tick(
+        self,
+        namespace: str,
+        names: Collection[str],
+        planner: Planner,
+        *,
+        replica: Replica,
+        reclaim: Reclaim | None = None,
+    ) -> TickResult | None:
+        return self._cursors.tick(
+            "tick",
+            lambda cursor, own: _tick(
+                cursor,
+                namespace,
+                names,
+                planner,
+                replica=replica,
+                reclaim=reclaim,
+                limits=self._limits,
+                own_transaction=own,
+            ),
+        )
+
+    def clock(self) -> datetime:
+        with self._cursors.read("read the clock") as cursor:
+            return now_of(cursor)
+
+    def register(
+        self, namespace: str, definitions: Sequence[Definition], replica: Replica
+    ) -> Registration:
+        """Insert new entries, update changed ones; inside the caller's transaction."""
+        with self._cursors.transaction("register entries") as cursor:
+            now = now_of(cursor)
+            states: dict[str, EntryState] = {}
+            changed: dict[str, str] = {}
+            for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
+                part = definitions[start : start + REGISTER_SLICE]
+                names = [d.name for d in part]
+                cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
+                before = dict(cursor.fetchall())
+                cursor.execute(
+                    Q["register"],
+                    {
+                        "namespace": namespace,
+                        "now": now,
+                        "replica": replica.id,
+                        "names": names,
+                        "schedules": [d.schedule for d in part],
+                        "digests": [d.digest for d in part],
+                    },
+                )
+                states.update(_load(cursor, namespace, names))
+                changed.update(
+                    (d.name, before[d.name])
+                    for d in part
+                    if d.name in before and before[d.name] != d.digest
+                )
+            return Registration(states, changed)
+
+    def record_publish(
+        self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
+    ) -> None:
+        """Mark claims sent (at the store's clock) or failed with their error: one statement
+        each."""
+        if not sent and not failed:
+            return
+        with self._cursors.statement("record publishing") as cursor:
+            if sent:
+                cursor.execute(Q["mark_sent"], {"ids": list(sent)})
+            if failed:
+                cursor.execute(
+                    Q["mark_failed"], {"ids": list(failed), "errors": list(failed.values())}
+                )
+
+    def release_claims(
+        self,
+        namespace: str,
+        claims: Sequence[Claim],
+        *,
+        replica: Replica,
+        timeout: timedelta,
+    ) -> int:
+        """Hand back claims never handed to the transport: one statement."""
+        if not claims:
+            return 0
+        with self._cursors.statement("hand back unsent claims") as cursor:
+            cursor.execute(
+                Q["release_claims"],
+                {
+                    "ids": [c.id for c in claims],
+                    "attempts": [c.attempts for c in claims],
+                    "replica": replica.id,
+                    "age": released_age(timeout),
+                },
+            )
+            return cursor.rowcount
+
+    def heartbeat(
+        self,
+        namespace: str,
+        replica: Replica,
+        version: str,
+        definitions: Mapping[str, str],
+    ) -> None:
+        with self._cursors.statement("heartbeat") as cursor:
+            cursor.execute(
+                Q["heartbeat"],
+                {
+                    "namespace": namespace,
+                    **replica_columns(replica),
+                    "version": version,
+                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                },
+            )
+
+    def forget_replica(self, namespace: str, replica: Replica) -> None:
+        with self._cursors.statement("forget a replica") as cursor:
+            cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
+
+    def prune(self, namespace: str, before: datetime) -> int:
+        """Delete old dispatch rows and replicas, and expired effect keys; in the caller's
+        transaction. Returns the dispatch rows and effect keys deleted."""
+        with self._cursors.transaction("prune") as cursor:
+            cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
+            deleted = cursor.rowcount
+            cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
+            cursor.execute(Q["prune_audit"], {"namespace": namespace, "before": before})
+            cursor.execute(Q["prune_effects"], {"namespace": namespace})
+            return deleted + cursor.rowcount
