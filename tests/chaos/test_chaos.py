@@ -27,9 +27,10 @@ from tests.chaos.scenarios import BY_KEY, CHANGED_ENTRY_ARGS, unavailable
 
 pytestmark = [pytest.mark.chaos, pytest.mark.xdist_group("chaos")]
 #: Seconds from restarting every replica after the long outage to the first live window's
-#: message, and the worst lag of a live window after that one.
+#: message, and the worst lag of a live window after that one. A livelock never sends
+#: one; a machine shared by many measured 0.8 to 11 s of lag while the catch-up went out.
 OUTAGE_FIRST_LIVE_BOUND = 30.0
-OUTAGE_LIVE_LAG_BOUND = 15.0
+OUTAGE_LIVE_LAG_BOUND = 30.0
 
 
 def run(key: str, mode: Mode, tmp_path: Path, postgres: OwnedPostgres) -> ScenarioResult:
