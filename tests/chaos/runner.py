@@ -382,7 +382,10 @@ class Run:
 
     def open(self) -> None:
         self.broker = OwnedRedis(self.folder / "broker")
-        kinds = [kind for kind in (POSTGRES, REDIS, SQLITE) if kind in self.scenario.stores]
+        stores = self.scenario.stores
+        if self.mode.name == "short" and self.scenario.short_stores is not None:
+            stores = self.scenario.short_stores
+        kinds = [kind for kind in (POSTGRES, REDIS, SQLITE) if kind in stores]
         if self.scenario.with_stock and (
             self.mode.stock_everywhere or self.scenario.key == "baseline"
         ):
@@ -686,6 +689,8 @@ class Scenario:
     stops_every_replica: bool = False
     #: The replicas' safebeat_claim_timeout in this scenario, if not the mode's.
     claim_timeout: float | None = None
+    #: The stores of the short mode (CI), if fewer than `stores` fit its time.
+    short_stores: tuple[str, ...] | None = None
 
     def prepare(self, run: Run, side: Side, slot: int) -> None:
         if self.before_start is not None:
