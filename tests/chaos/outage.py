@@ -82,6 +82,21 @@ def _move_redis_state_back(url: str, namespace: str, by: timedelta) -> None:
         client.close()
 
 
+def _wait_drained(run: Run, limit: float) -> None:
+    """Wait (at most `limit` s) until the collector has taken every message off the broker
+    queues: what was sent before the stop is then stamped before the state moves back."""
+    assert run.broker is not None
+    client = redis.Redis.from_url(run.broker.url)
+    try:
+        deadline = time.time() + limit
+        while any(client.llen(side.queue) for side in run.sides):
+            assert time.time() < deadline, "the collector did not drain the broker queues"
+            time.sleep(0.1)
+    finally:
+        client.close()
+    time.sleep(0.1)  # the collector's last take, stamped as it returns
+
+
 def _wait_caught_up(run: Run, limit: float, quiet: float = 2.0) -> None:
     """Wait (at most `limit` s) until every crontab entry has sent a message since the
     restart and no window older than the restart has come for `quiet` s."""
@@ -137,7 +152,7 @@ def long_outage(run: Run) -> None:
         f"every replica stopped (SIGTERM, exit codes {codes}, "
         f"{time.monotonic() - stopping:.1f}s); {len(run.crontabs)} crontab entries"
     )
-    time.sleep(0.2)  # the collector takes the last messages sent before the stop
+    _wait_drained(run, 60)
     moment = time.time()
     for side in run.safebeat_sides():
         assert side.store_url is not None

@@ -231,6 +231,7 @@ class Collector(threading.Thread):
     """
 
     poll = 0.01
+    batch = 50
 
     def __init__(self, broker_url: str, queues: list[str]) -> None:
         super().__init__(daemon=True)
@@ -246,14 +247,18 @@ class Collector(threading.Thread):
         return redis.Redis.from_url(self.broker_url, socket_timeout=2, socket_connect_timeout=1)
 
     def _take(self, client: redis.Redis) -> int:
-        """Move what is on the queues now; return how many messages came."""
+        """Move what is on the queues now, up to `batch` messages a queue; return how many
+        messages came. One round trip per message would fall seconds behind a burst of
+        thousands, and stamp them that late."""
         pipe = client.pipeline(transaction=False)
         for queue in self.queues:
-            pipe.lmove(queue, f"{queue}.collected", "RIGHT", "LEFT")
+            for _ in range(self.batch):
+                pipe.lmove(queue, f"{queue}.collected", "RIGHT", "LEFT")
         moved = pipe.execute()
         now = time.time()
         taken = 0
-        for queue, raw in zip(self.queues, moved, strict=True):
+        queues = [queue for queue in self.queues for _ in range(self.batch)]
+        for queue, raw in zip(queues, moved, strict=True):
             if raw is not None:
                 self._raw[queue].append(cast("bytes", raw))
                 self.received[queue].append(counting.parse_message(cast("bytes", raw), now))
