@@ -163,6 +163,7 @@ def test_a_rolling_deploy_with_a_changed_definition_sends_each_window_once(
         assert side.last_args[unchanged[0]] == repr(["v1"]), side.last_args
 
 
+@pytest.mark.timeout(900)  # the default and long modes start 10-20 beats of 5,000 entries
 def test_a_long_outage_with_thousands_of_crontabs_loses_doubles_and_stalls_nothing(
     chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
 ) -> None:
