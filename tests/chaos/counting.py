@@ -131,8 +131,6 @@ class Tally:
     estimated: bool = False
     #: Per entry, one `OUTCOME_CODES` letter per window, oldest first.
     outcomes: dict[str, str] = field(default_factory=dict)
-    #: Per entry, how many skipped spans the store recorded.
-    skip_rows: Counter[str] = field(default_factory=Counter)
 
     @property
     def problems(self) -> int:
@@ -214,7 +212,6 @@ def count_safebeat(
     for record in rows:
         if record.status is Status.SKIPPED:
             skips[record.entry].append(record)
-            tally.skip_rows[record.entry] += 1
         else:
             by_key[(record.entry, record.window)] = record
     lags: dict[bool, list[float]] = {True: [], False: []}  # taken over -> lags
