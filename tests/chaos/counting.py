@@ -48,7 +48,7 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -371,3 +371,52 @@ def after_outage(tally: Tally, groups: Mapping[str, str]) -> dict[str, dict[str,
         counts["dispatched"] += outcomes.count("o") + outcomes.count("r")
         counts["skipped"] += sum(outcomes.count(code) for code in "scx")
     return summary
+
+
+def recovery(
+    arrivals: Sequence[Arrival],
+    tally: Tally,
+    *,
+    restart: float,
+    groups: Mapping[str, str],
+    interval: Collection[str],
+) -> dict[str, Any]:
+    """How a side came back after every replica was restarted at `restart`.
+
+    Seconds from the restart to the first message, to the first live window's message (a
+    window after the restart), and to the last catch-up message (a window before it); the
+    worst lag of the `interval` entries' live windows after that first one (do live
+    windows wait for the catch-up?) and of the crontab entries' (`groups`: entry ->
+    policy group) live windows; and what each policy group did (`after_outage`).
+    """
+    after = [a for a in arrivals if a.at > restart and not a.recovered and a.window]
+    live = [a for a in after if a.window and a.window.timestamp() > restart]
+    catch_up = [a for a in after if a.window and a.window.timestamp() <= restart]
+    first_live = min((a.at for a in live), default=None)
+
+    def lag(arrival: Arrival) -> float:
+        assert arrival.window is not None  # `after` has windows only
+        return arrival.at - arrival.window.timestamp()
+
+    def worst(lags: list[float]) -> float | None:
+        return round(max(lags), 2) if lags else None
+
+    def since_restart(instant: float | None) -> float | None:
+        return None if instant is None else round(instant - restart, 2)
+
+    crontab_live = [a for a in live if a.entry in groups]
+    interval_live = [
+        a
+        for a in live
+        if a.entry in interval and first_live is not None and a.at - lag(a) > first_live
+    ]
+    return {
+        "first_message_s": since_restart(min((a.at for a in after), default=None)),
+        "first_live_dispatch_s": since_restart(first_live),
+        "last_catch_up_message_s": since_restart(max((a.at for a in catch_up), default=None)),
+        "catch_up_messages": len(catch_up),
+        "interval_live_max_lag_s": worst([lag(a) for a in interval_live]),
+        "live_crontab_messages": len(crontab_live),
+        "crontab_live_max_lag_s": worst([lag(a) for a in crontab_live]),
+        "policies": after_outage(tally, groups),
+    }

@@ -562,49 +562,15 @@ class Run:
         ]
 
     def recovery(self, arrivals: Sequence[Arrival], tally: Tally) -> dict[str, Any]:
-        """After every replica was restarted at `fault_over_at`: seconds from the restart to
-        the first message, to the first live window's message (a window after the
-        restart), and to the last catch-up message (a window before it); the worst lag of
-        the interval entries' live windows after that first one (do live windows wait for
-        the catch-up?) and of the crontab entries' live windows; and what each
-        missed-window policy did (`counting.after_outage`)."""
+        """After every replica was restarted at `fault_over_at`: see `counting.recovery`."""
         assert self.fault_over_at is not None
-        restart = self.fault_over_at
-        after = [a for a in arrivals if a.at > restart and not a.recovered and a.window]
-        live = [a for a in after if a.window and a.window.timestamp() > restart]
-        catch_up = [a for a in after if a.window and a.window.timestamp() <= restart]
-        first_live = min((a.at for a in live), default=None)
-
-        def lag(arrival: Arrival) -> float:
-            assert arrival.window is not None
-            return arrival.at - arrival.window.timestamp()
-
-        def worst(lags: list[float]) -> float | None:
-            return round(max(lags), 2) if lags else None
-
-        def since_restart(instant: float | None) -> float | None:
-            return None if instant is None else round(instant - restart, 2)
-
-        crontab_live = [a for a in live if a.entry in self.crontabs]
-        interval_live = [
-            a
-            for a in live
-            if a.entry in self.schedule and first_live is not None and a.at - lag(a) > first_live
-        ]
+        groups = {name: policy_group(spec) for name, spec in self.crontabs.items()}
         return {
             "outage_hours": self.mode.outage_hours,
             "crontab_entries": len(self.crontabs),
-            "first_message_s": since_restart(min((a.at for a in after), default=None)),
-            "first_live_dispatch_s": since_restart(first_live),
-            "last_catch_up_message_s": since_restart(max((a.at for a in catch_up), default=None)),
-            "catch_up_messages": len(catch_up),
-            "interval_live_max_lag_s": worst([lag(a) for a in interval_live]),
-            "live_crontab_messages": len(crontab_live),
-            "crontab_live_max_lag_s": worst([lag(a) for a in crontab_live]),
-            "policies": counting.after_outage(
-                tally, {name: policy_group(spec) for name, spec in self.crontabs.items()}
-            ),
-        }
+        } | counting.recovery(
+            arrivals, tally, restart=self.fault_over_at, groups=groups, interval=self.schedule
+        )
 
     def _rules(self) -> dict[str, counting.Rule]:
         rules: dict[str, counting.Rule] = {n: s["every"] for n, s in self.schedule.items()}

@@ -17,6 +17,7 @@ from tests.chaos.counting import (
     failover_gap,
     grid,
     parse_message,
+    recovery,
 )
 from tests.chaos.crontabs import CronSlots, crontab_entries, policy_group
 
@@ -344,3 +345,29 @@ def test_the_lab_crontabs_mix_zones_hours_and_every_policy() -> None:
         assert {(hour + 12) % 24 for hour in left_out} == left_out
     groups = [policy_group(spec) for spec in entries.values()]
     assert (groups.count("all"), groups.count("all, limit 100")) == (4, 4)
+
+
+def test_recovery_times_the_first_live_window_and_the_catch_up_from_the_restart() -> None:
+    """Restart at 100 s: a catch-up window (90 s) sent at 103 s, live windows 101-104 s
+    sent from 103 s; the first live message, the last catch-up and the live lags."""
+    restart = at(100).timestamp()
+
+    def sent(entry: str, window: float, arrival: float) -> Arrival:
+        return Arrival(at(arrival).timestamp(), entry, at(window), f"{entry}@{window}", "[]")
+
+    arrivals = [
+        sent("every-1s", 99, 99.1),  # before the restart: not counted
+        sent("cron", 90, 103.0),  # the catch-up
+        sent("every-1s", 101, 103.0),  # the first live window, 2 s late
+        sent("every-1s", 104, 104.5),  # after the first live message: 0.5 s late
+        sent("cron", 102, 104.0),  # a live crontab window, 2 s late
+    ]
+    tally = count_safebeat({"cron": CronSlots("UTC", frozenset(range(24)))}, {}, [], [], horizon=T0)
+    found = recovery(arrivals, tally, restart=restart, groups={}, interval={"every-1s"})
+    assert found["first_message_s"] == 3.0
+    assert found["first_live_dispatch_s"] == 3.0
+    assert found["last_catch_up_message_s"] == 3.0
+    assert found["catch_up_messages"] == 1
+    assert found["interval_live_max_lag_s"] == 0.5
+    found = recovery(arrivals, tally, restart=restart, groups={"cron": "latest"}, interval=())
+    assert (found["live_crontab_messages"], found["crontab_live_max_lag_s"]) == (1, 2.0)
