@@ -41,9 +41,16 @@ class TickGuard:
         self._store_url = store_url
         self._failures = 0
         self._sender = sender
+        self._steps = 0
+
+    @property
+    def running(self) -> bool:
+        """Whether a step is under way: true in a signal handler that interrupted one."""
+        return self._steps > 0
 
     def run(self, step: Callable[[], float]) -> float:
         """Run `step`; turn store trouble into a backoff and anything else into a log line."""
+        self._steps += 1
         try:
             delay = step()
         except TickTooLong as exc:
@@ -60,6 +67,8 @@ class TickGuard:
         except Exception as exc:
             logger.exception("safebeat: unexpected error in tick: %s", exc)
             return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
+        finally:
+            self._steps -= 1
         if self._failures:
             logger.info(
                 "safebeat: store %s reachable again after %d failed attempt(s)",

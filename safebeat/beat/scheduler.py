@@ -228,11 +228,17 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         """Nothing to flush: claims and states are committed when they happen."""
 
     def close(self) -> None:
-        """Stop cleanly: this replica's heartbeat is removed, so `safebeat status` drops it."""
+        """Stop cleanly: this replica's heartbeat is removed, so `safebeat status` drops it.
+
+        Celery's SIGTERM handler calls this, then raises SystemExit, and calls it again
+        once that has unwound the loop. A tick the signal interrupted may be inside a
+        store call, holding the store's connection (psycopg's lock is not re-entrant):
+        the store is left alone until the second call, or beat would hang there.
+        """
         try:
             super().close()
         finally:
-            if self._store is not None:
+            if self._store is not None and not self._guard.running:
                 self._chores.forget_replica()
                 self._store.close()
 

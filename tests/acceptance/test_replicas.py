@@ -8,12 +8,14 @@ none missing, whatever happened to the replicas in between.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import redis
 
@@ -123,6 +125,35 @@ def test_three_replicas_on_postgres_send_each_window_once(
     assert verdict.expected >= 12
     assert len(verdict.senders) >= 2, verdict.senders
     store.close()
+
+
+def test_beat_stopped_while_a_postgres_statement_waits_exits(
+    tmp_path: Path, pg_url: str, redis_url: str, queue: str, namespace: str
+) -> None:
+    """SIGTERM while a tick's statement waits on a lock: beat exits once the wait ends.
+
+    Celery's SIGTERM handler closes the scheduler from inside the interrupted tick; closing
+    used the store's connection, whose lock the tick's statement held: beat hung until
+    SIGKILL.
+    """
+    beats = cluster(tmp_path, redis_url, queue, pg_url, namespace)
+    beats.env = {**beats.env, "SAFEBEAT_LOCK_TIMEOUT": "30"}
+    beats.start(1)
+    store = PostgresStore(pg_url)
+    try:
+        wait_for_schedule_time(store, namespace, 1.5)
+        with psycopg.connect(pg_url) as blocker:
+            blocker.execute("LOCK TABLE safebeat_entry, safebeat_dispatch IN ACCESS EXCLUSIVE MODE")
+            time.sleep(2.0)  # the next tick (entries every second) now waits on the lock
+            beats.processes[0].terminate()
+            time.sleep(0.5)
+        try:
+            beats.processes[0].wait(15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("beat did not exit within 15 s of its statement ending\n" + beats.logs())
+    finally:
+        beats.stop()
+        store.close()
 
 
 def test_three_replicas_on_sqlite_send_each_window_once(

@@ -4,9 +4,10 @@ Pure functions, no I/O: the runner hands in what it collected (every message tha
 the broker, with the moment it arrived; the store's dispatch rows and entry states) and
 gets back a `Tally` per side of the comparison.
 
-safebeat's side is counted window by window. Each entry's windows are its grid,
-`anchor + k * every`, after the `defined_at` of its definition and up to the horizon (the
-end of the run less the time a stale claim needs to be re-published). Each window is then
+safebeat's side is counted window by window. Each entry's windows are its grid after the
+`defined_at` of its definition and up to the horizon (the end of the run less the time a
+stale claim needs to be re-published): `anchor + k * every` for an interval entry, the
+slots of `tests.chaos.crontabs.CronSlots` for a crontab entry. Each window is then
 exactly one of:
 
 - dispatched once: one message on the broker (possibly published by a replica that took
@@ -34,6 +35,10 @@ run. Its side is counted from arrival times: the windows are the same grid cut t
 same span, a run of consecutive arrivals of one entry more than one period apart means
 windows nobody sent (`round(gap / every) - 1` of them), and every message beyond one per
 window that was sent is a copy.
+
+Each entry's windows, oldest first, also leave a trace of one letter per window in
+`Tally.outcomes` (`OUTCOME_CODES`), which `after_outage` reads against what each
+missed-window policy must do after a long outage.
 """
 
 from __future__ import annotations
@@ -41,14 +46,31 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from safebeat.identity import parse_window
 from safebeat.stores.base import DispatchRecord, EntryState, Status
+from tests.chaos.crontabs import CronSlots
+
+#: An entry's windows: an interval in seconds, or the slots of a crontab.
+Rule = float | CronSlots
+#: One letter per window in `Tally.outcomes`: dispatched once, re-published with its id,
+#: sent more than once, failed, missing; skipped as `missed`, `catchup_limit`, or else.
+OUTCOME_CODES = {
+    "once": "o",
+    "republished": "r",
+    "more_than_once": "d",
+    "failed": "f",
+    "missing": "m",
+    "missed": "s",
+    "catchup_limit": "c",
+    "other_skip": "x",
+}
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,8 @@ class Tally:
     failover_gap: float | None = None
     #: Stock beat only: whether the numbers come from arrival times (no window identity).
     estimated: bool = False
+    #: Per entry, one `OUTCOME_CODES` letter per window, oldest first.
+    outcomes: dict[str, str] = field(default_factory=dict)
 
     @property
     def problems(self) -> int:
@@ -146,19 +170,29 @@ def _rounded(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 2)
 
 
-def grid(state: EntryState, every: timedelta, until: datetime) -> list[datetime]:
-    """The windows of an interval entry after its definition and up to `until`."""
-    first = state.anchor + ((state.defined_at - state.anchor) // every + 1) * every
-    count = max(0, (until - first) // every + 1)
-    return [first + k * every for k in range(count)]
+def grid(state: EntryState, rule: timedelta | CronSlots, until: datetime) -> list[datetime]:
+    """The windows of an entry (interval or crontab) after its definition, up to `until`."""
+    if isinstance(rule, CronSlots):
+        return rule.windows(state.defined_at, until)
+    first = state.anchor + ((state.defined_at - state.anchor) // rule + 1) * rule
+    count = max(0, (until - first) // rule + 1)
+    return [first + k * rule for k in range(count)]
 
 
-def _on_grid(state: EntryState, every: timedelta, window: datetime) -> bool:
-    return window > state.defined_at and (window - state.anchor) % every == timedelta(0)
+def _on_grid(state: EntryState, rule: timedelta | CronSlots, window: datetime) -> bool:
+    if window <= state.defined_at:
+        return False
+    if isinstance(rule, CronSlots):
+        return rule.is_window(window)
+    return (window - state.anchor) % rule == timedelta(0)
+
+
+def _rule(spec: Rule) -> timedelta | CronSlots:
+    return spec if isinstance(spec, CronSlots) else timedelta(seconds=spec)
 
 
 def count_safebeat(
-    schedule: Mapping[str, float],
+    schedule: Mapping[str, Rule],
     states: Mapping[str, EntryState],
     rows: Iterable[DispatchRecord],
     arrivals: Sequence[Arrival],
@@ -181,47 +215,23 @@ def count_safebeat(
         else:
             by_key[(record.entry, record.window)] = record
     lags: dict[bool, list[float]] = {True: [], False: []}  # taken over -> lags
-    for name, seconds in schedule.items():
-        every = timedelta(seconds=seconds)
+    for name, spec in schedule.items():
         state = states.get(name)
         if state is None:
             continue
-        for window in grid(state, every, horizon):
+        outcomes: list[str] = []
+        for window in grid(state, _rule(spec), horizon):
             tally.expected += 1
-            sent = copies.get((name, window), [])
-            reason = _skip_reason(skips[name], window)
-            row = by_key.get((name, window))
-            taken_over = row is not None and row.attempts > 1
-            if row is not None:
-                tally.most_attempts = max(tally.most_attempts, row.attempts)
-            if taken_over:
-                tally.taken_over += 1
-                tally.taken_over_by_entry[name] += 1
-            if sent:
-                if reason is not None:
-                    tally.contradictions.append((name, window.isoformat()))
-                timed = [a.at for a in sent if not a.recovered]
-                if timed:
-                    lags[taken_over].append(min(timed) - window.timestamp())
-                if len(sent) == 1:
-                    tally.once += 1
-                elif _republished(sent, row):
-                    tally.republished += 1
-                else:
-                    tally.more_than_once += 1
-            elif reason is not None:
-                tally.skipped[reason] += 1
-            elif row is not None and row.status is Status.FAILED:
-                tally.failed += 1
-            else:
-                tally.missing.append((name, window.isoformat()))
+            outcome = _classify(tally, name, window, copies, skips[name], by_key, lags)
+            outcomes.append(OUTCOME_CODES[outcome])
+        tally.outcomes[name] = "".join(outcomes)
     for key, sent in copies.items():
         name, window = key
         state = states.get(name)
         if (
             name not in schedule
             or state is None
-            or not _on_grid(state, timedelta(seconds=schedule[name]), window)
+            or not _on_grid(state, _rule(schedule[name]), window)
         ):
             tally.unexpected.extend((name, window.isoformat()) for _ in sent)
         elif window > horizon and len(sent) > 1 and not _republished(sent, by_key.get(key)):
@@ -230,6 +240,49 @@ def count_safebeat(
     tally.max_lag_first_claim = max(lags[False], default=None)
     tally.max_lag = max(lags[True] + lags[False], default=None)
     return tally
+
+
+def _classify(  # noqa: PLR0917 - the tally's working state, in one place
+    tally: Tally,
+    name: str,
+    window: datetime,
+    copies: Mapping[tuple[str, datetime], list[Arrival]],
+    skips: Sequence[DispatchRecord],
+    by_key: Mapping[tuple[str, datetime], DispatchRecord],
+    lags: dict[bool, list[float]],
+) -> str:
+    """Count one window in `tally`; return its outcome (a key of `OUTCOME_CODES`)."""
+    sent = copies.get((name, window), [])
+    reason = _skip_reason(skips, window)
+    row = by_key.get((name, window))
+    taken_over = row is not None and row.attempts > 1
+    if row is not None:
+        tally.most_attempts = max(tally.most_attempts, row.attempts)
+    if taken_over:
+        tally.taken_over += 1
+        tally.taken_over_by_entry[name] += 1
+    if sent:
+        if reason is not None:
+            tally.contradictions.append((name, window.isoformat()))
+        timed = [a.at for a in sent if not a.recovered]
+        if timed:
+            lags[taken_over].append(min(timed) - window.timestamp())
+        if len(sent) == 1:
+            tally.once += 1
+            return "once"
+        if _republished(sent, row):
+            tally.republished += 1
+            return "republished"
+        tally.more_than_once += 1
+        return "more_than_once"
+    if reason is not None:
+        tally.skipped[reason] += 1
+        return reason if reason in OUTCOME_CODES else "other_skip"
+    if row is not None and row.status is Status.FAILED:
+        tally.failed += 1
+        return "failed"
+    tally.missing.append((name, window.isoformat()))
+    return "missing"
 
 
 def _republished(sent: Sequence[Arrival], row: DispatchRecord | None) -> bool:
@@ -290,3 +343,80 @@ def failover_gap(arrivals: Iterable[Arrival], *, after: float, until: float) -> 
 def utc(seconds: float) -> datetime:
     """An instant of this host's clock as an aware UTC datetime."""
     return datetime.fromtimestamp(seconds, timezone.utc)
+
+
+#: What each missed-window policy leaves in an entry's `Tally.outcomes` after one long
+#: outage: `latest`, the windows before it dispatched, the backlog skipped as `missed` but
+#: for its newest (the one catch-up), then every live window; `all` within its limit,
+#: every window; `all` past its limit (100), the oldest of the backlog skipped as
+#: `catchup_limit` and at least the newest 100 dispatched.
+AFTER_OUTAGE = {
+    "latest": re.compile(r"[or]*s+[or]+"),
+    "all": re.compile(r"[or]+"),
+    "all, limit 100": re.compile(r"[or]*c+[or]{100,}"),
+}
+
+
+def after_outage(tally: Tally, groups: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """Per policy group (`AFTER_OUTAGE`; `groups` maps entry -> group): how many entries,
+    how many of them show the group's pattern, windows dispatched, windows skipped."""
+    summary: dict[str, dict[str, int]] = {}
+    for name, group in groups.items():
+        outcomes = tally.outcomes.get(name, "")
+        counts = summary.setdefault(
+            group, {"entries": 0, "as_expected": 0, "dispatched": 0, "skipped": 0}
+        )
+        counts["entries"] += 1
+        counts["as_expected"] += bool(AFTER_OUTAGE[group].fullmatch(outcomes))
+        counts["dispatched"] += outcomes.count("o") + outcomes.count("r")
+        counts["skipped"] += sum(outcomes.count(code) for code in "scx")
+    return summary
+
+
+def recovery(
+    arrivals: Sequence[Arrival],
+    tally: Tally,
+    *,
+    restart: float,
+    groups: Mapping[str, str],
+    interval: Collection[str],
+) -> dict[str, Any]:
+    """How a side came back after every replica was restarted at `restart`.
+
+    Seconds from the restart to the first message, to the first live window's message (a
+    window after the restart), and to the last catch-up message (a window before it); the
+    worst lag of the `interval` entries' live windows after that first one (do live
+    windows wait for the catch-up?) and of the crontab entries' (`groups`: entry ->
+    policy group) live windows; and what each policy group did (`after_outage`).
+    """
+    after = [a for a in arrivals if a.at > restart and not a.recovered and a.window]
+    live = [a for a in after if a.window and a.window.timestamp() > restart]
+    catch_up = [a for a in after if a.window and a.window.timestamp() <= restart]
+    first_live = min((a.at for a in live), default=None)
+
+    def lag(arrival: Arrival) -> float:
+        assert arrival.window is not None  # `after` has windows only
+        return arrival.at - arrival.window.timestamp()
+
+    def worst(lags: list[float]) -> float | None:
+        return round(max(lags), 2) if lags else None
+
+    def since_restart(instant: float | None) -> float | None:
+        return None if instant is None else round(instant - restart, 2)
+
+    crontab_live = [a for a in live if a.entry in groups]
+    interval_live = [
+        a
+        for a in live
+        if a.entry in interval and first_live is not None and a.at - lag(a) > first_live
+    ]
+    return {
+        "first_message_s": since_restart(min((a.at for a in after), default=None)),
+        "first_live_dispatch_s": since_restart(first_live),
+        "last_catch_up_message_s": since_restart(max((a.at for a in catch_up), default=None)),
+        "catch_up_messages": len(catch_up),
+        "interval_live_max_lag_s": worst([lag(a) for a in interval_live]),
+        "live_crontab_messages": len(crontab_live),
+        "crontab_live_max_lag_s": worst([lag(a) for a in crontab_live]),
+        "policies": after_outage(tally, groups),
+    }

@@ -135,6 +135,34 @@ def stock_lines(scenarios: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def recovery_lines(scenarios: Sequence[dict[str, Any]]) -> list[str]:
+    """What each side did after every replica was restarted (the long-outage scenario)."""
+    lines = []
+    for scenario in scenarios:
+        for side in scenario["sides"]:
+            recovery = side.get("recovery")
+            if recovery is None:
+                continue
+            policies = "; ".join(
+                f"{group}: {counts['as_expected']} of {counts['entries']} entries as expected, "
+                f"{counts['dispatched']} windows dispatched, {counts['skipped']} skipped"
+                for group, counts in recovery["policies"].items()
+            )
+            lines.append(
+                f"{scenario['scenario']} on {side['side']}: {recovery['crontab_entries']} "
+                f"crontab entries, {recovery['outage_hours']:g} h of backlog; after the "
+                f"restart, first message {_seconds(recovery['first_message_s'])}, first live "
+                f"window {_seconds(recovery['first_live_dispatch_s'])}, last catch-up message "
+                f"{_seconds(recovery['last_catch_up_message_s'])} "
+                f"({recovery['catch_up_messages']} catch-up messages); worst lag of the "
+                "interval entries' live windows after the first one "
+                f"{_seconds(recovery['interval_live_max_lag_s'])}; "
+                f"{recovery['live_crontab_messages']} live crontab windows, worst lag "
+                f"{_seconds(recovery['crontab_live_max_lag_s'])}. {policies}"
+            )
+    return lines
+
+
 def failures(results: Sequence[ScenarioResult]) -> list[str]:
     """What breaks safebeat's promise in these results (empty when every window was once)."""
     found = []
@@ -145,6 +173,11 @@ def failures(results: Sequence[ScenarioResult]) -> list[str]:
             tally = side.tally
             if tally.expected == 0:
                 found.append(f"{result.key}/{side.kind}: no window was due")
+            if side.recovery is not None and any(
+                counts["as_expected"] != counts["entries"]
+                for counts in side.recovery["policies"].values()
+            ):
+                found.append(f"{result.key}/{side.kind}: after the outage {side.recovery}")
             if tally.problems or side.exited:
                 found.append(
                     f"{result.key}/{side.kind}: {tally.more_than_once} more than once, "
@@ -176,7 +209,7 @@ def print_report(report: dict[str, Any], markdown: bool) -> None:
     scenarios = report["scenarios"]
     print(markdown_table(scenarios) if markdown else text_table(scenarios))
     print()
-    for line in stock_lines(scenarios):
+    for line in [*stock_lines(scenarios), *recovery_lines(scenarios)]:
         print(line)
     for key, reason in report["skipped"].items():
         print(f"{key}: not run: {reason}")

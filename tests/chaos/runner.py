@@ -23,8 +23,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -35,6 +36,7 @@ from safebeat.stores.sqlite import SqliteStore
 from tests.acceptance.harness import Cluster
 from tests.chaos import counting
 from tests.chaos.counting import Arrival, Tally
+from tests.chaos.crontabs import crontab_entries, policy_group, slots_of
 from tests.chaos.lab import OwnedPostgres, OwnedRedis
 from tests.proxy import Proxy
 
@@ -68,6 +70,9 @@ class Mode:
     store_outage: float
     broker_outage: float
     stock_everywhere: bool  # stock beat beside every scenario, or only beside the baseline
+    #: The long-outage scenario's minutely crontab entries, and how long its outage is.
+    outage_entries: int = 2000
+    outage_hours: float = 12.0
     claim_timeout: float = 2.0
     lock_timeout: float = 1.0
 
@@ -79,8 +84,12 @@ class Mode:
 
 MODES = {
     "short": Mode("short", 3, 6, 4, 20, 1.0, 3.0, 6.0, stock_everywhere=False),
-    "default": Mode("default", 5, 8, 10, 60, 3.0, 10.0, 30.0, stock_everywhere=True),
-    "long": Mode("long", 10, 10, 10, 60, 8.0, 20.0, 30.0, stock_everywhere=True),
+    "default": Mode(
+        "default", 5, 8, 10, 60, 3.0, 10.0, 30.0, stock_everywhere=True, outage_entries=5000
+    ),
+    "long": Mode(
+        "long", 10, 10, 10, 60, 8.0, 20.0, 30.0, stock_everywhere=True, outage_entries=5000
+    ),
 }
 
 
@@ -113,6 +122,8 @@ class Side:
     slots: list[list[Cluster]] = field(default_factory=list)
     slot_env: dict[int, dict[str, str]] = field(default_factory=dict)
     proxy: Proxy | None = None
+    #: How many of the lab's crontab entries (`tests.chaos.crontabs`) every replica adds.
+    crontabs: int = 0
 
     @property
     def is_stock(self) -> bool:
@@ -120,6 +131,8 @@ class Side:
 
     def _env(self, slot: int) -> dict[str, str]:
         env = {"SB_STOCK": "1"} if self.is_stock else {}
+        if self.crontabs:
+            env["SB_CRONTABS"] = str(self.crontabs)
         if not self.is_stock:
             assert self.store_url is not None
             env |= {
@@ -218,6 +231,7 @@ class Collector(threading.Thread):
     """
 
     poll = 0.01
+    batch = 50
 
     def __init__(self, broker_url: str, queues: list[str]) -> None:
         super().__init__(daemon=True)
@@ -233,14 +247,18 @@ class Collector(threading.Thread):
         return redis.Redis.from_url(self.broker_url, socket_timeout=2, socket_connect_timeout=1)
 
     def _take(self, client: redis.Redis) -> int:
-        """Move what is on the queues now; return how many messages came."""
+        """Move what is on the queues now, up to `batch` messages a queue; return how many
+        messages came. One round trip per message would fall seconds behind a burst of
+        thousands, and stamp them that late."""
         pipe = client.pipeline(transaction=False)
         for queue in self.queues:
-            pipe.lmove(queue, f"{queue}.collected", "RIGHT", "LEFT")
+            for _ in range(self.batch):
+                pipe.lmove(queue, f"{queue}.collected", "RIGHT", "LEFT")
         moved = pipe.execute()
         now = time.time()
         taken = 0
-        for queue, raw in zip(self.queues, moved, strict=True):
+        queues = [queue for queue in self.queues for _ in range(self.batch)]
+        for queue, raw in zip(queues, moved, strict=True):
             if raw is not None:
                 self._raw[queue].append(cast("bytes", raw))
                 self.received[queue].append(counting.parse_message(cast("bytes", raw), now))
@@ -290,6 +308,8 @@ class SideResult:
     last_args: dict[str, str]
     exited: list[int]
     fault_applies: bool = True
+    #: After an outage of every replica: see `Run.recovery`.
+    recovery: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -301,7 +321,7 @@ class SideResult:
             "replicas_that_exited": self.exited,
             "log_signs": self.log_signs,
             "fault_applies": self.fault_applies,
-        }
+        } | ({} if self.recovery is None else {"recovery": self.recovery})
 
 
 @dataclass
@@ -350,6 +370,8 @@ class Run:
         self._server_log_from = self._server_log_size()
         self.fault_at: float | None = None
         self.fault_over_at: float | None = None
+        #: Set when the store's state was moved into the past: (when, by how much).
+        self.shifted: tuple[float, timedelta] | None = None
         self.warm_at = 0.0
         self.sides: list[Side] = []
         self.broker: OwnedRedis | None = None
@@ -358,13 +380,20 @@ class Run:
         self.replicas = mode.baseline_replicas if scenario.key == "baseline" else mode.replicas
         count = mode.baseline_entries if scenario.key == "baseline" else mode.entries
         self.schedule = schedule_of(count)
+        #: Crontab entries beside `schedule`: the scenarios that ask for them only.
+        self.crontabs = crontab_entries(mode.outage_entries if scenario.crontabs else 0)
 
     # --- setting up -----------------------------------------------------------------------
 
     def open(self) -> None:
         self.broker = OwnedRedis(self.folder / "broker")
-        kinds = [kind for kind in (POSTGRES, REDIS, SQLITE) if kind in self.scenario.stores]
-        if self.mode.stock_everywhere or self.scenario.key == "baseline":
+        stores = self.scenario.stores
+        if self.mode.name == "short" and self.scenario.short_stores is not None:
+            stores = self.scenario.short_stores
+        kinds = [kind for kind in (POSTGRES, REDIS, SQLITE) if kind in stores]
+        if self.scenario.with_stock and (
+            self.mode.stock_everywhere or self.scenario.key == "baseline"
+        ):
             kinds.append(STOCK)
         for kind in kinds:
             side = Side(
@@ -374,6 +403,7 @@ class Run:
                 queue=f"chaos-{kind.split()[0].lower()}-{uuid.uuid4().hex[:6]}",
                 schedule=self.schedule,
                 mode=self.mode,
+                crontabs=len(self.crontabs),
             )
             side.store_url = self._store_url(side)
             self.sides.append(side)
@@ -516,10 +546,42 @@ class Run:
             text = file.read().decode(errors="replace")
         return {key: text.count(needle) for key, needle in SERVER_LOG_SIGNS.items()}
 
-    def _count(self, side: Side, end: float, exited: list[int]) -> SideResult:
+    def _arrivals(self, side: Side) -> list[Arrival]:
+        """`side`'s messages; those that came before the store's state was moved into the
+        past moved with it, window and arrival, as if they had come before the outage."""
         assert self.collector is not None
         arrivals = self.collector.arrivals(side.queue)
+        if self.shifted is None:
+            return arrivals
+        moment, by = self.shifted
+        return [
+            dataclasses.replace(a, at=a.at - by.total_seconds(), window=a.window - by)
+            if a.at < moment and a.window is not None
+            else a
+            for a in arrivals
+        ]
+
+    def recovery(self, arrivals: Sequence[Arrival], tally: Tally) -> dict[str, Any]:
+        """After every replica was restarted at `fault_over_at`: see `counting.recovery`."""
+        assert self.fault_over_at is not None
+        groups = {name: policy_group(spec) for name, spec in self.crontabs.items()}
+        return {
+            "outage_hours": self.mode.outage_hours,
+            "crontab_entries": len(self.crontabs),
+        } | counting.recovery(
+            arrivals, tally, restart=self.fault_over_at, groups=groups, interval=self.schedule
+        )
+
+    def _rules(self) -> dict[str, counting.Rule]:
+        rules: dict[str, counting.Rule] = {n: s["every"] for n, s in self.schedule.items()}
+        return rules | {name: slots_of(spec) for name, spec in self.crontabs.items()}
+
+    def _count(self, side: Side, end: float, exited: list[int]) -> SideResult:
+        assert self.collector is not None
+        arrivals = self._arrivals(side)
         gap_from = self.fault_at if self.fault_at is not None else self.warm_at
+        if self.scenario.stops_every_replica:
+            gap_from = self.fault_over_at or gap_from  # stopped on purpose: from the restart
         gap = counting.failover_gap(arrivals, after=gap_from, until=end)
         if side.is_stock:
             tally = counting.count_stock(
@@ -537,7 +599,7 @@ class Run:
             finally:
                 store.close()
             tally = counting.count_safebeat(
-                {name: spec["every"] for name, spec in self.schedule.items()},
+                self._rules(),
                 states,
                 rows,
                 arrivals,
@@ -559,6 +621,9 @@ class Run:
             last_args=last_args,
             exited=exited,
             fault_applies=not (side.is_stock and self.scenario.store_fault),
+            recovery=self.recovery(arrivals, tally)
+            if self.scenario.stops_every_replica and not side.is_stock
+            else None,
         )
 
     def close(self) -> None:
@@ -586,8 +651,17 @@ class Scenario:
     store_fault: bool = False
     #: Called before each replica starts (a skewed clock, a proxied URL).
     before_start: Callable[[Run, Side, int], None] | None = None
+    #: Every replica adds the mode's `outage_entries` crontab entries.
+    crontabs: bool = False
+    #: Stock beats run beside it (where the mode runs them at all).
+    with_stock: bool = True
+    #: The fault stops every replica: the failover gap counts from the restart, and the
+    #: side reports its recovery (`Run.recovery`).
+    stops_every_replica: bool = False
     #: The replicas' safebeat_claim_timeout in this scenario, if not the mode's.
     claim_timeout: float | None = None
+    #: The stores of the short mode (CI), if fewer than `stores` fit its time.
+    short_stores: tuple[str, ...] | None = None
 
     def prepare(self, run: Run, side: Side, slot: int) -> None:
         if self.before_start is not None:

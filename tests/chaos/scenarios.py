@@ -1,4 +1,4 @@
-"""The nine chaos scenarios: what each one does to the replicas, the store or the broker.
+"""The ten chaos scenarios: what each one does to the replicas, the store or the broker.
 
 Every fault hits every side of the run at the same moment (stock beat included, where the
 fault exists for it: stock beat has no store). Process faults are timed a few milliseconds
@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 
 from tests.chaos.lab import faketime_library, skewed_clock_env
+from tests.chaos.outage import long_outage
 from tests.chaos.runner import POSTGRES, REDIS, SQLITE, Run, Scenario, Side
 
 ALL_STORES = (POSTGRES, REDIS, SQLITE)
@@ -205,6 +206,10 @@ SCENARIOS = [
              skewed_clocks, before_start=_skew_clock),
     Scenario("rolling-deploy", "replicas replaced one by one, one entry's args changed",
              ALL_STORES, rolling_deploy),
+    Scenario("long-outage", "thousands of crontabs; every replica stopped, the store's state "
+             "moved 12 h back, replicas started again", SHARED_STORES, long_outage,
+             store_fault=True, crontabs=True, with_stock=False, stops_every_replica=True,
+             short_stores=(POSTGRES,)),
     Scenario("baseline", "no fault: many replicas, many entries", ALL_STORES, baseline),
 ]  # fmt: skip
 BY_KEY = {scenario.key: scenario for scenario in SCENARIOS}

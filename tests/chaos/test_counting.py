@@ -11,12 +11,15 @@ from safebeat.stores.base import DispatchRecord, EntryState, Status
 from tests.chaos.counting import (
     Arrival,
     Tally,
+    after_outage,
     count_safebeat,
     count_stock,
     failover_gap,
     grid,
     parse_message,
+    recovery,
 )
+from tests.chaos.crontabs import CronSlots, crontab_entries, policy_group
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 SCHEDULE = {"every-1s": 1.0}
@@ -205,3 +208,166 @@ def test_a_kombu_message_is_read_as_its_entry_window_and_task_id() -> None:
     assert (arrival.args, arrival.origin) == ("['v1']", "gen42@host")
     stock = parse_message(json.dumps({"headers": {"id": "x", "task": "chaos.e"}}).encode(), 1.0)
     assert (stock.entry, stock.window) == ("e", None)
+
+
+KOLKATA_NO_NOON = CronSlots("Asia/Kolkata", frozenset(range(24)) - {12})
+
+
+def cron_state(name: str, defined_at: datetime) -> EntryState:
+    return EntryState(
+        name, anchor=T0, defined_at=defined_at, last_window=None, digest="d", schedule=""
+    )
+
+
+def cron_message(name: str, window: datetime) -> Arrival:
+    return Arrival(window.timestamp() + 0.2, name, window, f"{name}@{window}", "[]")
+
+
+def cron_row(
+    name: str, window: datetime, skipped_from: datetime | None = None, **fields: object
+) -> DispatchRecord:
+    """A `sent` row of entry `name`, or with `skipped_from` a `skipped` span up to `window`."""
+    if skipped_from is None:
+        record = row(0, Status.SENT, **fields)
+    else:
+        record = row(0, Status.SKIPPED, skipped_from=skipped_from, **fields)
+    return dataclasses.replace(record, entry=name, window=window, task_id=f"{name}@{window}")
+
+
+def test_crontab_windows_are_the_minutes_of_the_local_hours_in_the_entry_zone() -> None:
+    """Noon in Kolkata (UTC+5:30) is 06:30-07:29 UTC: those minutes are no windows."""
+    start = datetime(2026, 1, 1, 6, 0, tzinfo=timezone.utc)
+    windows = KOLKATA_NO_NOON.windows(start, start + timedelta(hours=2))
+    assert len(windows) == 120 - 60
+    assert windows[28] == datetime(2026, 1, 1, 6, 29, tzinfo=timezone.utc)
+    assert windows[29] == datetime(2026, 1, 1, 7, 30, tzinfo=timezone.utc)
+    assert not KOLKATA_NO_NOON.is_window(datetime(2026, 1, 1, 7, 0, tzinfo=timezone.utc))
+    assert not KOLKATA_NO_NOON.is_window(windows[0] + timedelta(seconds=30))
+    state = cron_state("c", defined_at=start + timedelta(seconds=30))
+    assert grid(state, KOLKATA_NO_NOON, start + timedelta(minutes=3))[0] == windows[0]
+
+
+def test_a_crontab_message_off_its_slots_is_unexpected_and_a_missed_slot_is_missing() -> None:
+    """A message at 07:00 UTC (noon in Kolkata, left out) is unexpected; 06:02 unsent is missing."""
+    start = datetime(2026, 1, 1, 6, 0, tzinfo=timezone.utc)
+    state = cron_state("c", defined_at=start)
+    sent = [start + timedelta(minutes=m) for m in (1, 3)]
+    off = datetime(2026, 1, 1, 7, 0, tzinfo=timezone.utc)
+    tally = count_safebeat(
+        {"c": KOLKATA_NO_NOON},
+        {"c": state},
+        [cron_row("c", w) for w in sent],
+        [cron_message("c", w) for w in [*sent, off]],
+        horizon=start + timedelta(minutes=3),
+    )
+    assert (tally.expected, tally.once, tally.outcomes["c"]) == (3, 2, "omo")
+    assert tally.missing == [("c", (start + timedelta(minutes=2)).isoformat())]
+    assert tally.unexpected == [("c", off.isoformat())]
+
+
+def outage_outcomes(
+    spans: list[tuple[int, int, str]],
+) -> tuple[list[DispatchRecord], list[Arrival]]:
+    """Rows and messages of entry "c" for windows 1..n minutes after T0: (first, last, what)
+    with what "sent", "missed" or "catchup_limit" (one skipped span)."""
+    rows: list[DispatchRecord] = []
+    arrivals: list[Arrival] = []
+    for first, last, what in spans:
+        windows = [T0 + timedelta(minutes=m) for m in range(first, last + 1)]
+        if what == "sent":
+            rows += [cron_row("c", w) for w in windows]
+            arrivals += [cron_message("c", w) for w in windows]
+        else:
+            rows.append(
+                cron_row("c", windows[-1], windows[0], reason=what, skipped_count=len(windows))
+            )
+    return rows, arrivals
+
+
+def outage_summary(spans: list[tuple[int, int, str]], group: str) -> dict[str, int]:
+    rows, arrivals = outage_outcomes(spans)
+    every_minute = CronSlots("UTC", frozenset(range(24)))
+    tally = count_safebeat(
+        {"c": every_minute},
+        {"c": cron_state("c", T0)},
+        rows,
+        arrivals,
+        horizon=T0 + timedelta(minutes=200),
+    )
+    return after_outage(tally, {"c": group})[group]
+
+
+def test_after_an_outage_latest_is_one_catch_up_then_live_windows() -> None:
+    """`latest`: sent, one missed span, then the catch-up and live windows; a second
+    catch-up inside the backlog, or a live window skipped, breaks the pattern."""
+    good = [(1, 2, "sent"), (3, 180, "missed"), (181, 200, "sent")]
+    assert outage_summary(good, "latest") == {
+        "entries": 1,
+        "as_expected": 1,
+        "dispatched": 22,
+        "skipped": 178,
+    }
+    two_catch_ups = [
+        (1, 2, "sent"),
+        (3, 90, "missed"),
+        (91, 91, "sent"),
+        (92, 180, "missed"),
+        (181, 200, "sent"),
+    ]
+    assert outage_summary(two_catch_ups, "latest")["as_expected"] == 0
+    no_catch_up = [(1, 2, "sent"), (3, 200, "missed")]
+    assert outage_summary(no_catch_up, "latest")["as_expected"] == 0
+
+
+def test_after_an_outage_all_sends_every_window_or_the_newest_up_to_its_limit() -> None:
+    """`all`: every window once; past its limit, a `catchup_limit` span then 100 or more sent."""
+    assert outage_summary([(1, 200, "sent")], "all")["as_expected"] == 1
+    assert (
+        outage_summary([(1, 2, "sent"), (3, 80, "missed"), (81, 200, "sent")], "all")["as_expected"]
+        == 0
+    )
+    limited = [(1, 2, "sent"), (3, 90, "catchup_limit"), (91, 200, "sent")]
+    assert outage_summary(limited, "all, limit 100")["as_expected"] == 1
+    too_few = [(1, 2, "sent"), (3, 150, "catchup_limit"), (151, 200, "sent")]
+    assert outage_summary(too_few, "all, limit 100")["as_expected"] == 0
+
+
+def test_the_lab_crontabs_mix_zones_hours_and_every_policy() -> None:
+    """2,000 entries: several zones, some with hours left out, and all three policy groups."""
+    entries = crontab_entries(2000)
+    assert len(entries) == 2000
+    assert len({spec["zone"] for spec in entries.values()}) >= 4
+    restricted = [spec for spec in entries.values() if len(spec["hours"]) < 24]
+    assert len(restricted) == 400
+    assert {spec["zone"] for spec in restricted} == {"Asia/Kolkata", "Asia/Kathmandu"}
+    for spec in restricted:  # moving the state 12 h back keeps every window on a slot
+        left_out = set(range(24)) - set(spec["hours"])
+        assert {(hour + 12) % 24 for hour in left_out} == left_out
+    groups = [policy_group(spec) for spec in entries.values()]
+    assert (groups.count("all"), groups.count("all, limit 100")) == (4, 4)
+
+
+def test_recovery_times_the_first_live_window_and_the_catch_up_from_the_restart() -> None:
+    """Restart at 100 s: a catch-up window (90 s) sent at 103 s, live windows 101-104 s
+    sent from 103 s; the first live message, the last catch-up and the live lags."""
+    restart = at(100).timestamp()
+
+    def sent(entry: str, window: float, arrival: float) -> Arrival:
+        return Arrival(at(arrival).timestamp(), entry, at(window), f"{entry}@{window}", "[]")
+
+    arrivals = [
+        sent("every-1s", 99, 99.1),  # before the restart: not counted
+        sent("cron", 90, 103.0),  # the catch-up
+        sent("every-1s", 101, 103.0),  # the first live window, 2 s late
+        sent("every-1s", 104, 104.5),  # after the first live message: 0.5 s late
+        sent("cron", 102, 104.0),  # a live crontab window, 2 s late
+    ]
+    tally = count_safebeat({"cron": CronSlots("UTC", frozenset(range(24)))}, {}, [], [], horizon=T0)
+    found = recovery(arrivals, tally, restart=restart, groups={}, interval={"every-1s"})
+    assert found["first_message_s"] == 3.0
+    assert found["first_live_dispatch_s"] == 3.0
+    assert found["last_catch_up_message_s"] == 3.0
+    assert found["catch_up_messages"] == 1
+    assert found["interval_live_max_lag_s"] == 0.5
+    found = recovery(arrivals, tally, restart=restart, groups={"cron": "latest"}, interval=())
+    assert (found["live_crontab_messages"], found["crontab_live_max_lag_s"]) == (1, 2.0)
