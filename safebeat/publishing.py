@@ -20,6 +20,8 @@ from datetime import datetime
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import _callback_publish_retry
+from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.beat import BeatLazyFunc
 from celery.utils.nodenames import anon_nodename
@@ -36,6 +38,7 @@ from safebeat.identity import (
     WINDOW_HEADER,
     format_window,
 )
+from safebeat.message_template import PER_WINDOW_HEADERS, MessageTemplate, publish_receivers
 from safebeat.records import Claim
 from safebeat.windows import Overlap
 
@@ -118,10 +121,20 @@ class _EntryPlan:
     """What the publisher worked out once for one compiled entry."""
 
     entry: Entry  # the compiled entry this plan is for: a recompiled one gets a new plan
+    task: Task | None  # the registered task it was worked out for
     direct: bool
+    # Whether its message can be built once and filled in per window (MessageTemplate).
+    templated: bool = False
+    template: MessageTemplate | None = None
+    # The queue its template declares, once per connection (None: nothing to declare).
+    template_queue: str | None = None
     # Its arguments' reprs, as as_task_v2 would compute them for every message; None until
     # the first direct send, and always for lazy arguments (they change per window).
     reprs: tuple[str, str] | None = None
+
+
+def _lazy(entry: Entry) -> bool:
+    return any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values()))
 
 
 class Publisher:
@@ -143,6 +156,8 @@ class Publisher:
         self._repr_levels = int(conf.task_repr_maxlevels)
         # The sender's node name, which as_task_v2 would compute for every message (per pid).
         self._origin: tuple[int, str] | None = None
+        # The last window formatted: a burst's claims mostly share one.
+        self._window: tuple[datetime, str] | None = None
 
     def send(
         self,
@@ -158,12 +173,19 @@ class Publisher:
         out first (`safebeat.contrib.sentry`); with OpenTelemetry, the publish has its
         producer span (`safebeat.contrib.opentelemetry`).
         """
+        traced = sentry.monitoring() or opentelemetry.tracing()
+        task = self.app.tasks.get(entry.task)
+        plan = self._plan(entry, task)
+        template = self._template(plan, claim, retry_policy)
+        if template is not None and not traced:
+            self._send_templated(producer, plan, template, claim, retry_policy=retry_policy)
+            return
         args, kwargs, options = message_for(entry, claim)
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
-        if not (sentry.monitoring() or opentelemetry.tracing()):
-            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+        if not traced:
+            self._send(producer, plan, args=args, kwargs=kwargs, options=options)
             return
         headers = options["headers"]
         with (
@@ -176,30 +198,37 @@ class Publisher:
                 transport=_transport(producer),
             ),
         ):
-            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+            if template is not None:
+                self._send_templated(
+                    producer, plan, template, claim, retry_policy=retry_policy, headers=headers
+                )
+            else:
+                self._send(producer, plan, args=args, kwargs=kwargs, options=options)
 
     def _send(
         self,
         producer: Any,
-        entry: Entry,
+        plan: _EntryPlan,
         *,
         args: list[Any],
         kwargs: dict[str, Any],
         options: dict[str, Any],
     ) -> None:
-        task = self.app.tasks.get(entry.task)
-        plan = self._plan(entry, task, options)
+        task = plan.task
         if self.direct and plan.direct:
-            self._send_direct(producer, plan, task, args=args, kwargs=kwargs, options=options)
+            self._send_direct(producer, plan, args=args, kwargs=kwargs, options=options)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
-            self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
+            self.app.send_task(plan.entry.task, args, kwargs, producer=producer, **options)
 
-    def _plan(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> _EntryPlan:
+    def _plan(self, entry: Entry, task: Task | None) -> _EntryPlan:
         plan = self._plans.get(entry.name)
-        if plan is None or plan.entry is not entry:
-            plan = self._plans[entry.name] = _EntryPlan(entry, self._can_go_direct(task, options))
+        if plan is None or plan.entry is not entry or plan.task is not task:
+            direct = self._can_go_direct(task, entry.options)
+            plan = self._plans[entry.name] = _EntryPlan(
+                entry, task, direct, templated=direct and self._can_template(entry)
+            )
         return plan
 
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:
@@ -218,18 +247,91 @@ class Publisher:
             )
         )
 
-    def _send_direct(
+    def _can_template(self, entry: Entry) -> bool:
+        """Whether every window of a direct entry sends the same message but for the fields
+        a `MessageTemplate` fills in (protocol 2, static routes, no lazy arguments...)."""
+        headers = entry.options.get("headers") or {}
+        return (
+            self.direct
+            and int(self.app.conf.task_protocol) == 2
+            and not self._sent_event
+            and all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+            and not _lazy(entry)
+            and not PER_WINDOW_HEADERS & headers.keys()
+        )
+
+    def _template(
+        self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any] | None
+    ) -> MessageTemplate | None:
+        """The entry's message template, built from this window if it has none yet; None
+        where Celery has to build this message (signal receivers, no retry policy...)."""
+        if (
+            not plan.templated
+            or retry_policy is None  # then routes and entry options may set the retry
+            or publish_receivers()
+            or _callback_publish_retry.get()
+        ):
+            return None
+        if plan.template is None:
+            args, kwargs, options = message_for(plan.entry, claim)
+            options["retry"], options["retry_policy"] = True, dict(retry_policy)
+            routed, message, expires = self._direct_message(
+                plan, args=args, kwargs=kwargs, options=options
+            )
+            queue = routed.get("queue")
+            if queue is not None and routed.get("declare") is None:
+                plan.template_queue = queue if isinstance(queue, str) else queue.name
+            plan.template = MessageTemplate.capture(
+                self.app, plan.entry.task, message, routed, expires=expires
+            )
+        return plan.template
+
+    def _send_templated(
         self,
         producer: Any,
         plan: _EntryPlan,
-        task: Task | None,
+        template: MessageTemplate,
+        claim: Claim,
+        *,
+        retry_policy: Mapping[str, Any] | None,
+        headers: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Publish one window of a templated entry through kombu's producer; `headers` are
+        the window's own (trace context, Sentry's), where something added any."""
+        app, task_id = self.app, claim.task_id
+        expiration = None
+        if template.expires is not None:
+            expiration = self._seconds_left(task_id, template.expires)
+        options = template.fill(
+            task_id,
+            self._window_text(claim.window),
+            reply_to=app.thread_oid,
+            now=app.now,
+            timezone=app.timezone,
+            expiration=expiration,
+            retry=True,
+            retry_policy=retry_policy,
+            extra_headers=headers,
+        )
+        queue = plan.template_queue
+        if queue is not None and queue in self._declared_queues(producer):
+            options["declare"] = []
+        with producer.connection._reraise_as_library_errors():
+            producer.publish(template.body, **options)
+        if queue is not None:
+            self._declared.add(queue)
+
+    def _direct_message(
+        self,
+        plan: _EntryPlan,
         *,
         args: list[Any],
         kwargs: dict[str, Any],
         options: dict[str, Any],
-    ) -> None:
-        """What `apply_async` -> `send_task` do for a message with no eta or links."""
-        app, amqp, name = self.app, self.app.amqp, plan.entry.task
+    ) -> tuple[dict[str, Any], Any, float | str | datetime | None]:
+        """What `apply_async` -> `send_task` do before they publish a message with no eta
+        or links: (routed options, message, the task's own expires)."""
+        app, amqp, name, task = self.app, self.app.amqp, plan.entry.task, plan.task
         if task is not None:
             if task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
@@ -261,22 +363,44 @@ class Publisher:
             expires=expires,
             **options,
         )
+        return options, message, expires
+
+    def _send_direct(
+        self,
+        producer: Any,
+        plan: _EntryPlan,
+        *,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:
+        """What `apply_async` -> `send_task` do for a message with no eta or links."""
+        options, message, _ = self._direct_message(plan, args=args, kwargs=kwargs, options=options)
         queue = options.get("queue")
         queue_name = None
         if queue is not None and options.get("declare") is None:
             # kombu binds a copy of the queue before it looks in its declared cache, on every
             # message; the first message per queue and connection declares, the rest skip it.
-            # The live transport connection, without connecting: None before the first one.
-            connection = getattr(producer.connection, "_connection", None)
-            if connection is None or connection is not self._declared_on:
-                self._declared_on, self._declared = connection, set()
             queue_name = queue if isinstance(queue, str) else queue.name
-            if queue_name in self._declared:
+            if queue_name in self._declared_queues(producer):
                 options["declare"] = []
         with producer.connection._reraise_as_library_errors():
-            amqp.send_task_message(producer, name, message, **options)
+            self.app.amqp.send_task_message(producer, plan.entry.task, message, **options)
         if queue_name is not None:
             self._declared.add(queue_name)
+
+    def _declared_queues(self, producer: Any) -> set[str]:
+        """The queues declared on the producer's live transport connection (None before
+        the first one is looked up without connecting)."""
+        connection = getattr(producer.connection, "_connection", None)
+        if connection is None or connection is not self._declared_on:
+            self._declared_on, self._declared = connection, set()
+        return self._declared
+
+    def _window_text(self, window: datetime) -> str:
+        if self._window is None or self._window[0] != window:
+            self._window = (window, format_window(window))
+        return self._window[1]
 
     def _seconds_left(self, task_id: str, expires: float | str | datetime) -> float:
         """The message's time to live for `expires` (seconds, or an instant), as `send_task`
@@ -312,7 +436,7 @@ class Publisher:
             saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
             saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
         )
-        if not any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values())):
+        if not _lazy(entry):
             plan.reprs = reprs
         return reprs
 

@@ -3,13 +3,16 @@
 Each case publishes one window twice to kombu's memory broker, once through
 `Publisher(direct=False)` (the task's `apply_async` or `send_task`) and once through the
 direct path, and compares everything the worker sees: headers, properties, body, and
-where it was routed.
+where it was routed. With a retry policy (as the dispatcher publishes) the direct path
+builds an entry's message once and fills in each window: the same comparison runs over
+several windows of one entry.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -75,9 +78,12 @@ def queues_of(app: Celery) -> list[str]:
     return [queue.name for queue in app.conf.task_queues]
 
 
-def claim_for(name: str) -> Claim:
+RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+
+
+def claim_for(name: str, window: datetime = WINDOW) -> Claim:
     return Claim(
-        id=1, entry=name, window=WINDOW, task_id=task_id_for("pub", name, WINDOW), attempts=1
+        id=1, entry=name, window=window, task_id=task_id_for("pub", name, window), attempts=1
     )
 
 
@@ -257,3 +263,98 @@ def test_each_queue_is_declared_once_per_connection() -> None:
         publisher.forget_declarations()
         publisher.send(producer, entry, claim_for("e"))
     assert [bool(d) for d in declares] == [True, False, False, True]
+
+
+#: Cases whose messages change per window beyond what a template fills in.
+NOT_TEMPLATED = {"lazy arguments", "expires (full path)"}
+WINDOWS = [WINDOW, WINDOW + timedelta(minutes=1), WINDOW + timedelta(minutes=2), WINDOW]
+
+
+def without_expiry(messages: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
+    return [expiry_of(message) for message in messages]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_window_of_a_templated_entry_is_the_message_apply_async_would_send(
+    case: str,
+) -> None:
+    """Window after window (and a window sent again), one Publisher each way: a fresh
+    task id and window header each time, nothing carried over from the window before."""
+    app = make_app()
+    raw = CASES[case]
+    if case == "queue option":
+        raw = {**raw, "options": {"queue": queues_of(app)[1]}}
+    entry = compile_entry("e", raw, app_timezone=timezone.utc, config=Config(namespace="pub"))
+    sent = []
+    for direct in (False, True):
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            for window in WINDOWS:
+                publisher.send(producer, entry, claim_for("e", window), retry_policy=RETRY)
+        sent.append(receive_all(app))
+        if direct:
+            templated = publisher._plans["e"].template is not None
+            assert templated == (case not in NOT_TEMPLATED)
+    full, direct_sent = sent
+    assert [m["headers"]["id"] for m in direct_sent] == [
+        claim_for("e", window).task_id for window in WINDOWS
+    ]
+    assert [m["headers"]["safebeat_window"] for m in direct_sent] == [
+        "2026-03-01T12:00:00Z",
+        "2026-03-01T12:01:00Z",
+        "2026-03-01T12:02:00Z",
+        "2026-03-01T12:00:00Z",
+    ]
+    for first, second in zip(without_expiry(full), without_expiry(direct_sent), strict=True):
+        assert (first[0] is None) == (second[0] is None)
+        assert (first[1] is None) == (second[1] is None)
+        for a, b in zip(first, second, strict=True):
+            if a is not None and b is not None:
+                assert abs(b - a) < 5
+    assert direct_sent == full
+
+
+def test_a_changed_entry_definition_builds_its_message_again() -> None:
+    app = make_app()
+    config = Config(namespace="pub")
+    publisher = Publisher(app)
+    with app.producer_or_acquire() as producer:
+        for args in ([1], [2]):
+            entry = compile_entry(
+                "e",
+                {"task": "proj.plain", "schedule": 60, "args": args},
+                app_timezone=timezone.utc,
+                config=config,
+            )
+            publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
+    got = receive_all(app)
+    assert [json.loads(m["body"])[0] for m in got] == [[1], [2]]
+    assert [m["headers"]["argsrepr"] for m in got] == ["[1]", "[2]"]
+
+
+def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> None:
+    """A receiver connected later gets every later window: Celery publishes them again."""
+    app = make_app()
+    seen: list[str] = []
+
+    def before(sender: str, headers: dict[str, Any], **_: Any) -> None:
+        seen.append(headers["safebeat_window"])
+
+    entry = compile_entry(
+        "e",
+        {"task": "proj.plain", "schedule": 60},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
+    publisher = Publisher(app)
+    with app.producer_or_acquire() as producer:
+        publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
+        assert publisher._plans["e"].template is not None
+        signals.before_task_publish.connect(before)
+        try:
+            later = claim_for("e", WINDOW + timedelta(minutes=1))
+            publisher.send(producer, entry, later, retry_policy=RETRY)
+        finally:
+            signals.before_task_publish.disconnect(before)
+    assert seen == ["2026-03-01T12:01:00Z"]
+    assert len(receive_all(app)) == 2
