@@ -60,8 +60,37 @@ def _trace() -> Any:
 
 
 def tracing() -> bool:
-    """Whether the application loaded OpenTelemetry's trace API (spans may be recorded)."""
-    return "opentelemetry.trace" in sys.modules
+    """Whether a publish here may record a span or carry trace context in its headers.
+
+    False unless the application loaded OpenTelemetry's trace API; False too while that
+    API is all there is (no tracer provider set, none given to safebeat, no valid span or
+    baggage current, only the W3C propagators): every span would be a no-op and nothing
+    would be injected, and a burst of windows should not pay for thousands of them.
+    (Some libraries load the API on their own: redis-py 8 does.)
+    """
+    trace = _trace()
+    if trace is None:
+        return False
+    return _provider is not None or not _inert(trace)
+
+
+def _inert(trace: Any) -> bool:
+    from opentelemetry import baggage, propagate  # noqa: PLC0415
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator  # noqa: PLC0415
+    from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+        TraceContextTextMapPropagator,
+    )
+
+    if not isinstance(
+        trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        return False
+    if trace.get_current_span().get_span_context().is_valid or baggage.get_all():
+        return False
+    textmap = propagate.get_global_textmap()
+    propagators = getattr(textmap, "_propagators", (textmap,))
+    inert = (TraceContextTextMapPropagator, W3CBaggagePropagator)
+    return all(type(propagator) in inert for propagator in propagators)
 
 
 @dataclass
