@@ -4,9 +4,10 @@ Celery builds every message from scratch: the protocol headers, the route, the q
 exchange and delivery mode, the serialized body. For a periodic entry all of that is the
 same from one window to the next except the task id (`id`, `root_id`, `correlation_id`),
 the `safebeat_window` header and, for a task with its own `expires`, the expiry. A
-`MessageTemplate` keeps what `send_task_message` would hand to `producer.publish` for the
-entry's first window, with the body serialized once, and each window copies it and fills
-in those few fields.
+`MessageShape` keeps what `send_task_message` would hand to `producer.publish` for the
+first window of a task with given options, shared by every entry with that task and those
+options; each entry's `MessageTemplate` adds its serialized arguments and its headers, and
+each window copies that and fills in those few fields.
 
 It is taken only where that is exact (`Publisher` decides): task protocol 2, no
 `before_task_publish`/`after_task_publish`/`task_sent` receivers, no `task-sent` event,
@@ -16,7 +17,7 @@ static routes, arguments that are not lazy, and entry headers that leave Celery'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any
@@ -52,14 +53,16 @@ class _Capture:
 
 
 @dataclass(frozen=True)
-class MessageTemplate:
-    """What one entry's messages share; `fill` makes one window's publish arguments."""
+class MessageShape:
+    """What the messages of every entry with one task and the same options share."""
 
-    body: Any
-    options: Mapping[str, Any]  # producer.publish keywords, headers included
+    protocol_headers: Mapping[str, Any]  # as create_task_message made them
+    options: Mapping[str, Any]  # producer.publish keywords but the headers
+    embed: Any  # the body's third part (callbacks, errbacks, chain, chord)
+    serializer: str | None
     expires: float | str | datetime | None  # the task's own expiry, computed per window
-    retry: bool  # task_publish_retry, as send_task_message merges it
-    retry_policy: Mapping[str, Any]  # task_publish_retry_policy, likewise
+    retry_policy: Mapping[str, Any]  # task_publish_retry_policy, merged as Celery merges it
+    queue: str | None  # the queue its messages declare, once per connection
 
     @classmethod
     def capture(
@@ -67,30 +70,64 @@ class MessageTemplate:
         app: Any,
         name: str,
         message: Any,
-        options: Mapping[str, Any],
+        routed: Mapping[str, Any],
         *,
         expires: float | str | datetime | None,
-    ) -> MessageTemplate:
-        """Run `send_task_message` for `message` against a stand-in producer and keep what
-        it would publish, the body serialized as kombu would serialize it."""
+    ) -> MessageShape | None:
+        """Run `send_task_message` for `message` (with its `routed` options) against a
+        stand-in producer and keep what it would publish; None if the options carry a
+        body that is already serialized."""
+        protocol_headers = dict(message.headers)
         capture = _Capture()
-        app.amqp.send_task_message(capture, name, message, **options)
+        app.amqp.send_task_message(capture, name, message, **routed)
         published = dict(capture.options or {})
-        body = capture.body
-        if "content_type" not in published:
-            serializer = published.pop("serializer", None)
-            content_type, encoding, body = dumps(body, serializer=serializer)  # type: ignore[no-untyped-call]
-            if isinstance(body, str):
-                body = body.encode(encoding)
-            published.update(content_type=content_type, content_encoding=encoding)
+        if "content_type" in published:
+            return None
+        del published["headers"]
+        serializer = published.pop("serializer", None)
+        content_type, encoding, _ = dumps(capture.body, serializer=serializer)  # type: ignore[no-untyped-call]
+        published.update(content_type=content_type, content_encoding=encoding)
+        queue = routed.get("queue")
+        if queue is not None and not isinstance(queue, str):
+            queue = queue.name
         conf = app.conf
         return cls(
-            body=body,
+            protocol_headers=protocol_headers,
             options=published,
+            embed=capture.body[2],
+            serializer=serializer,
             expires=expires,
-            retry=bool(conf.task_publish_retry),
             retry_policy=dict(conf.task_publish_retry_policy or {}),
+            queue=queue if routed.get("declare") is None else None,
         )
+
+    def template(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        reprs: tuple[str, str],
+        headers: Mapping[str, Any],
+    ) -> MessageTemplate:
+        """One entry's template: its arguments (serialized once), their reprs and its
+        headers (`message_for`'s, merged as `send_task_message` merges them)."""
+        merged = dict(self.protocol_headers)
+        merged["argsrepr"], merged["kwargsrepr"] = reprs
+        merged.update(headers)
+        # as as_task_v2 puts them in the body
+        body = dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]  # type: ignore[no-untyped-call]
+        if isinstance(body, str):
+            body = body.encode(self.options["content_encoding"])
+        return MessageTemplate(self, body, merged)
+
+
+@dataclass(frozen=True)
+class MessageTemplate:
+    """One entry's messages; `fill` makes one window's publish keywords."""
+
+    shape: MessageShape
+    body: bytes
+    headers: Mapping[str, Any]
 
     def fill(
         self,
@@ -101,40 +138,40 @@ class MessageTemplate:
         now: Callable[[], datetime],
         timezone: tzinfo,
         expiration: float | None,
-        retry: bool | None,
-        retry_policy: Mapping[str, Any] | None,
+        retry_policy: Mapping[str, Any],
         extra_headers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One window's `producer.publish` keywords (the body is `self.body`).
 
-        `retry`/`retry_policy` are the message's own options, merged with the app's
-        defaults as `send_task_message` merges them; `extra_headers` are headers added
-        for this window alone (trace context, Sentry's check-in).
+        `retry_policy` is the message's own, merged with the app's default as
+        `send_task_message` merges it; `extra_headers` are headers added for this window
+        alone (trace context, Sentry's check-in).
         """
-        headers = dict(self.options["headers"])
+        shape = self.shape
+        headers = dict(self.headers)
         headers["id"] = headers["root_id"] = task_id
         headers[WINDOW_HEADER] = window
-        options = dict(self.options)
-        if self.expires is not None:
-            headers["expires"] = self._expires_header(now, timezone)
+        options = dict(shape.options)
+        if shape.expires is not None:
+            headers["expires"] = _expires_header(shape.expires, now, timezone)
             options["expiration"] = expiration
         if extra_headers:
             headers.update(extra_headers)
         options["headers"] = headers
         options["correlation_id"] = task_id
         options["reply_to"] = reply_to
-        options["retry"] = self.retry if retry is None else retry
-        options["retry_policy"] = (
-            dict(self.retry_policy, **retry_policy) if retry_policy else dict(self.retry_policy)
-        )
+        options["retry"] = True
+        options["retry_policy"] = dict(shape.retry_policy, **retry_policy)
         return options
 
-    def _expires_header(self, now: Callable[[], datetime], timezone: tzinfo) -> str:
-        """The `expires` header as `as_task_v2` computes it for this send."""
-        expires = self.expires
-        if isinstance(expires, str):
-            return expires
-        if isinstance(expires, datetime):
-            return expires.isoformat()
-        at: datetime = maybe_make_aware(add_seconds_to_datetime(now(), expires), tz=timezone)
-        return at.isoformat()
+
+def _expires_header(
+    expires: float | str | datetime, now: Callable[[], datetime], timezone: tzinfo
+) -> str:
+    """The `expires` header as `as_task_v2` computes it for this send."""
+    if isinstance(expires, str):
+        return expires
+    if isinstance(expires, datetime):
+        return expires.isoformat()
+    at: datetime = maybe_make_aware(add_seconds_to_datetime(now(), expires), tz=timezone)
+    return at.isoformat()

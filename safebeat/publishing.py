@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,7 +38,12 @@ from safebeat.identity import (
     WINDOW_HEADER,
     format_window,
 )
-from safebeat.message_template import PER_WINDOW_HEADERS, MessageTemplate, publish_receivers
+from safebeat.message_template import (
+    PER_WINDOW_HEADERS,
+    MessageShape,
+    MessageTemplate,
+    publish_receivers,
+)
 from safebeat.records import Claim
 from safebeat.windows import Overlap
 
@@ -76,11 +81,19 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
     args = [_evaluate(value) for value in entry.args]
     kwargs = {key: _evaluate(value) for key, value in entry.kwargs.items()}
     options = dict(entry.options)
-    headers: dict[str, Any] = dict(options.pop("headers", None) or {})
+    options.pop("headers", None)
+    options["headers"] = headers_for(entry, format_window(claim.window))
+    options["task_id"] = claim.task_id
+    return args, kwargs, options
+
+
+def headers_for(entry: Entry, window: str) -> dict[str, Any]:
+    """The headers of one window's message: the entry's own, then safebeat's."""
+    headers: dict[str, Any] = dict(entry.options.get("headers") or {})
     headers.update(
         {
             ENTRY_HEADER: entry.name,
-            WINDOW_HEADER: format_window(claim.window),
+            WINDOW_HEADER: window,
             PERIODIC_TASK_HEADER: entry.name,
             # Stock beat marks its messages this way; tools that look for it keep working.
             "celery_beat_task": True,
@@ -90,9 +103,7 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
         headers[OVERLAP_HEADER] = Overlap.FORBID.value
     if entry.pause_after_failures is not None:
         headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
-    options["headers"] = headers
-    options["task_id"] = claim.task_id
-    return args, kwargs, options
+    return headers
 
 
 def _evaluate(value: object) -> object:
@@ -126,8 +137,6 @@ class _EntryPlan:
     # Whether its message can be built once and filled in per window (MessageTemplate).
     templated: bool = False
     template: MessageTemplate | None = None
-    # The queue its template declares, once per connection (None: nothing to declare).
-    template_queue: str | None = None
     # Its arguments' reprs, as as_task_v2 would compute them for every message; None until
     # the first direct send, and always for lazy arguments (they change per window).
     reprs: tuple[str, str] | None = None
@@ -148,6 +157,10 @@ class Publisher:
         self._declared_on: object = None
         self._declared: set[str] = set()
         self._plans: dict[str, _EntryPlan] = {}
+        self._shapes: dict[Hashable, MessageShape | None] = {}
+        # Whether the app lets any entry's message be templated (protocol 2, no sent
+        # events, static routes): worked out with the first entry.
+        self._templates: bool | None = None
         conf = app.conf
         self._app_direct = type(app).send_task is Celery.send_task and not bool(
             conf.task_always_eager
@@ -177,8 +190,8 @@ class Publisher:
         task = self.app.tasks.get(entry.task)
         plan = self._plan(entry, task)
         template = self._template(plan, claim, retry_policy)
-        if template is not None and not traced:
-            self._send_templated(producer, plan, template, claim, retry_policy=retry_policy)
+        if template is not None and retry_policy is not None and not traced:
+            self._send_templated(producer, template, claim, retry_policy=retry_policy)
             return
         args, kwargs, options = message_for(entry, claim)
         if retry_policy is not None:
@@ -198,9 +211,9 @@ class Publisher:
                 transport=_transport(producer),
             ),
         ):
-            if template is not None:
+            if template is not None and retry_policy is not None:
                 self._send_templated(
-                    producer, plan, template, claim, retry_policy=retry_policy, headers=headers
+                    producer, template, claim, retry_policy=retry_policy, headers=headers
                 )
             else:
                 self._send(producer, plan, args=args, kwargs=kwargs, options=options)
@@ -251,14 +264,14 @@ class Publisher:
         """Whether every window of a direct entry sends the same message but for the fields
         a `MessageTemplate` fills in (protocol 2, static routes, no lazy arguments...)."""
         headers = entry.options.get("headers") or {}
-        return (
-            self.direct
-            and int(self.app.conf.task_protocol) == 2
-            and not self._sent_event
-            and all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
-            and not _lazy(entry)
-            and not PER_WINDOW_HEADERS & headers.keys()
-        )
+        if self._templates is None:
+            self._templates = (
+                self.direct
+                and int(self.app.conf.task_protocol) == 2
+                and not self._sent_event
+                and all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+            )
+        return self._templates and not _lazy(entry) and not PER_WINDOW_HEADERS & headers.keys()
 
     def _template(
         self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any] | None
@@ -273,35 +286,59 @@ class Publisher:
         ):
             return None
         if plan.template is None:
-            args, kwargs, options = message_for(plan.entry, claim)
-            options["retry"], options["retry_policy"] = True, dict(retry_policy)
-            routed, message, expires = self._direct_message(
-                plan, args=args, kwargs=kwargs, options=options
-            )
-            queue = routed.get("queue")
-            if queue is not None and routed.get("declare") is None:
-                plan.template_queue = queue if isinstance(queue, str) else queue.name
-            plan.template = MessageTemplate.capture(
-                self.app, plan.entry.task, message, routed, expires=expires
+            shape = self._shape(plan, claim, retry_policy)
+            if shape is None:
+                plan.templated = False
+                return None
+            entry, task = plan.entry, plan.task
+            args, kwargs = list(entry.args), dict(entry.kwargs)
+            if task is not None and task.typing:
+                task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
+            plan.template = shape.template(
+                args,
+                kwargs,
+                reprs=self._reprs(plan, args, kwargs),
+                headers=headers_for(entry, self._window_text(claim.window)),
             )
         return plan.template
+
+    def _shape(
+        self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any]
+    ) -> MessageShape | None:
+        """The message shape of the entry's task and options: shared by the entries whose
+        options are plain values, worked out from this entry's window for the first."""
+        entry = plan.entry
+        options = [(key, value) for key, value in entry.options.items() if key != "headers"]
+        key: Hashable | None = None
+        if all(isinstance(value, str | int | float | bool | None) for _, value in options):
+            key = (entry.task, plan.task, tuple(sorted(options)))
+            if key in self._shapes:
+                return self._shapes[key]
+        args, kwargs, message_options = message_for(entry, claim)
+        message_options["retry"], message_options["retry_policy"] = True, dict(retry_policy)
+        routed, message, expires = self._direct_message(
+            plan, args=args, kwargs=kwargs, options=message_options
+        )
+        shape = MessageShape.capture(self.app, entry.task, message, routed, expires=expires)
+        if key is not None:
+            self._shapes[key] = shape
+        return shape
 
     def _send_templated(
         self,
         producer: Any,
-        plan: _EntryPlan,
         template: MessageTemplate,
         claim: Claim,
         *,
-        retry_policy: Mapping[str, Any] | None,
+        retry_policy: Mapping[str, Any],
         headers: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish one window of a templated entry through kombu's producer; `headers` are
         the window's own (trace context, Sentry's), where something added any."""
-        app, task_id = self.app, claim.task_id
+        app, task_id, shape = self.app, claim.task_id, template.shape
         expiration = None
-        if template.expires is not None:
-            expiration = self._seconds_left(task_id, template.expires)
+        if shape.expires is not None:
+            expiration = self._seconds_left(task_id, shape.expires)
         options = template.fill(
             task_id,
             self._window_text(claim.window),
@@ -309,11 +346,10 @@ class Publisher:
             now=app.now,
             timezone=app.timezone,
             expiration=expiration,
-            retry=True,
             retry_policy=retry_policy,
             extra_headers=headers,
         )
-        queue = plan.template_queue
+        queue = shape.queue
         if queue is not None and queue in self._declared_queues(producer):
             options["declare"] = []
         with producer.connection._reraise_as_library_errors():

@@ -177,19 +177,28 @@ def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
     assert direct == full
 
 
-def test_a_bad_signature_fails_as_apply_async_fails() -> None:
-    """typing=True tasks check the arguments before sending, on either path."""
+@pytest.mark.parametrize("retry_policy", [None, RETRY], ids=["once", "templated"])
+def test_a_bad_signature_fails_as_apply_async_fails(retry_policy: dict[str, int] | None) -> None:
+    """typing=True tasks check the arguments before sending, on either path, also for an
+    entry whose task and options another entry's message was already built for."""
     app = make_app()
+    config = Config(namespace="pub")
+    good = compile_entry(
+        "good", {"task": "proj.plain", "schedule": 60}, app_timezone=timezone.utc, config=config
+    )
     entry = compile_entry(
         "e",
         {"task": "proj.plain", "schedule": 60, "args": [1, 2, 3]},
         app_timezone=timezone.utc,
-        config=Config(namespace="pub"),
+        config=config,
     )
     for direct in (False, True):
-        with app.producer_or_acquire() as producer, pytest.raises(TypeError):
-            Publisher(app, direct=direct).send(producer, entry, claim_for("e"))
-    assert receive_all(app) == []
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            publisher.send(producer, good, claim_for("good"), retry_policy=retry_policy)
+            with pytest.raises(TypeError):
+                publisher.send(producer, entry, claim_for("e"), retry_policy=retry_policy)
+    assert len(receive_all(app)) == 2
 
 
 def test_a_task_with_its_own_apply_async_is_sent_through_it() -> None:
@@ -358,3 +367,39 @@ def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> N
             signals.before_task_publish.disconnect(before)
     assert seen == ["2026-03-01T12:01:00Z"]
     assert len(receive_all(app)) == 2
+
+
+def test_entries_that_share_a_task_and_options_keep_their_own_arguments_and_headers() -> None:
+    """Every kind of entry through one Publisher, two windows each, interleaved: what
+    one entry's message was built from never shows up in another's."""
+    app = make_app()
+    config = Config(namespace="pub")
+    raws = {
+        **CASES,
+        "queue option": {**CASES["queue option"], "options": {"queue": queues_of(app)[1]}},
+    }
+    raws["more arguments"] = {"task": "proj.plain", "schedule": 60, "args": [6]}
+    raws["other headers"] = {
+        "task": "proj.plain",
+        "schedule": 60,
+        "options": {"headers": {"tenant": "other"}},
+    }
+    entries = [
+        compile_entry(f"e{i}", raw, app_timezone=timezone.utc, config=config)
+        for i, raw in enumerate(raws.values())
+    ]
+    sent = []
+    for direct in (False, True):
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            for window in WINDOWS[:2]:
+                for entry in entries:
+                    claim = claim_for(entry.name, window)
+                    publisher.send(producer, entry, claim, retry_policy=RETRY)
+        sent.append(receive_all(app))
+    full, direct_sent = sent
+    assert len(full) == 2 * len(entries)
+    for messages in (full, direct_sent):
+        without_expiry(messages)
+    key = lambda m: (m["headers"]["safebeat_window"], m["headers"]["safebeat_entry"])  # noqa: E731
+    assert sorted(direct_sent, key=key) == sorted(full, key=key)
