@@ -226,12 +226,13 @@ class Dispatcher:
             if entry is None:
                 failed[claim.id] = f"entry {claim.entry!r} is not defined on {self._replica}"
                 continue
-            logger.info(
-                "Scheduler: Sending due task %s (%s) for window %s",
-                entry.name,
-                entry.task,
-                format_window(claim.window),
-            )
+            if logger.isEnabledFor(logging.INFO):  # spares formatting a burst's windows
+                logger.info(
+                    "Scheduler: Sending due task %s (%s) for window %s",
+                    entry.name,
+                    entry.task,
+                    format_window(claim.window),
+                )
             try:
                 self.publisher.send(
                     producer, entry, claim, retry_policy=retry_policy(connection, left)

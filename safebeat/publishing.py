@@ -110,6 +110,31 @@ def _evaluate(value: object) -> object:
     return value() if isinstance(value, BeatLazyFunc) else value
 
 
+#: Values whose saferepr is their repr, as long as it is short (see plain_repr).
+_PLAIN = frozenset({int, float, bool, type(None)})
+#: Far below Celery's smallest argsrepr/kwargsrepr limit and saferepr's string limit.
+_PLAIN_LENGTH = 100
+
+
+def plain_repr(value: list[Any] | tuple[Any, ...] | dict[str, Any], maxsize: int) -> str | None:
+    """`repr(value)` where that is what Celery's `saferepr` gives (a short, flat list,
+    tuple or dict of numbers, None and plain ASCII strings), else None: saferepr costs
+    more than the rest of a message's fields together."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if not (_plain(key) and _plain(item)):
+            return None
+    text = repr(value)
+    return text if len(text) < min(_PLAIN_LENGTH, maxsize) else None
+
+
+def _plain(value: object) -> bool:
+    if isinstance(value, str) and type(value) is str:
+        # saferepr quotes and escapes other strings its own way
+        return value.isascii() and value.isprintable() and not {"\\", "'"} & set(value)
+    return type(value) in _PLAIN
+
+
 def _destination(options: Mapping[str, Any], app: Any) -> str | None:
     """The queue a message is meant for, as far as its options say (before routing)."""
     queue = options.get("queue")
@@ -469,8 +494,10 @@ class Publisher:
         levels, amqp, entry = self._repr_levels, self.app.amqp, plan.entry
         # as as_task_v2 does: no arguments at all is shown as ()
         reprs = (
-            saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
-            saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
+            plain_repr(args or (), amqp.argsrepr_maxsize)
+            or saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
+            plain_repr(kwargs, amqp.kwargsrepr_maxsize)
+            or saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
         )
         if not _lazy(entry):
             plan.reprs = reprs

@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 from celery import Celery, Task, signals
 from celery.beat import BeatLazyFunc
+from celery.utils.saferepr import saferepr
 from kombu import Exchange, Queue
 
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import task_id_for
-from safebeat.publishing import Publisher
+from safebeat.publishing import Publisher, plain_repr
 from safebeat.stores.base import Claim
 
 WINDOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -403,3 +404,36 @@ def test_entries_that_share_a_task_and_options_keep_their_own_arguments_and_head
         without_expiry(messages)
     key = lambda m: (m["headers"]["safebeat_window"], m["headers"]["safebeat_entry"])  # noqa: E731
     assert sorted(direct_sent, key=key) == sorted(full, key=key)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        ([], True),
+        ((), True),
+        ({}, True),
+        ([1, -2, 2.5, 1e300, NAN, float("inf"), 10**30, True, None], True),
+        (["x", '"double"', "", "a b"], True),
+        ({"a": 1, "b": None, "c": "text", "d": 0.1}, True),
+        (["quote's"], False),
+        (["é"], False),
+        (["\n\t"], False),
+        (["back\\slash"], False),
+        (["\u200b"], False),
+        ({"k'": 1}, False),
+        ([[1, 2]], False),
+        ([b"bytes"], False),
+        (["x" * 200], False),
+        ({"nested": {"a": [1, [2, [3, [4]]]]}}, False),
+    ],
+)
+def test_the_plain_repr_of_arguments_is_celerys_saferepr(value: Any, plain: bool) -> None:
+    """Where plain_repr answers, it answers what as_task_v2's saferepr would."""
+    for maxsize in (1024, 20):
+        text = plain_repr(value, maxsize)
+        if text is not None:
+            assert text == saferepr(value, maxsize, maxlevels=3)
+    assert (plain_repr(value, 1024) is not None) == plain
