@@ -72,7 +72,11 @@ DIRECT_OPTIONS = frozenset(
 )
 
 
-def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+#: A message's (args, kwargs, options), as `send_task`/`apply_async` take them.
+_Arguments = tuple[list[Any], dict[str, Any], dict[str, Any]]
+
+
+def message_for(entry: Entry, claim: Claim) -> _Arguments:
     """Return (args, kwargs, options) for `send_task`/`apply_async` of one claimed window.
 
     The task id is the claim's deterministic id, so a re-publish carries the same id.
@@ -218,12 +222,13 @@ class Publisher:
         if template is not None and retry_policy is not None and not traced:
             self._send_templated(producer, template, claim, retry_policy=retry_policy)
             return
-        args, kwargs, options = message_for(entry, claim)
+        arguments = message_for(entry, claim)
+        options = arguments[2]
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
         if not traced:
-            self._send(producer, plan, args=args, kwargs=kwargs, options=options)
+            self._send(producer, plan, arguments)
             return
         headers = options["headers"]
         with (
@@ -241,20 +246,13 @@ class Publisher:
                     producer, template, claim, retry_policy=retry_policy, headers=headers
                 )
             else:
-                self._send(producer, plan, args=args, kwargs=kwargs, options=options)
+                self._send(producer, plan, arguments)
 
-    def _send(
-        self,
-        producer: Any,
-        plan: _EntryPlan,
-        *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        options: dict[str, Any],
-    ) -> None:
+    def _send(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
+        args, kwargs, options = arguments
         task = plan.task
         if self.direct and plan.direct:
-            self._send_direct(producer, plan, args=args, kwargs=kwargs, options=options)
+            self._send_direct(producer, plan, arguments)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
@@ -339,11 +337,9 @@ class Publisher:
             key = (entry.task, plan.task, tuple(sorted(options)))
             if key in self._shapes:
                 return self._shapes[key]
-        args, kwargs, message_options = message_for(entry, claim)
-        message_options["retry"], message_options["retry_policy"] = True, dict(retry_policy)
-        routed, message, expires = self._direct_message(
-            plan, args=args, kwargs=kwargs, options=message_options
-        )
+        arguments = message_for(entry, claim)
+        arguments[2].update(retry=True, retry_policy=dict(retry_policy))
+        routed, message, expires = self._direct_message(plan, arguments)
         shape = MessageShape.capture(self.app, entry.task, message, routed, expires=expires)
         if key is not None:
             self._shapes[key] = shape
@@ -383,15 +379,11 @@ class Publisher:
             self._declared.add(queue)
 
     def _direct_message(
-        self,
-        plan: _EntryPlan,
-        *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        options: dict[str, Any],
+        self, plan: _EntryPlan, arguments: _Arguments
     ) -> tuple[dict[str, Any], Any, float | str | datetime | None]:
         """What `apply_async` -> `send_task` do before they publish a message with no eta
         or links: (routed options, message, the task's own expires)."""
+        args, kwargs, options = arguments
         app, amqp, name, task = self.app, self.app.amqp, plan.entry.task, plan.task
         if task is not None:
             if task.typing:
@@ -426,17 +418,9 @@ class Publisher:
         )
         return options, message, expires
 
-    def _send_direct(
-        self,
-        producer: Any,
-        plan: _EntryPlan,
-        *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        options: dict[str, Any],
-    ) -> None:
+    def _send_direct(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
         """What `apply_async` -> `send_task` do for a message with no eta or links."""
-        options, message, _ = self._direct_message(plan, args=args, kwargs=kwargs, options=options)
+        options, message, _ = self._direct_message(plan, arguments)
         queue = options.get("queue")
         queue_name = None
         if queue is not None and options.get("declare") is None:

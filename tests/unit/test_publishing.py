@@ -22,7 +22,7 @@ from celery.utils.saferepr import saferepr
 from kombu import Exchange, Queue
 
 from safebeat.config import Config
-from safebeat.entries import compile_entry
+from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for
 from safebeat.publishing import Publisher, plain_repr
 from safebeat.stores.base import Claim
@@ -73,6 +73,16 @@ def make_app() -> Celery:
     def expiring_at() -> None: ...
 
     return app
+
+
+def plain_entry(name: str = "e", **raw: Any) -> Entry:
+    """An entry of proj.plain every minute; `raw` adds to its definition."""
+    return compile_entry(
+        name,
+        {"task": "proj.plain", "schedule": 60, **raw},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
 
 
 def queues_of(app: Celery) -> list[str]:
@@ -183,16 +193,8 @@ def test_a_bad_signature_fails_as_apply_async_fails(retry_policy: dict[str, int]
     """typing=True tasks check the arguments before sending, on either path, also for an
     entry whose task and options another entry's message was already built for."""
     app = make_app()
-    config = Config(namespace="pub")
-    good = compile_entry(
-        "good", {"task": "proj.plain", "schedule": 60}, app_timezone=timezone.utc, config=config
-    )
-    entry = compile_entry(
-        "e",
-        {"task": "proj.plain", "schedule": 60, "args": [1, 2, 3]},
-        app_timezone=timezone.utc,
-        config=config,
-    )
+    good = plain_entry("good")
+    entry = plain_entry(args=[1, 2, 3])
     for direct in (False, True):
         publisher = Publisher(app, direct=direct)
         with app.producer_or_acquire() as producer:
@@ -326,16 +328,10 @@ def test_each_window_of_a_templated_entry_is_the_message_apply_async_would_send(
 
 def test_a_changed_entry_definition_builds_its_message_again() -> None:
     app = make_app()
-    config = Config(namespace="pub")
     publisher = Publisher(app)
     with app.producer_or_acquire() as producer:
         for args in ([1], [2]):
-            entry = compile_entry(
-                "e",
-                {"task": "proj.plain", "schedule": 60, "args": args},
-                app_timezone=timezone.utc,
-                config=config,
-            )
+            entry = plain_entry(args=args)
             publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
     got = receive_all(app)
     assert [json.loads(m["body"])[0] for m in got] == [[1], [2]]
@@ -350,12 +346,7 @@ def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> N
     def before(sender: str, headers: dict[str, Any], **_: Any) -> None:
         seen.append(headers["safebeat_window"])
 
-    entry = compile_entry(
-        "e",
-        {"task": "proj.plain", "schedule": 60},
-        app_timezone=timezone.utc,
-        config=Config(namespace="pub"),
-    )
+    entry = plain_entry()
     publisher = Publisher(app)
     with app.producer_or_acquire() as producer:
         publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
