@@ -6,8 +6,8 @@ same from one window to the next except the task id (`id`, `root_id`, `correlati
 the `safebeat_window` header and, for a task with its own `expires`, the expiry. A
 `MessageShape` keeps what `send_task_message` would hand to `producer.publish` for the
 first window of a task with given options, shared by every entry with that task and those
-options; each entry's `MessageTemplate` adds its serialized arguments and its headers, and
-each window copies that and fills in those few fields.
+options; each entry's `MessageTemplate` adds its serialized arguments and their reprs, and
+each window merges that with the window's headers and fills in those few fields.
 
 It is taken only where that is exact (`Publisher` decides): task protocol 2, no
 `before_task_publish`/`after_task_publish`/`task_sent` receivers, no `task-sent` event,
@@ -25,8 +25,6 @@ from typing import Any
 from celery import signals
 from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
 from kombu.serialization import dumps
-
-from safebeat.identity import WINDOW_HEADER
 
 #: The headers a template fills in per window; an entry's own header of one of these
 #: names would override Celery's, so such an entry is not templated.
@@ -102,62 +100,53 @@ class MessageShape:
         )
 
     def template(
-        self,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        *,
-        reprs: tuple[str, str],
-        headers: Mapping[str, Any],
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, reprs: tuple[str, str]
     ) -> MessageTemplate:
-        """One entry's template: its arguments (serialized once), their reprs and its
-        headers (`message_for`'s, merged as `send_task_message` merges them)."""
-        merged = dict(self.protocol_headers)
-        merged["argsrepr"], merged["kwargsrepr"] = reprs
-        merged.update(headers)
+        """One entry's template: its arguments, serialized once, and their reprs."""
         # as as_task_v2 puts them in the body
         body = dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]  # type: ignore[no-untyped-call]
         if isinstance(body, str):
             body = body.encode(self.options["content_encoding"])
-        return MessageTemplate(self, body, merged)
+        return MessageTemplate(self, body, *reprs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MessageTemplate:
-    """One entry's messages; `fill` makes one window's publish keywords."""
+    """One entry's messages (kept small: a beat may hold a million); `fill` makes one
+    window's publish keywords."""
 
     shape: MessageShape
     body: bytes
-    headers: Mapping[str, Any]
+    argsrepr: str
+    kwargsrepr: str
 
     def fill(
         self,
         task_id: str,
-        window: str,
         *,
+        headers: Mapping[str, Any],
         reply_to: str,
         now: Callable[[], datetime],
         timezone: tzinfo,
         expiration: float | None,
         retry_policy: Mapping[str, Any],
-        extra_headers: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One window's `producer.publish` keywords (the body is `self.body`).
 
-        `retry_policy` is the message's own, merged with the app's default as
-        `send_task_message` merges it; `extra_headers` are headers added for this window
-        alone (trace context, Sentry's check-in).
+        `headers` are the window's message headers (`message_for`'s, with any trace
+        context or Sentry check-in), merged over Celery's as `send_task_message` merges
+        them; `retry_policy` is the message's own, merged with the app's default likewise.
         """
         shape = self.shape
-        headers = dict(self.headers)
-        headers["id"] = headers["root_id"] = task_id
-        headers[WINDOW_HEADER] = window
+        merged = dict(shape.protocol_headers)
+        merged["id"] = merged["root_id"] = task_id
+        merged["argsrepr"], merged["kwargsrepr"] = self.argsrepr, self.kwargsrepr
         options = dict(shape.options)
         if shape.expires is not None:
-            headers["expires"] = _expires_header(shape.expires, now, timezone)
+            merged["expires"] = _expires_header(shape.expires, now, timezone)
             options["expiration"] = expiration
-        if extra_headers:
-            headers.update(extra_headers)
-        options["headers"] = headers
+        merged.update(headers)
+        options["headers"] = merged
         options["correlation_id"] = task_id
         options["reply_to"] = reply_to
         options["retry"] = True

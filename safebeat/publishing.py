@@ -220,7 +220,7 @@ class Publisher:
         plan = self._plan(entry, task)
         template = self._template(plan, claim, retry_policy)
         if template is not None and retry_policy is not None and not traced:
-            self._send_templated(producer, template, claim, retry_policy=retry_policy)
+            self._send_templated(producer, plan, template, claim, retry_policy=retry_policy)
             return
         arguments = message_for(entry, claim)
         options = arguments[2]
@@ -243,7 +243,7 @@ class Publisher:
         ):
             if template is not None and retry_policy is not None:
                 self._send_templated(
-                    producer, template, claim, retry_policy=retry_policy, headers=headers
+                    producer, plan, template, claim, retry_policy=retry_policy, headers=headers
                 )
             else:
                 self._send(producer, plan, arguments)
@@ -317,12 +317,7 @@ class Publisher:
             args, kwargs = list(entry.args), dict(entry.kwargs)
             if task is not None and task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
-            plan.template = shape.template(
-                args,
-                kwargs,
-                reprs=self._reprs(plan, args, kwargs),
-                headers=headers_for(entry, self._window_text(claim.window)),
-            )
+            plan.template = shape.template(args, kwargs, reprs=self._reprs(plan, args, kwargs))
         return plan.template
 
     def _shape(
@@ -348,6 +343,7 @@ class Publisher:
     def _send_templated(
         self,
         producer: Any,
+        plan: _EntryPlan,
         template: MessageTemplate,
         claim: Claim,
         *,
@@ -355,20 +351,22 @@ class Publisher:
         headers: Mapping[str, Any] | None = None,
     ) -> None:
         """Publish one window of a templated entry through kombu's producer; `headers` are
-        the window's own (trace context, Sentry's), where something added any."""
+        the window's (`message_for`'s), where something added to them (trace context,
+        Sentry's check-in)."""
         app, task_id, shape = self.app, claim.task_id, template.shape
         expiration = None
         if shape.expires is not None:
             expiration = self._seconds_left(task_id, shape.expires)
+        if headers is None:
+            headers = headers_for(plan.entry, self._window_text(claim.window))
         options = template.fill(
             task_id,
-            self._window_text(claim.window),
+            headers=headers,
             reply_to=app.thread_oid,
             now=app.now,
             timezone=app.timezone,
             expiration=expiration,
             retry_policy=retry_policy,
-            extra_headers=headers,
         )
         queue = shape.queue
         if queue is not None and queue in self._declared_queues(producer):
