@@ -9,6 +9,7 @@ import socket
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import lru_cache
 
 #: Fixed root of every task id safebeat derives; changing it would change every id.
 TASK_ID_NAMESPACE = uuid.UUID("5a7e6ea7-0c1a-5b3e-9d2f-8c0f1e2d3b4a")
@@ -26,6 +27,7 @@ PERIODIC_TASK_HEADER = "periodic_task_name"
 OVERLAP_HEADER = "safebeat_overlap"
 
 
+@lru_cache(maxsize=4096)  # a burst formats the same few windows for thousands of claims
 def format_window(window: datetime) -> str:
     """Return the window as ISO 8601 in UTC with a `Z` suffix (the `safebeat_window` header)."""
     text = window.astimezone(timezone.utc).isoformat(timespec="auto")

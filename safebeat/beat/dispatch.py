@@ -267,12 +267,13 @@ class Dispatcher:
             if entry is None:
                 failed[claim.id] = f"entry {claim.entry!r} is not defined on {self._replica.id}"
                 continue
-            logger.info(
-                "Scheduler: Sending due task %s (%s) for window %s",
-                entry.name,
-                entry.task,
-                format_window(claim.window),
-            )
+            if logger.isEnabledFor(logging.INFO):  # spares formatting a burst's windows
+                logger.info(
+                    "Scheduler: Sending due task %s (%s) for window %s",
+                    entry.name,
+                    entry.task,
+                    format_window(claim.window),
+                )
             handed_over.add(claim.id)
             try:
                 self.publisher.send(

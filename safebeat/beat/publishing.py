@@ -14,18 +14,26 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import _callback_publish_retry
+from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.beat import BeatLazyFunc
 from celery.utils.nodenames import anon_nodename
 from celery.utils.saferepr import saferepr
 from celery.utils.time import subtract_datetimes
 
+from safebeat.beat.message_template import (
+    PER_WINDOW_HEADERS,
+    MessageShape,
+    MessageTemplate,
+    publish_receivers,
+)
 from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
 from safebeat.identity import (
@@ -64,7 +72,11 @@ DIRECT_OPTIONS = frozenset(
 )
 
 
-def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+#: A message's (args, kwargs, options), as `send_task`/`apply_async` take them.
+_Arguments = tuple[list[Any], dict[str, Any], dict[str, Any]]
+
+
+def message_for(entry: Entry, claim: Claim) -> _Arguments:
     """Return (args, kwargs, options) for `send_task`/`apply_async` of one claimed window.
 
     The task id is the claim's deterministic id, so a re-publish carries the same id.
@@ -73,11 +85,19 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
     args = [_evaluate(value) for value in entry.args]
     kwargs = {key: _evaluate(value) for key, value in entry.kwargs.items()}
     options = dict(entry.options)
-    headers: dict[str, Any] = dict(options.pop("headers", None) or {})
+    options.pop("headers", None)
+    options["headers"] = headers_for(entry, format_window(claim.window))
+    options["task_id"] = claim.task_id
+    return args, kwargs, options
+
+
+def headers_for(entry: Entry, window: str) -> dict[str, Any]:
+    """The headers of one window's message: the entry's own, then safebeat's."""
+    headers: dict[str, Any] = dict(entry.options.get("headers") or {})
     headers.update(
         {
             ENTRY_HEADER: entry.name,
-            WINDOW_HEADER: format_window(claim.window),
+            WINDOW_HEADER: window,
             PERIODIC_TASK_HEADER: entry.name,
             # Stock beat marks its messages this way; tools that look for it keep working.
             "celery_beat_task": True,
@@ -87,13 +107,36 @@ def message_for(entry: Entry, claim: Claim) -> tuple[list[Any], dict[str, Any], 
         headers[OVERLAP_HEADER] = Overlap.FORBID.value
     if entry.pause_after_failures is not None:
         headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
-    options["headers"] = headers
-    options["task_id"] = claim.task_id
-    return args, kwargs, options
+    return headers
 
 
 def _evaluate(value: object) -> object:
     return value() if isinstance(value, BeatLazyFunc) else value
+
+
+#: Values whose saferepr is their repr, as long as it is short (see plain_repr).
+_PLAIN = frozenset({int, float, bool, type(None)})
+#: Far below Celery's smallest argsrepr/kwargsrepr limit and saferepr's string limit.
+_PLAIN_LENGTH = 100
+
+
+def plain_repr(value: list[Any] | tuple[Any, ...] | dict[str, Any], maxsize: int) -> str | None:
+    """`repr(value)` where that is what Celery's `saferepr` gives (a short, flat list,
+    tuple or dict of numbers, None and plain ASCII strings), else None: saferepr costs
+    more than the rest of a message's fields together."""
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        if not (_plain(key) and _plain(item)):
+            return None
+    text = repr(value)
+    return text if len(text) < min(_PLAIN_LENGTH, maxsize) else None
+
+
+def _plain(value: object) -> bool:
+    if isinstance(value, str) and type(value) is str:
+        # saferepr quotes and escapes other strings its own way
+        return value.isascii() and value.isprintable() and not {"\\", "'"} & set(value)
+    return type(value) in _PLAIN
 
 
 def _destination(options: Mapping[str, Any], app: Any) -> str | None:
@@ -118,10 +161,18 @@ class _EntryPlan:
     """What the publisher worked out once for one compiled entry."""
 
     entry: Entry  # the compiled entry this plan is for: a recompiled one gets a new plan
+    task: Task | None  # the registered task it was worked out for
     direct: bool
+    # Whether its message can be built once and filled in per window (MessageTemplate).
+    templated: bool = False
+    template: MessageTemplate | None = None
     # Its arguments' reprs, as as_task_v2 would compute them for every message; None until
     # the first direct send, and always for lazy arguments (they change per window).
     reprs: tuple[str, str] | None = None
+
+
+def _lazy(entry: Entry) -> bool:
+    return any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values()))
 
 
 class Publisher:
@@ -135,6 +186,10 @@ class Publisher:
         self._declared_on: object = None
         self._declared: set[str] = set()
         self._plans: dict[str, _EntryPlan] = {}
+        self._shapes: dict[Hashable, MessageShape | None] = {}
+        # Whether the app lets any entry's message be templated (protocol 2, no sent
+        # events, static routes): worked out with the first entry.
+        self._templates: bool | None = None
         conf = app.conf
         self._app_direct = type(app).send_task is Celery.send_task and not bool(
             conf.task_always_eager
@@ -143,6 +198,8 @@ class Publisher:
         self._repr_levels = int(conf.task_repr_maxlevels)
         # The sender's node name, which as_task_v2 would compute for every message (per pid).
         self._origin: tuple[int, str] | None = None
+        # The last window formatted: a burst's claims mostly share one.
+        self._window: tuple[datetime, str] | None = None
 
     def send(
         self,
@@ -158,12 +215,20 @@ class Publisher:
         out first (`safebeat.contrib.sentry`); with OpenTelemetry, the publish has its
         producer span (`safebeat.contrib.opentelemetry`).
         """
-        args, kwargs, options = message_for(entry, claim)
+        traced = sentry.monitoring() or opentelemetry.tracing()
+        task = self.app.tasks.get(entry.task)
+        plan = self._plan(entry, task)
+        template = self._template(plan, claim, retry_policy)
+        if template is not None and retry_policy is not None and not traced:
+            self._send_templated(producer, plan, template, claim, retry_policy=retry_policy)
+            return
+        arguments = message_for(entry, claim)
+        options = arguments[2]
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
-        if not (sentry.monitoring() or opentelemetry.tracing()):
-            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+        if not traced:
+            self._send(producer, plan, arguments)
             return
         headers = options["headers"]
         with (
@@ -176,30 +241,30 @@ class Publisher:
                 transport=_transport(producer),
             ),
         ):
-            self._send(producer, entry, args=args, kwargs=kwargs, options=options)
+            if template is not None and retry_policy is not None:
+                self._send_templated(
+                    producer, plan, template, claim, retry_policy=retry_policy, headers=headers
+                )
+            else:
+                self._send(producer, plan, arguments)
 
-    def _send(
-        self,
-        producer: Any,
-        entry: Entry,
-        *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        options: dict[str, Any],
-    ) -> None:
-        task = self.app.tasks.get(entry.task)
-        plan = self._plan(entry, task, options)
+    def _send(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
+        args, kwargs, options = arguments
+        task = plan.task
         if self.direct and plan.direct:
-            self._send_direct(producer, plan, task, args=args, kwargs=kwargs, options=options)
+            self._send_direct(producer, plan, arguments)
         elif task is not None:
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
-            self.app.send_task(entry.task, args, kwargs, producer=producer, **options)
+            self.app.send_task(plan.entry.task, args, kwargs, producer=producer, **options)
 
-    def _plan(self, entry: Entry, task: Task | None, options: Mapping[str, Any]) -> _EntryPlan:
+    def _plan(self, entry: Entry, task: Task | None) -> _EntryPlan:
         plan = self._plans.get(entry.name)
-        if plan is None or plan.entry is not entry:
-            plan = self._plans[entry.name] = _EntryPlan(entry, self._can_go_direct(task, options))
+        if plan is None or plan.entry is not entry or plan.task is not task:
+            direct = self._can_go_direct(task, entry.options)
+            plan = self._plans[entry.name] = _EntryPlan(
+                entry, task, direct, templated=direct and self._can_template(entry)
+            )
         return plan
 
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:
@@ -218,18 +283,106 @@ class Publisher:
             )
         )
 
-    def _send_direct(
+    def _can_template(self, entry: Entry) -> bool:
+        """Whether every window of a direct entry sends the same message but for the fields
+        a `MessageTemplate` fills in (protocol 2, static routes, no lazy arguments...)."""
+        headers = entry.options.get("headers") or {}
+        if self._templates is None:
+            self._templates = (
+                self.direct
+                and int(self.app.conf.task_protocol) == 2
+                and not self._sent_event
+                and all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
+            )
+        return self._templates and not _lazy(entry) and not PER_WINDOW_HEADERS & headers.keys()
+
+    def _template(
+        self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any] | None
+    ) -> MessageTemplate | None:
+        """The entry's message template, built from this window if it has none yet; None
+        where Celery has to build this message (signal receivers, no retry policy...)."""
+        if (
+            not plan.templated
+            or retry_policy is None  # then routes and entry options may set the retry
+            or publish_receivers()
+            or _callback_publish_retry.get()
+        ):
+            return None
+        if plan.template is None:
+            shape = self._shape(plan, claim, retry_policy)
+            if shape is None:
+                plan.templated = False
+                return None
+            entry, task = plan.entry, plan.task
+            args, kwargs = list(entry.args), dict(entry.kwargs)
+            if task is not None and task.typing:
+                task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
+            plan.template = shape.template(args, kwargs, reprs=self._reprs(plan, args, kwargs))
+        return plan.template
+
+    def _shape(
+        self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any]
+    ) -> MessageShape | None:
+        """The message shape of the entry's task and options: shared by the entries whose
+        options are plain values, worked out from this entry's window for the first."""
+        entry = plan.entry
+        options = [(key, value) for key, value in entry.options.items() if key != "headers"]
+        key: Hashable | None = None
+        if all(isinstance(value, str | int | float | bool | None) for _, value in options):
+            key = (entry.task, plan.task, tuple(sorted(options)))
+            if key in self._shapes:
+                return self._shapes[key]
+        arguments = message_for(entry, claim)
+        arguments[2].update(retry=True, retry_policy=dict(retry_policy))
+        routed, message, expires = self._direct_message(plan, arguments)
+        shape = MessageShape.capture(self.app, entry.task, message, routed, expires=expires)
+        if key is not None:
+            self._shapes[key] = shape
+        return shape
+
+    def _send_templated(
         self,
         producer: Any,
         plan: _EntryPlan,
-        task: Task | None,
+        template: MessageTemplate,
+        claim: Claim,
         *,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        options: dict[str, Any],
+        retry_policy: Mapping[str, Any],
+        headers: Mapping[str, Any] | None = None,
     ) -> None:
-        """What `apply_async` -> `send_task` do for a message with no eta or links."""
-        app, amqp, name = self.app, self.app.amqp, plan.entry.task
+        """Publish one window of a templated entry through kombu's producer; `headers` are
+        the window's (`message_for`'s), where something added to them (trace context,
+        Sentry's check-in)."""
+        app, task_id, shape = self.app, claim.task_id, template.shape
+        expiration = None
+        if shape.expires is not None:
+            expiration = self._seconds_left(task_id, shape.expires)
+        if headers is None:
+            headers = headers_for(plan.entry, self._window_text(claim.window))
+        options = template.fill(
+            task_id,
+            headers=headers,
+            reply_to=app.thread_oid,
+            now=app.now,
+            timezone=app.timezone,
+            expiration=expiration,
+            retry_policy=retry_policy,
+        )
+        queue = shape.queue
+        if queue is not None and queue in self._declared_queues(producer):
+            options["declare"] = []
+        with producer.connection._reraise_as_library_errors():
+            producer.publish(template.body, **options)
+        if queue is not None:
+            self._declared.add(queue)
+
+    def _direct_message(
+        self, plan: _EntryPlan, arguments: _Arguments
+    ) -> tuple[dict[str, Any], Any, float | str | datetime | None]:
+        """What `apply_async` -> `send_task` do before they publish a message with no eta
+        or links: (routed options, message, the task's own expires)."""
+        args, kwargs, options = arguments
+        app, amqp, name, task = self.app, self.app.amqp, plan.entry.task, plan.task
         if task is not None:
             if task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
@@ -261,22 +414,36 @@ class Publisher:
             expires=expires,
             **options,
         )
+        return options, message, expires
+
+    def _send_direct(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
+        """What `apply_async` -> `send_task` do for a message with no eta or links."""
+        options, message, _ = self._direct_message(plan, arguments)
         queue = options.get("queue")
         queue_name = None
         if queue is not None and options.get("declare") is None:
             # kombu binds a copy of the queue before it looks in its declared cache, on every
             # message; the first message per queue and connection declares, the rest skip it.
-            # The live transport connection, without connecting: None before the first one.
-            connection = getattr(producer.connection, "_connection", None)
-            if connection is None or connection is not self._declared_on:
-                self._declared_on, self._declared = connection, set()
             queue_name = queue if isinstance(queue, str) else queue.name
-            if queue_name in self._declared:
+            if queue_name in self._declared_queues(producer):
                 options["declare"] = []
         with producer.connection._reraise_as_library_errors():
-            amqp.send_task_message(producer, name, message, **options)
+            self.app.amqp.send_task_message(producer, plan.entry.task, message, **options)
         if queue_name is not None:
             self._declared.add(queue_name)
+
+    def _declared_queues(self, producer: Any) -> set[str]:
+        """The queues declared on the producer's live transport connection (None before
+        the first one is looked up without connecting)."""
+        connection = getattr(producer.connection, "_connection", None)
+        if connection is None or connection is not self._declared_on:
+            self._declared_on, self._declared = connection, set()
+        return self._declared
+
+    def _window_text(self, window: datetime) -> str:
+        if self._window is None or self._window[0] != window:
+            self._window = (window, format_window(window))
+        return self._window[1]
 
     def _seconds_left(self, task_id: str, expires: float | str | datetime) -> float:
         """The message's time to live for `expires` (seconds, or an instant), as `send_task`
@@ -309,10 +476,12 @@ class Publisher:
         levels, amqp, entry = self._repr_levels, self.app.amqp, plan.entry
         # as as_task_v2 does: no arguments at all is shown as ()
         reprs = (
-            saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
-            saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
+            plain_repr(args or (), amqp.argsrepr_maxsize)
+            or saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
+            plain_repr(kwargs, amqp.kwargsrepr_maxsize)
+            or saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
         )
-        if not any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values())):
+        if not _lazy(entry):
             plan.reprs = reprs
         return reprs
 

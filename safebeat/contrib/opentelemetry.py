@@ -25,6 +25,7 @@ import sys
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from safebeat._version import __version__
@@ -60,8 +61,56 @@ def _trace() -> Any:
 
 
 def tracing() -> bool:
-    """Whether the application loaded OpenTelemetry's trace API (spans may be recorded)."""
-    return "opentelemetry.trace" in sys.modules
+    """Whether a publish here may record a span or carry trace context in its headers.
+
+    False unless the application loaded OpenTelemetry's trace API; False too while that
+    API is all there is (no tracer provider set, none given to safebeat, no valid span or
+    baggage current, only the W3C propagators): every span would be a no-op and nothing
+    would be injected, and a burst of windows should not pay for thousands of them.
+    (Some libraries load the API on their own: redis-py 8 does.)
+    """
+    trace = _trace()
+    if trace is None:
+        return False
+    return _provider is not None or not _inert(trace)
+
+
+def _inert(trace: Any) -> bool:
+    baggage, propagate, context, inert_propagators = _api()
+    provider = trace.get_tracer_provider()
+    current = context.get_current()
+    textmap = propagate.get_global_textmap()
+    global _last_inert  # noqa: PLW0603 - a burst asks once per window, with nothing changed
+    if _last_inert is not None and _last_inert[:3] == (provider, current, textmap):
+        return _last_inert[3]
+    inert = (
+        isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+        and not trace.get_current_span(current).get_span_context().is_valid
+        and not baggage.get_all(current)
+        and all(
+            type(propagator) in inert_propagators
+            for propagator in getattr(textmap, "_propagators", (textmap,))
+        )
+    )
+    _last_inert = (provider, current, textmap, inert)
+    return inert
+
+
+#: The last `_inert` answer, with the provider, context and propagator it was for.
+_last_inert: tuple[Any, Any, Any, bool] | None = None
+
+
+@cache
+def _api() -> tuple[Any, Any, Any, tuple[type, ...]]:
+    """The API modules `_inert` reads, and the propagators that inject nothing without a
+    span or baggage (imported once, only where the application loaded the trace API)."""
+    from opentelemetry import baggage, context, propagate  # noqa: PLC0415
+    from opentelemetry.baggage.propagation import W3CBaggagePropagator  # noqa: PLC0415
+    from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
+        TraceContextTextMapPropagator,
+    )
+
+    return baggage, propagate, context, (TraceContextTextMapPropagator, W3CBaggagePropagator)
 
 
 @dataclass

@@ -161,3 +161,28 @@ def test_the_workers_span_continues_the_trace_and_carries_the_window(
     assert attributes["safebeat.entry"] == "report"
     assert attributes["safebeat.window"] == format_window(window)
     assert attributes["safebeat.delivery"] == "run"
+
+
+def test_with_only_the_api_a_publish_has_no_span_unless_a_context_would_travel() -> None:
+    """The global provider is the API's no-op here: nothing to record or inject, so no
+    per-publish span; a valid current span or baggage would travel, so then there is one."""
+    from opentelemetry import baggage, context
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    assert not safebeat_otel.tracing()
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        assert safebeat_otel.tracing()
+    finally:
+        context.detach(token)
+    assert not safebeat_otel.tracing()
+    span = NonRecordingSpan(SpanContext(1, 2, is_remote=False, trace_flags=TraceFlags(1)))
+    with trace.use_span(span):
+        assert safebeat_otel.tracing()
+    assert not safebeat_otel.tracing()
+
+
+def test_a_tracer_provider_given_to_safebeat_traces_every_publish(
+    provider: TracerProvider,
+) -> None:
+    assert safebeat_otel.tracing()

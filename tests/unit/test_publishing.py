@@ -3,23 +3,27 @@
 Each case publishes one window twice to kombu's memory broker, once through
 `Publisher(direct=False)` (the task's `apply_async` or `send_task`) and once through the
 direct path, and compares everything the worker sees: headers, properties, body, and
-where it was routed.
+where it was routed. With a retry policy (as the dispatcher publishes) the direct path
+builds an entry's message once and fills in each window: the same comparison runs over
+several windows of one entry.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from celery import Celery, Task, signals
 from celery.beat import BeatLazyFunc
+from celery.utils.saferepr import saferepr
 from kombu import Exchange, Queue
 
-from safebeat.beat.publishing import Publisher
+from safebeat.beat.publishing import Publisher, plain_repr
 from safebeat.config import Config
-from safebeat.entries import compile_entry
+from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for
 from safebeat.stores.base import Claim
 
@@ -71,13 +75,26 @@ def make_app() -> Celery:
     return app
 
 
+def plain_entry(name: str = "e", **raw: Any) -> Entry:
+    """An entry of proj.plain every minute; `raw` adds to its definition."""
+    return compile_entry(
+        name,
+        {"task": "proj.plain", "schedule": 60, **raw},
+        app_timezone=timezone.utc,
+        config=Config(namespace="pub"),
+    )
+
+
 def queues_of(app: Celery) -> list[str]:
     return [queue.name for queue in app.conf.task_queues]
 
 
-def claim_for(name: str) -> Claim:
+RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
+
+
+def claim_for(name: str, window: datetime = WINDOW) -> Claim:
     return Claim(
-        id=1, entry=name, window=WINDOW, task_id=task_id_for("pub", name, WINDOW), attempts=1
+        id=1, entry=name, window=window, task_id=task_id_for("pub", name, window), attempts=1
     )
 
 
@@ -171,19 +188,20 @@ def test_the_direct_path_sends_the_message_apply_async_would(case: str) -> None:
     assert direct == full
 
 
-def test_a_bad_signature_fails_as_apply_async_fails() -> None:
-    """typing=True tasks check the arguments before sending, on either path."""
+@pytest.mark.parametrize("retry_policy", [None, RETRY], ids=["once", "templated"])
+def test_a_bad_signature_fails_as_apply_async_fails(retry_policy: dict[str, int] | None) -> None:
+    """typing=True tasks check the arguments before sending, on either path, also for an
+    entry whose task and options another entry's message was already built for."""
     app = make_app()
-    entry = compile_entry(
-        "e",
-        {"task": "proj.plain", "schedule": 60, "args": [1, 2, 3]},
-        app_timezone=timezone.utc,
-        config=Config(namespace="pub"),
-    )
+    good = plain_entry("good")
+    entry = plain_entry(args=[1, 2, 3])
     for direct in (False, True):
-        with app.producer_or_acquire() as producer, pytest.raises(TypeError):
-            Publisher(app, direct=direct).send(producer, entry, claim_for("e"))
-    assert receive_all(app) == []
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            publisher.send(producer, good, claim_for("good"), retry_policy=retry_policy)
+            with pytest.raises(TypeError):
+                publisher.send(producer, entry, claim_for("e"), retry_policy=retry_policy)
+    assert len(receive_all(app)) == 2
 
 
 def test_a_task_with_its_own_apply_async_is_sent_through_it() -> None:
@@ -257,3 +275,156 @@ def test_each_queue_is_declared_once_per_connection() -> None:
         publisher.forget_declarations()
         publisher.send(producer, entry, claim_for("e"))
     assert [bool(d) for d in declares] == [True, False, False, True]
+
+
+#: Cases whose messages change per window beyond what a template fills in.
+NOT_TEMPLATED = {"lazy arguments", "expires (full path)"}
+WINDOWS = [WINDOW, WINDOW + timedelta(minutes=1), WINDOW + timedelta(minutes=2), WINDOW]
+
+
+def without_expiry(messages: list[dict[str, Any]]) -> list[tuple[float | None, float | None]]:
+    return [expiry_of(message) for message in messages]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_window_of_a_templated_entry_is_the_message_apply_async_would_send(
+    case: str,
+) -> None:
+    """Window after window (and a window sent again), one Publisher each way: a fresh
+    task id and window header each time, nothing carried over from the window before."""
+    app = make_app()
+    raw = CASES[case]
+    if case == "queue option":
+        raw = {**raw, "options": {"queue": queues_of(app)[1]}}
+    entry = compile_entry("e", raw, app_timezone=timezone.utc, config=Config(namespace="pub"))
+    sent = []
+    for direct in (False, True):
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            for window in WINDOWS:
+                publisher.send(producer, entry, claim_for("e", window), retry_policy=RETRY)
+        sent.append(receive_all(app))
+        if direct:
+            templated = publisher._plans["e"].template is not None
+            assert templated == (case not in NOT_TEMPLATED)
+    full, direct_sent = sent
+    assert [m["headers"]["id"] for m in direct_sent] == [
+        claim_for("e", window).task_id for window in WINDOWS
+    ]
+    assert [m["headers"]["safebeat_window"] for m in direct_sent] == [
+        "2026-03-01T12:00:00Z",
+        "2026-03-01T12:01:00Z",
+        "2026-03-01T12:02:00Z",
+        "2026-03-01T12:00:00Z",
+    ]
+    for first, second in zip(without_expiry(full), without_expiry(direct_sent), strict=True):
+        assert (first[0] is None) == (second[0] is None)
+        assert (first[1] is None) == (second[1] is None)
+        for a, b in zip(first, second, strict=True):
+            if a is not None and b is not None:
+                assert abs(b - a) < 5
+    assert direct_sent == full
+
+
+def test_a_changed_entry_definition_builds_its_message_again() -> None:
+    app = make_app()
+    publisher = Publisher(app)
+    with app.producer_or_acquire() as producer:
+        for args in ([1], [2]):
+            entry = plain_entry(args=args)
+            publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
+    got = receive_all(app)
+    assert [json.loads(m["body"])[0] for m in got] == [[1], [2]]
+    assert [m["headers"]["argsrepr"] for m in got] == ["[1]", "[2]"]
+
+
+def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> None:
+    """A receiver connected later gets every later window: Celery publishes them again."""
+    app = make_app()
+    seen: list[str] = []
+
+    def before(sender: str, headers: dict[str, Any], **_: Any) -> None:
+        seen.append(headers["safebeat_window"])
+
+    entry = plain_entry()
+    publisher = Publisher(app)
+    with app.producer_or_acquire() as producer:
+        publisher.send(producer, entry, claim_for("e"), retry_policy=RETRY)
+        assert publisher._plans["e"].template is not None
+        signals.before_task_publish.connect(before)
+        try:
+            later = claim_for("e", WINDOW + timedelta(minutes=1))
+            publisher.send(producer, entry, later, retry_policy=RETRY)
+        finally:
+            signals.before_task_publish.disconnect(before)
+    assert seen == ["2026-03-01T12:01:00Z"]
+    assert len(receive_all(app)) == 2
+
+
+def test_entries_that_share_a_task_and_options_keep_their_own_arguments_and_headers() -> None:
+    """Every kind of entry through one Publisher, two windows each, interleaved: what
+    one entry's message was built from never shows up in another's."""
+    app = make_app()
+    config = Config(namespace="pub")
+    raws = {
+        **CASES,
+        "queue option": {**CASES["queue option"], "options": {"queue": queues_of(app)[1]}},
+    }
+    raws["more arguments"] = {"task": "proj.plain", "schedule": 60, "args": [6]}
+    raws["other headers"] = {
+        "task": "proj.plain",
+        "schedule": 60,
+        "options": {"headers": {"tenant": "other"}},
+    }
+    entries = [
+        compile_entry(f"e{i}", raw, app_timezone=timezone.utc, config=config)
+        for i, raw in enumerate(raws.values())
+    ]
+    sent = []
+    for direct in (False, True):
+        publisher = Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            for window in WINDOWS[:2]:
+                for entry in entries:
+                    claim = claim_for(entry.name, window)
+                    publisher.send(producer, entry, claim, retry_policy=RETRY)
+        sent.append(receive_all(app))
+    full, direct_sent = sent
+    assert len(full) == 2 * len(entries)
+    for messages in (full, direct_sent):
+        without_expiry(messages)
+    key = lambda m: (m["headers"]["safebeat_window"], m["headers"]["safebeat_entry"])  # noqa: E731
+    assert sorted(direct_sent, key=key) == sorted(full, key=key)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        ([], True),
+        ((), True),
+        ({}, True),
+        ([1, -2, 2.5, 1e300, NAN, float("inf"), 10**30, True, None], True),
+        (["x", '"double"', "", "a b"], True),
+        ({"a": 1, "b": None, "c": "text", "d": 0.1}, True),
+        (["quote's"], False),
+        (["é"], False),
+        (["\n\t"], False),
+        (["back\\slash"], False),
+        (["\u200b"], False),
+        ({"k'": 1}, False),
+        ([[1, 2]], False),
+        ([b"bytes"], False),
+        (["x" * 200], False),
+        ({"nested": {"a": [1, [2, [3, [4]]]]}}, False),
+    ],
+)
+def test_the_plain_repr_of_arguments_is_celerys_saferepr(value: Any, plain: bool) -> None:
+    """Where plain_repr answers, it answers what as_task_v2's saferepr would."""
+    for maxsize in (1024, 20):
+        text = plain_repr(value, maxsize)
+        if text is not None:
+            assert text == saferepr(value, maxsize, maxlevels=3)
+    assert (plain_repr(value, 1024) is not None) == plain
