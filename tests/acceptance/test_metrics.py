@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,19 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             samples.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return samples
+
+
+def scrape_until(
+    port: int,
+    ready: Callable[[dict[str, list[tuple[dict[str, str], float]]]], bool],
+    seconds: float = 15.0,
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Scrape until `ready` holds (a child counts just after it writes the store), or the
+    last scrape once `seconds` have passed, for the assertions to name what is missing."""
+    deadline = time.monotonic() + seconds
+    while not ready(samples := scrape(port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     return samples
 
 
@@ -131,7 +144,8 @@ def test_a_prefork_worker_serves_what_its_children_counted(
         workers.wait_started()
         publish(redis_url, queue, claim, copies=2, sleep=0.2)
         wait_for(store, namespace, lambda r: r.duplicates >= 1 and r.finished_at, workers)
-        samples = scrape(port)
+        counted = ("safebeat_executions_total", "safebeat_duplicates_suppressed_total")
+        samples = scrape_until(port, lambda found: all(name in found for name in counted))
     finally:
         workers.stop()
 
