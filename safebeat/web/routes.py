@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from safebeat import display
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
+from safebeat.records import Pause
 from safebeat.web import pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
 from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials, actor_of
@@ -150,15 +151,9 @@ class Pages:
             note = str(form.get("note", "")).strip() if paused else ""
             try:
                 until = _instant(form, "until", name, "pause") if until_text else None
+                pause = Pause(paused, until, note)
                 await run_in_threadpool(
-                    functools.partial(
-                        self.console.set_paused,
-                        name,
-                        paused,
-                        actor=actor_of(request),
-                        until=until,
-                        note=note or None,
-                    )
+                    functools.partial(self.console.set_paused, name, pause, actor=actor_of(request))
                 )
             except SafebeatError as exc:
                 return self.failure(request, exc, 400 if until_text else 404)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from safebeat.identity import Replica
 from safebeat.records import (
     AuditEvent,
     AuditRecord,
-    Claim,
     DispatchRecord,
     EntryState,
     NewClaim,
@@ -21,7 +21,7 @@ from safebeat.records import (
     ReplicaRecord,
     Status,
 )
-from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
     DispatchRow,
@@ -32,7 +32,7 @@ from safebeat.stores.sql_common import (
 )
 
 
-class AdminStatements(SetsPaused, Statements):
+class AdminStatements(AdminAdapter, Statements):
     """`AdminStore` and `RuntimeEntryStore` on PostgreSQL (`schema_version` and `checks`
     are the connection owner's)."""
 
@@ -66,9 +66,7 @@ class AdminStatements(SetsPaused, Statements):
             cursor.execute(Q["namespaces"])
             return [str(row[0]) for row in cursor.fetchall()]
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
         with self._cursors.read("read history") as cursor:
             cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [_record(row) for row in cursor.fetchall()]
@@ -87,16 +85,14 @@ class AdminStatements(SetsPaused, Statements):
             )
             return cursor.rowcount == 1
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
         with self._cursors.statement("record an operator action") as cursor:
             cursor.execute(Q["record_audit"], audit_columns(namespace, event))
             row = cursor.fetchone()
             assert row is not None  # noqa: S101 - INSERT ... RETURNING returns the row
-            return AuditRecord.of(row[0], row[1], event)
+            return row[0], row[1]
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
         with self._cursors.read("read the audit trail") as cursor:
             cursor.execute(Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [audit_record(r[0], r[1], r[2:]) for r in cursor.fetchall()]
@@ -106,17 +102,10 @@ class AdminStatements(SetsPaused, Statements):
             cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def claim_extra(
-        self,
-        namespace: str,
-        claims: Sequence[NewClaim],
-        *,
-        replica: Replica,
-        reason: str,
-    ) -> list[Claim]:
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
-        if not claims:
-            return []
         with self._cursors.transaction("claim windows") as cursor:
             rows: list[DispatchRow] = [
                 (
@@ -142,7 +131,7 @@ class AdminStatements(SetsPaused, Statements):
                     **as_columns(rows),
                 },
             )
-            return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
+            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]

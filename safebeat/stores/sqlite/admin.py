@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
     AuditEvent,
     AuditRecord,
-    Claim,
     DispatchRecord,
     EntryState,
     NewClaim,
@@ -18,7 +18,7 @@ from safebeat.records import (
     ReplicaRecord,
     Status,
 )
-from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -30,7 +30,7 @@ from safebeat.stores.sqlite.connection import (
 )
 
 
-class SqliteAdmin(SetsPaused, SqliteConnection):
+class SqliteAdmin(AdminAdapter, SqliteConnection):
     """`AdminStore` on SQLite (`schema_version` and `checks` are `SqliteStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -52,9 +52,7 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
         with self._boundary("list namespaces") as conn:
             return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
         with self._boundary("read history") as conn:
             rows = conn.execute(
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
@@ -75,15 +73,13 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
             )
             return cursor.rowcount == 1
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
         with self._write("record an operator action") as conn:
             params = {**audit_columns(namespace, event), "now": _us(self.clock())}
             row = conn.execute(Q["record_audit"], params).fetchone()
-        return AuditRecord.of(row[0], _instant(row[1]), event)
+        return row[0], _instant(row[1])
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
         with self._boundary("read the audit trail") as conn:
             rows = conn.execute(
                 Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit}
@@ -95,10 +91,10 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
             cursor = conn.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        inserted = []
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
+        inserted: list[ClaimedRow] = []
         with self._write("claim windows") as conn:
             now = _us(self.clock())
             for claim in claims:
@@ -120,7 +116,7 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
                     },
                 ).fetchone()
                 if row is not None:
-                    inserted.append(Claim(row[0], claim.entry, claim.window, claim.task_id, 1))
+                    inserted.append((row[0], claim.entry, claim.window, claim.task_id))
         return inserted
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:

@@ -4,29 +4,29 @@ entries added at run time."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from safebeat.identity import Replica
 from safebeat.records import (
     AuditEvent,
     AuditRecord,
-    Claim,
     DispatchRecord,
     EntryState,
     NewClaim,
     Pause,
     ReplicaRecord,
 )
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 
 #: The counter that moves with every change to the entries added at run time.
 RUNTIME_COUNTER = "runtime_entries"
 
 
-class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
+class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
     """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoDatabase`'s)."""
 
     def states(self, namespace: str) -> dict[str, EntryState]:
@@ -52,9 +52,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             found = m.Entry.objects.using(self.alias).order_by().values_list("namespace", flat=True)
             return sorted({str(name) for name in found.distinct()})
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
         m = django_models(self.alias)
         with self._boundary("read history"):
             rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
@@ -74,7 +72,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             )
         return bool(updated)
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
         m = django_models(self.alias)
         columns = audit_columns(namespace, event)
         with self._boundary("record an operator action") as connection, vendors.write(connection):
@@ -82,11 +80,9 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             row = m.Audit.objects.using(self.alias).create(
                 **{**columns, "windows": [w.isoformat() for w in event.windows]}, at=now
             )
-        return AuditRecord.of(int(row.id), now, event)
+        return int(row.id), now
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
         m = django_models(self.alias)
         with self._boundary("read the audit trail"):
             rows = m.Audit.objects.using(self.alias).filter(namespace=namespace)
@@ -107,11 +103,9 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             )
         return bool(deleted)
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        if not claims:
-            return []
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
         who = replica_columns(replica)
@@ -149,11 +143,11 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
                     entry__in=sorted({c.entry for c in claims}),
                 ).values_list("id", "entry", "window_at", "task_id")
             }
-        inserted: list[Claim] = []
+        inserted: list[ClaimedRow] = []
         for c in claims:
             found = ours.pop((c.entry, c.window), None)
             if found is not None:
-                inserted.append(Claim(found[0], c.entry, c.window, found[1], 1))
+                inserted.append((found[0], c.entry, c.window, found[1]))
         return inserted
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
