@@ -9,18 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Outcome,
-    Pause,
-    ReplicaRecord,
-    Status,
-)
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
@@ -36,15 +26,15 @@ class AdminStatements(AdminAdapter, Statements):
     """`AdminStore` and `RuntimeEntryStore` on PostgreSQL (`schema_version` and `checks`
     are the connection owner's)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._cursors.read("load entry states") as cursor:
             cursor.execute(Q["all_states"], {"namespace": namespace})
-            return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+            return {row[0]: records.EntryState(*row) for row in cursor.fetchall()}
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._cursors.read("list replicas") as cursor:
             cursor.execute(Q["replicas"], {"namespace": namespace})
-            records = []
+            found = []
             for (
                 replica,
                 host,
@@ -56,22 +46,26 @@ class AdminStatements(AdminAdapter, Statements):
             ) in cursor.fetchall():
                 loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
                 # (Django's connections load jsonb as text; psycopg's own, as Python values.)
-                records.append(
-                    ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded)
+                found.append(
+                    records.ReplicaRecord(
+                        replica, host, pid, version, started_at, heartbeat_at, loaded
+                    )
                 )
-            return records
+            return found
 
     def namespaces(self) -> list[str]:
         with self._cursors.read("list namespaces") as cursor:
             cursor.execute(Q["namespaces"])
             return [str(row[0]) for row in cursor.fetchall()]
 
-    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         with self._cursors.read("read history") as cursor:
             cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [_record(row) for row in cursor.fetchall()]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         with self._cursors.statement(pause.action) as cursor:
             cursor.execute(
                 Q["set_paused"],
@@ -85,14 +79,14 @@ class AdminStatements(AdminAdapter, Statements):
             )
             return cursor.rowcount == 1
 
-    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         with self._cursors.statement("record an operator action") as cursor:
             cursor.execute(Q["record_audit"], audit_columns(namespace, event))
             row = cursor.fetchone()
             assert row is not None  # noqa: S101 - INSERT ... RETURNING returns the row
             return row[0], row[1]
 
-    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         with self._cursors.read("read the audit trail") as cursor:
             cursor.execute(Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [audit_record(r[0], r[1], r[2:]) for r in cursor.fetchall()]
@@ -103,7 +97,7 @@ class AdminStatements(AdminAdapter, Statements):
             return cursor.rowcount == 1
 
     def _claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
     ) -> list[ClaimedRow]:
         """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
         with self._cursors.transaction("claim windows") as cursor:
@@ -111,7 +105,7 @@ class AdminStatements(AdminAdapter, Statements):
                 (
                     c.entry,
                     c.window,
-                    Status.CLAIMED.value,
+                    records.Status.CLAIMED.value,
                     c.task_id,
                     c.task_name,
                     reason,
@@ -161,9 +155,9 @@ class AdminStatements(AdminAdapter, Statements):
             return int(cursor.fetchone()[0])
 
 
-def _record(row: Sequence[Any]) -> DispatchRecord:
+def _record(row: Sequence[Any]) -> records.DispatchRecord:
     values = list(row)
-    values[3] = Status(values[3])
+    values[3] = records.Status(values[3])
     if values[18] is not None:
-        values[18] = Outcome(values[18])
-    return DispatchRecord(*values)
+        values[18] = records.Outcome(values[18])
+    return records.DispatchRecord(*values)

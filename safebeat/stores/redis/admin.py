@@ -7,16 +7,8 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-)
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
@@ -34,23 +26,23 @@ from safebeat.stores.sql_common import audit_columns, audit_record
 class RedisAdmin(AdminAdapter, RedisBase):
     """`AdminStore` on Redis (`schema_version` and `checks` are `RedisStore`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         prefix = key_prefix(namespace)
         with self._boundary("load entry states"):
             names, *columns = self._run("states", [f"{prefix}:digest"], [prefix])
         return _states(names, columns)
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         prefix = key_prefix(namespace)
         with self._boundary("list replicas"):
             rows = self._run("replicas", [f"{prefix}:heartbeats"], [prefix])
-        records = []
+        found = []
         for replica_id, description, started, beat in rows:
             if description is None:
                 continue
             info = json.loads(description)
-            records.append(
-                ReplicaRecord(
+            found.append(
+                records.ReplicaRecord(
                     replica=replica_id,
                     host=info["host"],
                     pid=int(info["pid"]),
@@ -60,7 +52,7 @@ class RedisAdmin(AdminAdapter, RedisBase):
                     definitions=info["definitions"],
                 )
             )
-        return records
+        return found
 
     def namespaces(self) -> list[str]:
         """Found by SCAN over every node (no index to keep up to date in the tick's path)."""
@@ -71,23 +63,25 @@ class RedisAdmin(AdminAdapter, RedisBase):
                 found.add(text[len("safebeat:{") : -len("}:digest")])
         return sorted(found)
 
-    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         prefix = key_prefix(namespace)
         index = f"{prefix}:history" if entry is None else f"{prefix}:history:{entry}"
         with self._boundary("read history"):
             rows = self._run("history", [index], [prefix, limit])
-        records = [_record(int(row_id), fields) for row_id, fields in rows if fields]
-        records.sort(key=lambda r: (r.window, r.id), reverse=True)
-        return records
+        found = [_record(int(row_id), fields) for row_id, fields in rows if fields]
+        found.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return found
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         prefix = key_prefix(namespace)
         args = [prefix, entry, int(pause.paused), pause_value(pause.until, pause.note)]
         with self._boundary(pause.action):
             done = self._run("set_paused", [f"{prefix}:paused"], args)
         return bool(done)
 
-    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         prefix = key_prefix(namespace)
         record = json.dumps(audit_columns(namespace, event))
         with self._boundary("record an operator action"):
@@ -96,18 +90,18 @@ class RedisAdmin(AdminAdapter, RedisBase):
             )
         return int(row_id), _instant(at)
 
-    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         prefix = key_prefix(namespace)
         index = f"{prefix}:audit" if entry is None else f"{prefix}:audit:entry:{entry}"
         with self._boundary("read the audit trail"):
             rows = self._run("audit", [index], [prefix, limit])
-        records = []
+        found = []
         for row_id, at, text in rows:
             fields = json.loads(text)
             values = [fields[k] for k in ("actor", "action", "entry", "windows", "note")]
-            records.append(audit_record(int(row_id), _instant(at), values))
-        records.sort(key=lambda r: r.id, reverse=True)
-        return records
+            found.append(audit_record(int(row_id), _instant(at), values))
+        found.sort(key=lambda r: r.id, reverse=True)
+        return found
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         prefix = key_prefix(namespace)
@@ -116,7 +110,7 @@ class RedisAdmin(AdminAdapter, RedisBase):
         return bool(done)
 
     def _claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
     ) -> list[ClaimedRow]:
         prefix = key_prefix(namespace)
         args: list[object] = [prefix, replica.id, replica.host, replica.pid, reason]

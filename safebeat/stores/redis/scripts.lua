@@ -76,6 +76,19 @@ local function queued_since(p, name)
     return false
 end
 
+-- The rows of the newest `limit` ids of the sorted set `index`, newest first: what
+-- `read(id)` returns for each, leaving out the ids it returns false for.
+local function newest_rows(index, limit, read)
+    local rows = {}
+    for _, id in ipairs(redis.call('ZREVRANGE', index, 0, tonumber(limit) - 1)) do
+        local row = read(id)
+        if row then
+            rows[#rows + 1] = row
+        end
+    end
+    return rows
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
 -- unfinished execution whose lease is alive, or false), paused (the P:paused value, or
@@ -346,12 +359,9 @@ return rows
 -- KEYS[1]: P:history or P:history:<entry>. ARGV: prefix, limit.
 -- Returns the rows (flat field/value lists) with the newest windows, with their ids.
 local p = ARGV[1]
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local rows = {}
-for _, id in ipairs(ids) do
-    rows[#rows + 1] = {id, redis.call('HGETALL', p .. ':row:' .. id)}
-end
-return rows
+return newest_rows(KEYS[1], ARGV[2], function(id)
+    return {id, redis.call('HGETALL', p .. ':row:' .. id)}
+end)
 
 -- name: prune
 -- KEYS[1]: P:age. ARGV: prefix, before (us), batch size.
@@ -576,15 +586,10 @@ return {id, now}
 -- KEYS[1]: P:audit or P:audit:entry:<entry>. ARGV: prefix, limit.
 -- Returns the newest `limit` records {id, at, record JSON}, newest first.
 local p = ARGV[1]
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local rows = {}
-for _, id in ipairs(ids) do
+return newest_rows(KEYS[1], ARGV[2], function(id)
     local fields = redis.call('HMGET', p .. ':audit:row:' .. id, 'at', 'record')
-    if fields[1] then
-        rows[#rows + 1] = {id, fields[1], fields[2]}
-    end
-end
-return rows
+    return fields[1] and {id, fields[1], fields[2]}
+end)
 
 -- name: prune_audit
 -- KEYS[1]: P:audit. ARGV: prefix, before (us), batch size.

@@ -7,17 +7,8 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-    Status,
-)
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 from safebeat.stores.sqlite.connection import (
@@ -33,18 +24,20 @@ from safebeat.stores.sqlite.connection import (
 class SqliteAdmin(AdminAdapter, SqliteConnection):
     """`AdminStore` on SQLite (`schema_version` and `checks` are `SqliteStore`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._boundary("load entry states") as conn:
             rows = conn.execute(
                 Q["all_states"], {"namespace": namespace, "now": _us(self.clock())}
             ).fetchall()
         return {row[0]: _state(row) for row in rows}
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._boundary("list replicas") as conn:
             rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
         return [
-            ReplicaRecord(r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6]))
+            records.ReplicaRecord(
+                r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6])
+            )
             for r in rows
         ]
 
@@ -52,14 +45,16 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
         with self._boundary("list namespaces") as conn:
             return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]
 
-    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         with self._boundary("read history") as conn:
             rows = conn.execute(
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
         return [_record(r) for r in rows]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         with self._write(pause.action) as conn:
             cursor = conn.execute(
                 Q["set_paused"],
@@ -73,13 +68,13 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             )
             return cursor.rowcount == 1
 
-    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         with self._write("record an operator action") as conn:
             params = {**audit_columns(namespace, event), "now": _us(self.clock())}
             row = conn.execute(Q["record_audit"], params).fetchone()
         return row[0], _instant(row[1])
 
-    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         with self._boundary("read the audit trail") as conn:
             rows = conn.execute(
                 Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit}
@@ -92,7 +87,7 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             return cursor.rowcount == 1
 
     def _claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
     ) -> list[ClaimedRow]:
         inserted: list[ClaimedRow] = []
         with self._write("claim windows") as conn:
@@ -104,7 +99,7 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
                         "namespace": namespace,
                         "entry": claim.entry,
                         "window": _us(claim.window),
-                        "status": Status.CLAIMED.value,
+                        "status": records.Status.CLAIMED.value,
                         "task_id": claim.task_id,
                         "task_name": claim.task_name,
                         "reason": reason,

@@ -6,16 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-)
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
@@ -29,11 +21,11 @@ RUNTIME_COUNTER = "runtime_entries"
 class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
     """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoDatabase`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._boundary("load entry states"):
             return self._load(namespace, None)
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         m = django_models(self.alias)
         with self._boundary("list replicas"):
             rows = list(
@@ -44,7 +36,7 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
                     "replica", "host", "pid", "version", "started_at", "heartbeat_at", "definitions"
                 )
             )
-        return [ReplicaRecord(*row) for row in rows]
+        return [records.ReplicaRecord(*row) for row in rows]
 
     def namespaces(self) -> list[str]:
         m = django_models(self.alias)
@@ -52,7 +44,9 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             found = m.Entry.objects.using(self.alias).order_by().values_list("namespace", flat=True)
             return sorted({str(name) for name in found.distinct()})
 
-    def _history(self, namespace: str, entry: str | None, limit: int) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         m = django_models(self.alias)
         with self._boundary("read history"):
             rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
@@ -61,7 +55,7 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
         return [_record(row) for row in values]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         m = django_models(self.alias)
         with self._write(pause.action):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
@@ -72,7 +66,7 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             )
         return bool(updated)
 
-    def _append_audit(self, namespace: str, event: AuditEvent) -> tuple[int, datetime]:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         m = django_models(self.alias)
         columns = audit_columns(namespace, event)
         with self._boundary("record an operator action") as connection, vendors.write(connection):
@@ -82,7 +76,7 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             )
         return int(row.id), now
 
-    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         m = django_models(self.alias)
         with self._boundary("read the audit trail"):
             rows = m.Audit.objects.using(self.alias).filter(namespace=namespace)
@@ -104,7 +98,7 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
         return bool(deleted)
 
     def _claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
     ) -> list[ClaimedRow]:
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
