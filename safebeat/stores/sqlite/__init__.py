@@ -32,6 +32,7 @@ from safebeat.stores.sqlite.connection import (
     _Busy,
     _instant,
     _us,
+    insert_dispatch,
     path_of,
 )
 from safebeat.stores.sqlite.executions import SqliteExecutions
@@ -144,26 +145,11 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         who: Mapping[str, object],
     ) -> list[Claim]:
         claimed = []
-        for entry, window, status, task_id, task_name, reason, first, count in dispatch_rows(plan):
-            row = conn.execute(
-                Q["insert_dispatch"],
-                {
-                    "namespace": namespace,
-                    "entry": entry,
-                    "window": _us(window),
-                    "status": status,
-                    "task_id": task_id,
-                    "task_name": task_name,
-                    "reason": reason,
-                    "skipped_from": None if first is None else _us(first),
-                    "skipped_count": count,
-                    "now": _us(now),
-                    "fenced": True,
-                    **who,
-                },
-            ).fetchone()
-            if row is not None and task_id is not None:
-                claimed.append(Claim(row[0], entry, window, task_id, 1))
+        for row in dispatch_rows(plan):
+            row_id = insert_dispatch(conn, namespace, row, now, who, fenced=True)
+            entry, window, _, task_id = row[:4]
+            if row_id is not None and task_id is not None:
+                claimed.append(Claim(row_id, entry, window, task_id, 1))
         return claimed
 
     @staticmethod

@@ -18,6 +18,7 @@ from safebeat.stores.sqlite.connection import (
     _record,
     _state,
     _us,
+    insert_dispatch,
 )
 
 
@@ -90,28 +91,15 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
         self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
     ) -> list[ClaimedRow]:
         inserted: list[ClaimedRow] = []
+        who = replica_columns(replica)
         with self._write("claim windows") as conn:
-            now = _us(self.clock())
-            for claim in claims:
-                row = conn.execute(
-                    Q["insert_dispatch"],
-                    {
-                        "namespace": namespace,
-                        "entry": claim.entry,
-                        "window": _us(claim.window),
-                        "status": records.Status.CLAIMED.value,
-                        "task_id": claim.task_id,
-                        "task_name": claim.task_name,
-                        "reason": reason,
-                        "skipped_from": None,
-                        "skipped_count": None,
-                        "now": now,
-                        "fenced": False,  # past windows, claimed on purpose
-                        **replica_columns(replica),
-                    },
-                ).fetchone()
-                if row is not None:
-                    inserted.append((row[0], claim.entry, claim.window, claim.task_id))
+            now = self.clock()
+            for c in claims:
+                row = (c.entry, c.window, "claimed", c.task_id, c.task_name, reason, None, None)
+                # Not fenced: past windows, claimed on purpose.
+                row_id = insert_dispatch(conn, namespace, row, now, who, fenced=False)
+                if row_id is not None:
+                    inserted.append((row_id, c.entry, c.window, c.task_id))
         return inserted
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
