@@ -89,6 +89,24 @@ local function newest_rows(index, limit, read)
     return rows
 end
 
+-- Forget the members of the sorted set `index` scored before `before` (us), at most
+-- `batch` of them if given: `forget(id)` deletes what each one names, then it leaves the
+-- set. Returns how many were forgotten.
+local function prune_before(index, before, batch, forget)
+    local ids
+    if batch then
+        ids = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before, 'LIMIT', 0,
+            tonumber(batch))
+    else
+        ids = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before)
+    end
+    for _, id in ipairs(ids) do
+        forget(id)
+        redis.call('ZREM', index, id)
+    end
+    return #ids
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
 -- unfinished execution whose lease is alive, or false), paused (the P:paused value, or
@@ -367,9 +385,7 @@ end)
 -- KEYS[1]: P:age. ARGV: prefix, before (us), batch size.
 -- Deletes up to one batch of rows claimed before `before`; returns how many.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
-    tonumber(ARGV[3]))
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     local row = p .. ':row:' .. id
     local fields = redis.call('HMGET', row, 'entry', 'window')
     if fields[1] then
@@ -380,20 +396,15 @@ for _, id in ipairs(ids) do
     redis.call('DEL', row)
     redis.call('ZREM', p .. ':history', id)
     redis.call('ZREM', p .. ':unsent', id)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: prune_replicas
 -- KEYS[1]: P:heartbeats. ARGV: prefix, before (us). Forgets replicas silent since then.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], nil, function(id)
     redis.call('HDEL', p .. ':replicas', id)
     redis.call('HDEL', p .. ':started', id)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: forget_replica
 -- KEYS[1]: P:heartbeats. ARGV: prefix, replica id. Forgets a replica that stopped cleanly.
@@ -595,18 +606,14 @@ end)
 -- KEYS[1]: P:audit. ARGV: prefix, before (us), batch size.
 -- Deletes up to one batch of audit records made before `before`; returns how many.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
-    tonumber(ARGV[3]))
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     local row = p .. ':audit:row:' .. id
     local entry = redis.call('HGET', row, 'entry')
     if entry and entry ~= '' then
         redis.call('ZREM', p .. ':audit:entry:' .. entry, id)
     end
     redis.call('DEL', row)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: save_runtime_entry
 -- KEYS[1]: P:runtime. ARGV: prefix, entry, definition, 1 (replace a stored one) or 0 (add a
