@@ -25,7 +25,7 @@ from safebeat.records import (
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
-from safebeat.stores.sqlfiles import load_migrations, schema_target
+from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.stores.sqlite.admin import SqliteAdmin
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -50,20 +50,14 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         with self._write("migrate") as conn:
             conn.execute(Q["create_version_table"])
             version = int(conn.execute(Q["schema_version"]).fetchone()[0])
-            for migration in MIGRATIONS:
-                if migration.version > version:
-                    for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        Q["record_migration"],
-                        {
-                            "version": migration.version,
-                            "name": migration.name,
-                            "now": _us(self.clock()),
-                        },
-                    )
-                    version = migration.version
-            return version
+
+            def apply(migration: Migration) -> None:
+                for statement in _statements(migration.sql):
+                    conn.execute(statement)
+                params = {"version": migration.version, "name": migration.name}
+                conn.execute(Q["record_migration"], {**params, "now": _us(self.clock())})
+
+            return apply_pending(MIGRATIONS, version, apply)
 
     expected_schema_version = schema_target(MIGRATIONS)
 
