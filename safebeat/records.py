@@ -97,17 +97,13 @@ class EntryState:
 
 @dataclass(frozen=True)
 class Pause:
-    """An entry's pause as `AdminStore.set_paused` stores it: the flag, the instant it ends
-    by itself (None: until resumed) and the operator's note. A resume clears all three."""
+    """An entry's pause as the operator tools pass it to `AdminStore.set_paused`: the flag,
+    the instant it ends by itself (None: until resumed) and the operator's note. A resume
+    clears all three in the store (its note goes to the audit trail only)."""
 
     paused: bool
     until: datetime | None = None
     note: str | None = None
-
-    @classmethod
-    def of(cls, paused: bool, until: datetime | None, note: str | None) -> Pause:
-        """The pause `set_paused(paused, until=..., note=...)` stores."""
-        return cls(True, until, note) if paused else cls(False)
 
     @property
     def action(self) -> str:

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from safebeat._version import __version__
+from safebeat.prometheus_table import Metric, Metrics
 
 logger = logging.getLogger("safebeat.metrics")
 
@@ -41,6 +42,120 @@ class BeatTotals:
     entry_errors: int = 0
 
 
+BEAT_METRICS = (
+    Metric(
+        "safebeat_replica_info",
+        "Always 1: this replica's id, safebeat version and store (password hidden).",
+        ("namespace", "replica", "version", "store"),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_dispatches",
+        "Windows this replica claimed and published (re-publishes not included).",
+        ("namespace", "entry", "replica"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_republished",
+        "Claims left unsent past safebeat_claim_timeout, or windows whose run died, that "
+        "this replica re-published.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_windows_skipped",
+        "Windows not dispatched, by policy: "
+        "missed, late, catchup_limit, overlap, paused, calendar.",
+        ("namespace", "entry", "reason"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_publish_errors",
+        "Publishes that failed: kind is broker (left unsent, re-published) or message "
+        "(recorded failed).",
+        ("namespace", "kind"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_dispatch_lag_seconds",
+        "Seconds from a window to its publish by this replica (store clock).",
+        ("namespace",),
+        Histogram,
+        {"buckets": LAG_BUCKETS},
+    ),
+    Metric(
+        "safebeat_last_dispatch_lag_seconds",
+        "Lag of the latest window of each entry this replica published.",
+        ("namespace", "entry"),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_last_dispatch_window_timestamp_seconds",
+        "The latest window of each entry this replica published (Unix time).",
+        ("namespace", "entry"),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_tick_duration_seconds",
+        "Seconds one tick took: lock, plan, claim, publish and record.",
+        ("namespace",),
+        Histogram,
+        {"buckets": TICK_BUCKETS},
+    ),
+    Metric(
+        "safebeat_tick_lock_busy",
+        "Ticks that found another replica holding the tick lock (retried shortly).",
+        ("namespace",),
+        Counter,
+    ),
+    Metric(
+        "safebeat_store_errors",
+        "Store calls that failed: kind is unavailable (retried with backoff), error, or "
+        "tick_too_long (the store ended a tick that outlasted the lock timeout).",
+        ("namespace", "kind"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_entry_errors",
+        "Malformed entries at startup, and errors computing an entry's windows.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_replicas_alive",
+        "Replicas of this namespace whose heartbeat is recent, as this replica sees it.",
+        ("namespace",),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_claims_left_unsent",
+        "Claims this replica could not publish (broker unreachable); another pass "
+        "re-publishes them after safebeat_claim_timeout.",
+        ("namespace",),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_entry_period_seconds",
+        "The time between an entry's windows (for crontab and solar entries: the gap "
+        "between its next two windows at startup).",
+        ("namespace", "entry"),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_entries",
+        "Entries this replica schedules (valid ones; broken ones are entry errors).",
+        ("namespace",),
+        Gauge,
+    ),
+    Metric(
+        "safebeat_runtime_entries",
+        "Of those, the entries added at run time (safebeat.schedules, safebeat schedule).",
+        ("namespace",),
+        Gauge,
+    ),
+)
+
+
 class BeatMetrics:
     """The one place a beat replica counts what it does; `serve` exposes it over HTTP.
 
@@ -54,127 +169,20 @@ class BeatMetrics:
         self.recording = False
         self.totals = BeatTotals()
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self._info = Gauge(
-            "safebeat_replica_info",
-            "Always 1: this replica's id, safebeat version and store (password hidden).",
-            ["namespace", "replica", "version", "store"],
-            registry=r,
-        )
-        self._info.labels(namespace, replica, __version__, store).set(1)
-        self._dispatches = Counter(
-            "safebeat_dispatches",
-            "Windows this replica claimed and published (re-publishes not included).",
-            ["namespace", "entry", "replica"],
-            registry=r,
-        )
+        self._metrics = Metrics(BEAT_METRICS, self.registry)
+        self._metrics.set("safebeat_replica_info", 1, namespace, replica, __version__, store)
         self._replica = replica
-        self._republished = Counter(
-            "safebeat_republished",
-            "Claims left unsent past safebeat_claim_timeout, or windows whose run died, that "
-            "this replica re-published.",
-            ["namespace", "entry"],
-            registry=r,
-        )
-        self._skipped = Counter(
-            "safebeat_windows_skipped",
-            "Windows not dispatched, by policy: "
-            "missed, late, catchup_limit, overlap, paused, calendar.",
-            ["namespace", "entry", "reason"],
-            registry=r,
-        )
-        self._publish_errors = Counter(
-            "safebeat_publish_errors",
-            "Publishes that failed: kind is broker (left unsent, re-published) or message "
-            "(recorded failed).",
-            ["namespace", "kind"],
-            registry=r,
-        )
-        self._lag = Histogram(
-            "safebeat_dispatch_lag_seconds",
-            "Seconds from a window to its publish by this replica (store clock).",
-            ["namespace"],
-            buckets=LAG_BUCKETS,
-            registry=r,
-        )
-        self._last_lag = Gauge(
-            "safebeat_last_dispatch_lag_seconds",
-            "Lag of the latest window of each entry this replica published.",
-            ["namespace", "entry"],
-            registry=r,
-        )
-        self._last_window = Gauge(
-            "safebeat_last_dispatch_window_timestamp_seconds",
-            "The latest window of each entry this replica published (Unix time).",
-            ["namespace", "entry"],
-            registry=r,
-        )
-        self._ticks = Histogram(
-            "safebeat_tick_duration_seconds",
-            "Seconds one tick took: lock, plan, claim, publish and record.",
-            ["namespace"],
-            buckets=TICK_BUCKETS,
-            registry=r,
-        )
-        self._busy = Counter(
-            "safebeat_tick_lock_busy",
-            "Ticks that found another replica holding the tick lock (retried shortly).",
-            ["namespace"],
-            registry=r,
-        )
-        self._store_errors = Counter(
-            "safebeat_store_errors",
-            "Store calls that failed: kind is unavailable (retried with backoff), error, or "
-            "tick_too_long (the store ended a tick that outlasted the lock timeout).",
-            ["namespace", "kind"],
-            registry=r,
-        )
-        self._entry_errors = Counter(
-            "safebeat_entry_errors",
-            "Malformed entries at startup, and errors computing an entry's windows.",
-            ["namespace", "entry"],
-            registry=r,
-        )
-        self._replicas = Gauge(
-            "safebeat_replicas_alive",
-            "Replicas of this namespace whose heartbeat is recent, as this replica sees it.",
-            ["namespace"],
-            registry=r,
-        )
-        self._left_unsent = Gauge(
-            "safebeat_claims_left_unsent",
-            "Claims this replica could not publish (broker unreachable); another pass "
-            "re-publishes them after safebeat_claim_timeout.",
-            ["namespace"],
-            registry=r,
-        )
-        self._period = Gauge(
-            "safebeat_entry_period_seconds",
-            "The time between an entry's windows (for crontab and solar entries: the gap "
-            "between its next two windows at startup).",
-            ["namespace", "entry"],
-            registry=r,
-        )
-        self._entries = Gauge(
-            "safebeat_entries",
-            "Entries this replica schedules (valid ones; broken ones are entry errors).",
-            ["namespace"],
-            registry=r,
-        )
-        self._runtime_entries = Gauge(
-            "safebeat_runtime_entries",
-            "Of those, the entries added at run time (safebeat.schedules, safebeat schedule).",
-            ["namespace"],
-            registry=r,
-        )
-
-        # Known label sets start at zero, so a rate() works before the first event.
         for kind in ("broker", "message"):
-            self._publish_errors.labels(namespace, kind)
+            self._metrics.start_at_zero("safebeat_publish_errors", namespace, kind)
         for kind in ("unavailable", "error", "tick_too_long"):
-            self._store_errors.labels(namespace, kind)
-        for metric in (self._busy, self._lag, self._ticks, self._left_unsent):
-            metric.labels(namespace)
+            self._metrics.start_at_zero("safebeat_store_errors", namespace, kind)
+        for name in (
+            "safebeat_tick_lock_busy",
+            "safebeat_dispatch_lag_seconds",
+            "safebeat_tick_duration_seconds",
+            "safebeat_claims_left_unsent",
+        ):
+            self._metrics.start_at_zero(name, namespace)
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's port
         """Expose the metrics at http://address:port/metrics, in a daemon thread."""
@@ -182,84 +190,68 @@ class BeatMetrics:
         self.recording = True
         logger.info("safebeat: metrics on http://%s:%d/metrics", address, port)
 
+    def _inc(self, name: str, *labels: str, amount: float = 1) -> None:
+        if self.recording:
+            self._metrics.inc(name, self.namespace, *labels, amount=amount)
+
+    def _set(self, name: str, value: float, *labels: str) -> None:
+        if self.recording:
+            self._metrics.set(name, value, self.namespace, *labels)
+
     def entries(self, count: int) -> None:
-        if not self.recording:
-            return
-        self._entries.labels(self.namespace).set(count)
+        self._set("safebeat_entries", count)
 
     def runtime_entries(self, count: int) -> None:
-        if not self.recording:
-            return
-        self._runtime_entries.labels(self.namespace).set(count)
+        self._set("safebeat_runtime_entries", count)
 
     def dispatched(self, entry: str, window: datetime, published: datetime) -> None:
         self.totals.dispatched += 1
         if not self.recording:
             return
         lag = max(0.0, (published - window).total_seconds())
-        self._dispatches.labels(self.namespace, entry, self._replica).inc()
-        self._lag.labels(self.namespace).observe(lag)
-        self._last_lag.labels(self.namespace, entry).set(lag)
-        self._last_window.labels(self.namespace, entry).set(
-            window.astimezone(timezone.utc).timestamp()
-        )
+        self._inc("safebeat_dispatches", entry, self._replica)
+        self._metrics.observe("safebeat_dispatch_lag_seconds", lag, self.namespace)
+        self._set("safebeat_last_dispatch_lag_seconds", lag, entry)
+        at = window.astimezone(timezone.utc).timestamp()
+        self._set("safebeat_last_dispatch_window_timestamp_seconds", at, entry)
 
     def claimed(self, count: int) -> None:
         self.totals.claimed += count
 
     def republished(self, entry: str) -> None:
         self.totals.republished += 1
-        if not self.recording:
-            return
-        self._republished.labels(self.namespace, entry).inc()
+        self._inc("safebeat_republished", entry)
 
     def skipped(self, entry: str, reason: str, count: int) -> None:
         self.totals.skipped_windows += count
-        if not self.recording:
-            return
-        self._skipped.labels(self.namespace, entry, reason).inc(count)
+        self._inc("safebeat_windows_skipped", entry, reason, amount=count)
 
     def publish_failed(self, kind: str, count: int = 1) -> None:
         self.totals.publish_errors += count
-        if not self.recording:
-            return
-        self._publish_errors.labels(self.namespace, kind).inc(count)
+        self._inc("safebeat_publish_errors", kind, amount=count)
 
     def tick(self, seconds: float) -> None:
         self.totals.ticks += 1
-        if not self.recording:
-            return
-        self._ticks.labels(self.namespace).observe(seconds)
+        if self.recording:
+            self._metrics.observe("safebeat_tick_duration_seconds", seconds, self.namespace)
 
     def lock_busy(self) -> None:
         self.totals.lock_busy += 1
-        if not self.recording:
-            return
-        self._busy.labels(self.namespace).inc()
+        self._inc("safebeat_tick_lock_busy")
 
     def store_error(self, kind: str) -> None:
         self.totals.store_errors += 1
-        if not self.recording:
-            return
-        self._store_errors.labels(self.namespace, kind).inc()
+        self._inc("safebeat_store_errors", kind)
 
     def entry_error(self, entry: str) -> None:
         self.totals.entry_errors += 1
-        if not self.recording:
-            return
-        self._entry_errors.labels(self.namespace, entry).inc()
+        self._inc("safebeat_entry_errors", entry)
 
     def replicas_alive(self, count: int) -> None:
-        if not self.recording:
-            return
-        self._replicas.labels(self.namespace).set(count)
+        self._set("safebeat_replicas_alive", count)
 
     def claims_left_unsent(self, count: int) -> None:
-        if not self.recording:
-            return
-        self._left_unsent.labels(self.namespace).set(count)
+        self._set("safebeat_claims_left_unsent", count)
 
     def entry_period(self, entry: str, seconds: float) -> None:
-        if not self.recording:
-            return
-        self._period.labels(self.namespace, entry).set(seconds)
+        self._set("safebeat_entry_period_seconds", seconds, entry)

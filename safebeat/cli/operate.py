@@ -12,6 +12,7 @@ from safebeat.config import Config
 from safebeat.display import when
 from safebeat.entries import Entry
 from safebeat.ops import operations
+from safebeat.records import Pause
 from safebeat.stores import Store
 
 
@@ -31,15 +32,8 @@ def pause(options: Options, entry: str, until_text: str | None, note: str | None
     or with --until until that instant, when every replica resumes it by itself."""
     until = None if until_text is None else instant(until_text, "--until")
     with opened(options) as (config, store):
-        operations.set_paused(
-            store,
-            config.namespace,
-            entry,
-            True,
-            actor=operations.cli_actor(),
-            until=until,
-            note=note,
-        )
+        pause = Pause(True, until, note)
+        operations.pause_entry(store, config.namespace, entry, pause, actor=operations.cli_actor())
     ends = "until resumed" if until is None else f"until {when(until)}, then resumes by itself"
     click.echo(
         f"paused {entry!r} in namespace {config.namespace!r}; "
@@ -55,9 +49,8 @@ def pause(options: Options, entry: str, until_text: str | None, note: str | None
 def resume(options: Options, entry: str, note: str | None) -> None:
     """Resume ENTRY: its next window is dispatched; windows that passed while paused are not."""
     with opened(options) as (config, store):
-        operations.set_paused(
-            store, config.namespace, entry, False, actor=operations.cli_actor(), note=note
-        )
+        pause = Pause(False, note=note)
+        operations.pause_entry(store, config.namespace, entry, pause, actor=operations.cli_actor())
     click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
 
 

@@ -16,7 +16,7 @@ import itertools
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +28,7 @@ from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError
 from safebeat.identity import current_replica, task_id_for
-from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim
+from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim, Pause
 from safebeat.stores.base import Store
 from safebeat.stores.per_process import config_of
 
@@ -75,24 +75,31 @@ def set_paused(
     until: datetime | None = None,
     note: str | None = None,
 ) -> None:
-    """Pause (or resume) `entry` for every replica, from their next tick on.
+    """Pause (or resume) `entry` for every replica, from their next tick on (see `pause_entry`)."""
+    pause_entry(store, namespace, entry, Pause(paused, until, note), actor=actor)
+
+
+def pause_entry(store: Store, namespace: str, entry: str, pause: Pause, *, actor: str) -> None:
+    """Store `pause` for `entry`, read by every replica from its next tick on, and record it
+    in the audit trail as `actor`'s pause or resume.
 
     A pause with `until` ends by itself there: every replica dispatches the entry's windows
     from that instant on, with no resume needed. `until` must be in the future (store time).
+    An empty note is no note; a resume's note goes to the audit trail only.
     """
-    if paused and until is not None:
+    if pause.paused and pause.until is not None:
         now = store.clock()
-        if until <= now:
+        if pause.until <= now:
             raise OperationError(
-                f"the pause of {entry!r} would end at {until.isoformat()}, which is not in "
-                f"the future (store time {now.isoformat()}); give a later end, or resume"
+                f"the pause of {entry!r} would end at {pause.until.isoformat()}, which is not "
+                f"in the future (store time {now.isoformat()}); give a later end, or resume"
             )
-    note = note or None
-    if not store.set_paused(namespace, entry, paused, until=until, note=note):
+    pause = replace(pause, note=pause.note or None)
+    if not store.set_paused(namespace, entry, pause):
         raise OperationError(f"no entry {entry!r} is registered in namespace {namespace!r}")
-    action = AuditAction.PAUSE if paused else AuditAction.RESUME
-    windows_ = (until,) if paused and until is not None else ()
-    store.record_audit(namespace, AuditEvent(actor, action, entry, windows_, note))
+    action = AuditAction.PAUSE if pause.paused else AuditAction.RESUME
+    windows_ = (pause.until,) if pause.paused and pause.until is not None else ()
+    store.record_audit(namespace, AuditEvent(actor, action, entry, windows_, pause.note))
 
 
 def prune(store: Store, namespace: str, *, before: datetime, actor: str) -> int:

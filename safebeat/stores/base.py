@@ -33,6 +33,7 @@ from safebeat.records import (
     NewClaim,
     NewSkip,
     Outcome,
+    Pause,
     Planner,
     Reclaim,
     Registration,
@@ -61,6 +62,7 @@ __all__ = [
     "NewClaim",
     "NewSkip",
     "Outcome",
+    "Pause",
     "Planner",
     "Reclaim",
     "Registration",
@@ -329,19 +331,11 @@ class AdminStore(StoreConnection, Protocol):
         """Return dispatch rows, newest window first, optionally of one entry."""
         ...
 
-    def set_paused(
-        self,
-        namespace: str,
-        entry: str,
-        paused: bool,
-        *,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> bool:
+    def set_paused(self, namespace: str, entry: str, pause: Pause) -> bool:
         """Pause or resume `entry` for every replica; return False if it is not registered.
 
-        Sets the entry's `paused` flag, `paused_until` (`until`: the pause ends there by
-        itself, see `EntryState.paused_at`; None: until resumed) and `pause_note`, which
+        Sets the entry's `paused` flag, `paused_until` (`pause.until`: the pause ends there
+        by itself, see `EntryState.paused_at`; None: until resumed) and `pause_note`, which
         every later `states`, `register` and tick load returns. Resuming clears all three.
         Registering the entry again (a restart, a changed definition) keeps them; only
         set_paused changes them.

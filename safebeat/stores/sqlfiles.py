@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -58,3 +59,15 @@ def load_migrations(package: str, folder_name: str = "migrations") -> list[Migra
 def schema_target(migrations: list[Migration]) -> int:
     """The schema version `migrations` bring a store to: the highest number, 0 for none."""
     return migrations[-1].version if migrations else 0
+
+
+def apply_pending(
+    migrations: list[Migration], version: int, apply: Callable[[Migration], None]
+) -> int:
+    """Run `apply` (which runs and records one migration) on each of `migrations` newer
+    than `version`, in order; return the version the store is at afterwards."""
+    for migration in migrations:
+        if migration.version > version:
+            apply(migration)
+            version = migration.version
+    return version

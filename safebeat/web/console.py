@@ -31,6 +31,7 @@ from safebeat.ops.overview import (
     entry_statuses,
     replica_statuses,
 )
+from safebeat.records import Pause
 from safebeat.stores import Store
 from safebeat.stores.base import AuditRecord, DispatchRecord, Outcome, Status
 from safebeat.web.words import in_words
@@ -207,19 +208,9 @@ class Console:
         with self.using() as (config, store):
             return store.audit(config.namespace, entry, limit=limit)
 
-    def set_paused(
-        self,
-        name: str,
-        paused: bool,
-        *,
-        actor: str,
-        until: datetime | None = None,
-        note: str | None = None,
-    ) -> None:
+    def set_paused(self, name: str, pause: Pause, *, actor: str) -> None:
         with self.using() as (config, store):
-            operations.set_paused(
-                store, config.namespace, name, paused, actor=actor, until=until, note=note
-            )
+            operations.pause_entry(store, config.namespace, name, pause, actor=actor)
 
     def trigger(self, name: str, *, actor: str) -> operations.Published:
         with self.using() as (config, store):

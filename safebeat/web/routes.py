@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 from safebeat import display
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
+from safebeat.records import Pause
 from safebeat.web import pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
 from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials, actor_of
@@ -76,12 +77,27 @@ class Pages:
     def failure(self, request: Request, exc: SafebeatError, status_code: int = 400) -> Response:
         return self.problem(request, status_code, "Problem", display.one_line(str(exc)))
 
-    async def entries(self, request: Request) -> Response:
+    async def _read_page(
+        self,
+        request: Request,
+        template: str,
+        read: Callable[..., object],
+        *args: object,
+        as_name: str,
+        **context: Any,
+    ) -> Response:
+        """Render `template` with what `read(*args)` returns, named `as_name`; a store that
+        cannot be read is a 503 page."""
         try:
-            found = await run_in_threadpool(self.console.entries)
+            found = await run_in_threadpool(read, *args)
         except SafebeatError as exc:
             return self.failure(request, exc, 503)
-        return self.render(request, "entries.html", page=found, title="Entries")
+        context[as_name] = found
+        return self.render(request, template, **context)
+
+    async def entries(self, request: Request) -> Response:
+        read = self.console.entries
+        return await self._read_page(request, "entries.html", read, as_name="page", title="Entries")
 
     async def entry(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -108,25 +124,22 @@ class Pages:
     async def audit(self, request: Request) -> Response:
         entry = request.query_params.get("entry") or None
         limit = _int(request.query_params.get("limit"), AUDIT_ROWS)
-        try:
-            found = await run_in_threadpool(self.console.audit, entry, limit)
-        except SafebeatError as exc:
-            return self.failure(request, exc, 503)
-        return self.render(request, "audit.html", records=found, entry=entry, title="Audit")
+        read = self.console.audit
+        return await self._read_page(
+            request, "audit.html", read, entry, limit, as_name="records", entry=entry, title="Audit"
+        )
 
     async def replicas(self, request: Request) -> Response:
-        try:
-            found = await run_in_threadpool(self.console.replicas)
-        except SafebeatError as exc:
-            return self.failure(request, exc, 503)
-        return self.render(request, "replicas.html", replicas=found, title="Replicas")
+        read = self.console.replicas
+        return await self._read_page(
+            request, "replicas.html", read, as_name="replicas", title="Replicas"
+        )
 
     async def doctor(self, request: Request) -> Response:
-        try:
-            found = await run_in_threadpool(self.console.findings)
-        except SafebeatError as exc:
-            return self.failure(request, exc, 503)
-        return self.render(request, "doctor.html", findings=found, title="Doctor")
+        read = self.console.findings
+        return await self._read_page(
+            request, "doctor.html", read, as_name="findings", title="Doctor"
+        )
 
     async def _action_form(self, request: Request) -> tuple[FormData, Response | None]:
         """The POSTed form, or the response refusing it (read-only, CSRF)."""
@@ -150,15 +163,9 @@ class Pages:
             note = str(form.get("note", "")).strip() if paused else ""
             try:
                 until = _instant(form, "until", name, "pause") if until_text else None
+                pause = Pause(paused, until, note)
                 await run_in_threadpool(
-                    functools.partial(
-                        self.console.set_paused,
-                        name,
-                        paused,
-                        actor=actor_of(request),
-                        until=until,
-                        note=note or None,
-                    )
+                    functools.partial(self.console.set_paused, name, pause, actor=actor_of(request))
                 )
             except SafebeatError as exc:
                 return self.failure(request, exc, 400 if until_text else 404)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from safebeat.identity import PAUSE_AFTER_FAILURES_HEADER
-from safebeat.records import AuditAction, AuditEvent, consecutive_failures
+from safebeat.records import AuditAction, AuditEvent, Pause, consecutive_failures
 from safebeat.stores.base import AdminStore
 
 logger = logging.getLogger("safebeat.worker")
@@ -39,7 +39,7 @@ def pause_if_failing(store: AdminStore, namespace: str, entry: str, threshold: i
     if state is not None and state.paused_at(store.clock()):
         return False
     note = f"{failures} failed runs in a row (pause_after_failures={threshold})"
-    if not store.set_paused(namespace, entry, True, note=note):
+    if not store.set_paused(namespace, entry, Pause(True, note=note)):
         return False
     store.record_audit(namespace, AuditEvent(AUDIT_ACTOR, AuditAction.PAUSE, entry, (), note))
     logger.error(

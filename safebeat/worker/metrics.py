@@ -24,10 +24,63 @@ from prometheus_client import (
     start_http_server,
 )
 
+from safebeat.prometheus_table import Metric, Metrics
+
 logger = logging.getLogger("safebeat.worker")
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 RUNTIME_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+WORKER_METRICS = (
+    Metric(
+        "safebeat_executions",
+        "Executions of safebeat windows that finished, by outcome (success, failure, retry).",
+        ("namespace", "entry", "outcome"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_duplicates_suppressed",
+        "Deliveries of a window whose run already finished, skipped without running the task.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_deliveries_deferred",
+        "Deliveries of a window whose run was alive (or, for overlap=forbid, of an entry "
+        "with a live run), sent again for later instead of running.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_executions_untracked",
+        "Deliveries run without the duplicate check: the store was unreachable, or the "
+        "window had no dispatch row.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_task_runtime_seconds",
+        "Seconds a safebeat window's task ran, as the worker measured it.",
+        ("namespace",),
+        Histogram,
+        {"buckets": RUNTIME_BUCKETS},
+    ),
+    Metric(
+        "safebeat_paused_after_failures",
+        "Entries this worker paused because their latest runs all failed "
+        "(pause_after_failures); an alert: the entry sends nothing until resumed.",
+        ("namespace", "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_last_success_timestamp_seconds",
+        "When each entry last finished successfully on this worker (Unix time).",
+        ("namespace", "entry"),
+        Gauge,
+        {"multiprocess_mode": "max"},
+    ),
+)
 
 
 @dataclass
@@ -58,53 +111,7 @@ class WorkerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         # In multiprocess mode values live in files; the metrics need no registry.
         registry = None if os.environ.get(MULTIPROCESS_DIR) else self.registry
-        self._executions = Counter(
-            "safebeat_executions",
-            "Executions of safebeat windows that finished, by outcome (success, failure, retry).",
-            ["namespace", "entry", "outcome"],
-            registry=registry,
-        )
-        self._duplicates = Counter(
-            "safebeat_duplicates_suppressed",
-            "Deliveries of a window whose run already finished, skipped without running the task.",
-            ["namespace", "entry"],
-            registry=registry,
-        )
-        self._deferred = Counter(
-            "safebeat_deliveries_deferred",
-            "Deliveries of a window whose run was alive (or, for overlap=forbid, of an entry "
-            "with a live run), sent again for later instead of running.",
-            ["namespace", "entry"],
-            registry=registry,
-        )
-        self._untracked = Counter(
-            "safebeat_executions_untracked",
-            "Deliveries run without the duplicate check: the store was unreachable, or the "
-            "window had no dispatch row.",
-            ["namespace", "entry"],
-            registry=registry,
-        )
-        self._runtime = Histogram(
-            "safebeat_task_runtime_seconds",
-            "Seconds a safebeat window's task ran, as the worker measured it.",
-            ["namespace"],
-            buckets=RUNTIME_BUCKETS,
-            registry=registry,
-        )
-        self._paused_after_failures = Counter(
-            "safebeat_paused_after_failures",
-            "Entries this worker paused because their latest runs all failed "
-            "(pause_after_failures); an alert: the entry sends nothing until resumed.",
-            ["namespace", "entry"],
-            registry=registry,
-        )
-        self._last_success = Gauge(
-            "safebeat_last_success_timestamp_seconds",
-            "When each entry last finished successfully on this worker (Unix time).",
-            ["namespace", "entry"],
-            multiprocess_mode="max",
-            registry=registry,
-        )
+        self._metrics = Metrics(WORKER_METRICS, registry)
 
     def started(self, namespace: str, entry: str, *, takeover: bool) -> None:
         self.totals.started += 1
@@ -113,25 +120,24 @@ class WorkerMetrics:
     def finished(self, namespace: str, entry: str, outcome: str, seconds: float) -> None:
         if not self.recording:
             return
-        self._executions.labels(namespace, entry, outcome).inc()
-        self._runtime.labels(namespace).observe(seconds)
+        self._metrics.inc("safebeat_executions", namespace, entry, outcome)
+        self._metrics.observe("safebeat_task_runtime_seconds", seconds, namespace)
         if outcome == "success":
-            self._last_success.labels(namespace, entry).set(time.time())
+            self._metrics.set(
+                "safebeat_last_success_timestamp_seconds", time.time(), namespace, entry
+            )
 
     def paused_after_failures(self, namespace: str, entry: str) -> None:
         self.totals.paused_after_failures += 1
-        if self.recording:
-            self._paused_after_failures.labels(namespace, entry).inc()
+        self._inc("safebeat_paused_after_failures", namespace, entry)
 
     def duplicate(self, namespace: str, entry: str) -> None:
         self.totals.duplicates += 1
-        if self.recording:
-            self._duplicates.labels(namespace, entry).inc()
+        self._inc("safebeat_duplicates_suppressed", namespace, entry)
 
     def deferred(self, namespace: str, entry: str) -> None:
         self.totals.deferred += 1
-        if self.recording:
-            self._deferred.labels(namespace, entry).inc()
+        self._inc("safebeat_deliveries_deferred", namespace, entry)
 
     def renewal_error(self) -> None:
         self.totals.renewal_errors += 1
@@ -139,8 +145,12 @@ class WorkerMetrics:
     def untracked(self, namespace: str | None, entry: str) -> None:
         """A delivery ran without the duplicate check (`namespace` None: settings unreadable)."""
         self.totals.untracked += 1
-        if self.recording and namespace is not None:
-            self._untracked.labels(namespace, entry).inc()
+        if namespace is not None:
+            self._inc("safebeat_executions_untracked", namespace, entry)
+
+    def _inc(self, name: str, namespace: str, entry: str) -> None:
+        if self.recording:
+            self._metrics.inc(name, namespace, entry)
 
     def store_error(self) -> None:
         self.totals.store_errors += 1

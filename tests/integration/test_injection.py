@@ -21,6 +21,7 @@ import pytest
 
 from safebeat.errors import StoreError
 from safebeat.identity import Replica, task_id_for
+from safebeat.records import Pause
 from safebeat.stores.base import (
     Definition,
     EntryState,
@@ -146,7 +147,7 @@ def test_hostile_names_round_trip_as_data_and_the_tables_survive(
     assert [r.error for r in rows if r.status is Status.FAILED] == [payload]
     assert [r.entry for r in store.history(hostile_namespace, payload, limit=10)] == [payload]
 
-    assert store.set_paused(hostile_namespace, payload, True)
+    assert store.set_paused(hostile_namespace, payload, Pause(True))
     assert store.states(hostile_namespace)[payload].paused
     window = states[payload].anchor + 5 * SECOND
     extra = NewClaim(payload, window, task_id_for(hostile_namespace, payload, window), payload)

@@ -14,6 +14,7 @@ from safebeat.beat.planning import plan_tick
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import Replica, task_id_for
+from safebeat.records import Pause
 from safebeat.stores.base import (
     AuditAction,
     AuditEvent,
@@ -931,7 +932,7 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     """set_paused flags the entry for all replicas; registering again keeps the flag."""
     store, other = open_store(), open_store()
     store.register(namespace, definitions("a", "b"), REPLICA)
-    assert store.set_paused(namespace, "a", True)
+    assert store.set_paused(namespace, "a", Pause(True))
     assert other.states(namespace)["a"].paused
     assert not other.states(namespace)["b"].paused
     seen: dict[str, bool] = {}
@@ -944,20 +945,20 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     assert seen == {"a": True, "b": False}
     again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
     assert again.states["a"].paused
-    assert other.set_paused(namespace, "a", False)
+    assert other.set_paused(namespace, "a", Pause(False))
     assert not store.states(namespace)["a"].paused
-    assert not store.set_paused(namespace, "no-such-entry", True)
+    assert not store.set_paused(namespace, "no-such-entry", Pause(True))
 
 
 def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_resume(
     open_store: StoreFactory, namespace: str
 ) -> None:
     """set_paused keeps a pause's end and note for every replica's states, register and tick
-    loads; a restart keeps them; resuming clears them."""
+    loads; a restart keeps them; resuming clears them (a resume's note is not stored)."""
     store, other = open_store(), open_store()
     store.register(namespace, definitions("a", "b"), REPLICA)
     until = datetime(2031, 5, 4, 3, 2, 1, 123456, tzinfo=timezone.utc)
-    assert store.set_paused(namespace, "a", True, until=until, note="migrating the mailer")
+    assert store.set_paused(namespace, "a", Pause(True, until=until, note="migrating the mailer"))
     state = other.states(namespace)["a"]
     assert (state.paused, state.paused_until, state.pause_note) == (
         True,
@@ -974,7 +975,7 @@ def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_
     assert seen == {"a": (until, "migrating the mailer"), "b": (None, None)}
     again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
     assert again.states["a"].paused_until == until
-    assert store.set_paused(namespace, "a", False)
+    assert store.set_paused(namespace, "a", Pause(False, until=until, note="mailer moved"))
     resumed = other.states(namespace)["a"]
     assert (resumed.paused, resumed.paused_until, resumed.pause_note) == (False, None, None)
 
@@ -987,8 +988,8 @@ def test_a_pause_whose_end_passed_is_over_at_the_store_clock(
     store = open_store()
     store.register(namespace, definitions("a", "b"), REPLICA)
     now = store.clock()
-    store.set_paused(namespace, "a", True, until=now - SECOND)
-    store.set_paused(namespace, "b", True, until=now + HOUR)
+    store.set_paused(namespace, "a", Pause(True, until=now - SECOND))
+    store.set_paused(namespace, "b", Pause(True, until=now + HOUR))
     states = store.states(namespace)
     later = store.clock()
     assert not states["a"].paused_at(later)
@@ -1051,7 +1052,7 @@ def test_forgetting_an_entry_drops_its_state_keeps_its_history_and_others(
     state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
     window = window_after(state, 1)
     store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
-    store.set_paused(namespace, "a", True)
+    store.set_paused(namespace, "a", Pause(True))
     assert other.forget_entry(namespace, "a")
     assert sorted(store.states(namespace)) == ["b"]
     assert [r.window for r in store.history(namespace, "a")] == [window]

@@ -23,6 +23,7 @@ from safebeat.config import Config
 from safebeat.contrib import opentelemetry as safebeat_otel
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, format_window, task_id_for
+from safebeat.records import Pause
 from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.per_process import store_of
@@ -110,7 +111,7 @@ def test_the_tick_span_counts_skipped_windows(
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     scheduler.tick()
-    store.set_paused("unit", "a", True)
+    store.set_paused("unit", "a", Pause(True))
     run(scheduler, clock, 31, step=1)
     skipped = [s.attributes["safebeat.skipped"] for s in named(spans, "safebeat tick")]
     assert sum(skipped) == 3  # type: ignore[arg-type]

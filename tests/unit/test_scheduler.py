@@ -17,6 +17,7 @@ from safebeat import Scheduler
 from safebeat.beat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
 from safebeat.identity import format_window, task_id_for
+from safebeat.records import Pause
 from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
@@ -498,7 +499,7 @@ def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
     scheduler = memory_scheduler(app, clock, store)
     run(scheduler, clock, 61, step=1)
     assert {m["safebeat_entry"] for m in drain(app, queue)} == {"a", "b"}
-    assert store.set_paused("unit", "a", True)
+    assert store.set_paused("unit", "a", Pause(True))
     with caplog.at_level(logging.WARNING, "safebeat"):
         run(scheduler, clock, 300, step=1)
     assert {m["safebeat_entry"] for m in drain(app, queue)} == {"b"}
@@ -506,7 +507,7 @@ def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
     paused = [r for r in store.history("unit", "a") if r.status is Status.SKIPPED]
     assert {r.reason for r in paused} == {"paused"}
     assert sum(r.skipped_count or 0 for r in paused) == 5
-    assert store.set_paused("unit", "a", False)
+    assert store.set_paused("unit", "a", Pause(False))
     run(scheduler, clock, 60, step=1)
     sent = [m for m in drain(app, queue) if m["safebeat_entry"] == "a"]
     assert len(sent) == 1
@@ -556,7 +557,7 @@ def test_a_pause_with_an_end_ends_by_itself_on_every_replica(clock: FakeClock, q
     for replica in replicas:
         replica.tick()
     until = START.replace(microsecond=0) + timedelta(seconds=5.5)
-    assert store.set_paused("unit", "fast", True, until=until, note="maintenance")
+    assert store.set_paused("unit", "fast", Pause(True, until=until, note="maintenance"))
     for _ in range(40):
         for replica in replicas:
             replica.tick()

@@ -11,6 +11,7 @@ import pytest
 
 from safebeat import signals
 from safebeat.identity import Replica, task_id_for
+from safebeat.records import Pause
 from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
@@ -86,7 +87,7 @@ def test_skipped_windows_are_announced_with_their_reason(
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     run(scheduler, clock, 61, step=1)
-    store.set_paused("unit", "a", True)
+    store.set_paused("unit", "a", Pause(True))
     run(scheduler, clock, 180, step=1)
     skipped = named(received, "window_skipped")
     assert skipped

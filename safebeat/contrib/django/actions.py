@@ -30,6 +30,7 @@ from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.identity import format_window
 from safebeat.ops import operations
+from safebeat.records import Pause
 from safebeat.stores.base import Store
 
 if TYPE_CHECKING:
@@ -46,37 +47,28 @@ class Message:
     text: str
 
 
-def set_paused(
-    store: Store,
-    namespace: str,
-    name: str,
-    paused: bool,
-    *,
-    actor: str,
-    until: datetime | None = None,
-    note: str | None = None,
-) -> Message:
-    """Pause (until `until`, if given, with `note`) or resume one entry for every replica,
-    as `actor` (the admin user's name, for the audit trail)."""
+def set_paused(store: Store, namespace: str, name: str, pause: Pause, *, actor: str) -> Message:
+    """Pause (until `pause.until`, if given, with its note) or resume one entry for every
+    replica, as `actor` (the admin user's name, for the audit trail)."""
     try:
-        operations.set_paused(store, namespace, name, paused, actor=actor, until=until, note=note)
+        operations.pause_entry(store, namespace, name, pause, actor=actor)
     except SafebeatError as exc:
-        if paused:
+        if pause.paused:
             failed = _("could not pause %(name)r: %(error)s")
         else:
             failed = _("could not resume %(name)r: %(error)s")
         return Message(ERROR, failed % _args(name, exc))
     names = {"name": name, "namespace": namespace}
-    if paused and until is not None:
+    if pause.paused and pause.until is not None:
         return Message(
             SUCCESS,
             _(
                 "paused %(name)r (namespace %(namespace)r) until %(until)s: its windows "
                 "before then are skipped (reason paused); it resumes by itself"
             )
-            % {**names, "until": format_window(until)},
+            % {**names, "until": format_window(pause.until)},
         )
-    if paused:
+    if pause.paused:
         return Message(
             SUCCESS,
             _(

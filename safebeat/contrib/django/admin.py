@@ -38,6 +38,7 @@ from safebeat.contrib.django.forms import BackfillForm, PauseForm
 from safebeat.contrib.django.models import Audit, Dispatch, Entry, Replica
 from safebeat.entries import zone_of
 from safebeat.identity import format_window
+from safebeat.records import Pause
 
 #: A replica whose last heartbeat is older than this is shown as gone (safebeat.liveness).
 LIVE_WITHIN = liveness.LIVE_WITHIN
@@ -220,15 +221,9 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             if action == "trigger":
                 app = self.get_celery_app()
                 found.extend(actions.trigger(app, store, namespace, name, actor=actor))
-            elif action == "pause":
-                found.append(
-                    actions.set_paused(
-                        store, namespace, name, True, actor=actor, until=pause_until,
-                        note=pause_note or None,
-                    )
-                )  # fmt: skip
             else:
-                found.append(actions.set_paused(store, namespace, name, False, actor=actor))
+                pause = Pause(True, pause_until, pause_note) if action == "pause" else Pause(False)
+                found.append(actions.set_paused(store, namespace, name, pause, actor=actor))
         return found
 
     def backfill_view(self, request: HttpRequest) -> HttpResponse:

@@ -5,52 +5,44 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-)
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.memory.state import MemoryState
-from safebeat.stores.pausing import SetsPaused
 
 
-class MemoryAdmin(SetsPaused, MemoryState):
+class MemoryAdmin(AdminAdapter, MemoryState):
     """`AdminStore` in memory (`schema_version` and `checks` are `MemoryStore`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._mutex:
             ns = self._ns(namespace)
             return self._with_running(ns, ns.entries)
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._mutex:
-            records = list(self._ns(namespace).replicas.values())
-        return sorted(records, key=lambda r: r.heartbeat_at, reverse=True)
+            found = list(self._ns(namespace).replicas.values())
+        return sorted(found, key=lambda r: r.heartbeat_at, reverse=True)
 
     def namespaces(self) -> list[str]:
         with self._mutex:
             return sorted(name for name, ns in self._namespaces.items() if ns.entries)
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         with self._mutex:
-            records = [
+            found = [
                 r
                 for r in self._ns(namespace).dispatches.values()
                 if entry is None or r.entry == entry
             ]
-        records.sort(key=lambda r: (r.window, r.id), reverse=True)
-        return records[:limit]
+        found.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return found[:limit]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         with self._mutex:
             ns = self._ns(namespace)
             state = ns.entries.get(entry)
@@ -61,17 +53,15 @@ class MemoryAdmin(SetsPaused, MemoryState):
             )
             return True
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         with self._mutex:
             ns = self._ns(namespace)
-            record = AuditRecord.of(self._next_id, self.clock(), event)
+            record = records.AuditRecord.of(self._next_id, self.clock(), event)
             self._next_id += 1
             ns.audit.append(record)
-            return record
+            return record.id, record.at
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         with self._mutex:
             found = [r for r in self._ns(namespace).audit if entry is None or r.entry == entry]
         return found[::-1][:limit]
@@ -80,13 +70,13 @@ class MemoryAdmin(SetsPaused, MemoryState):
         with self._mutex:
             return self._ns(namespace).entries.pop(entry, None) is not None
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
             rows = [self._claim_row(ns, replica, now, claim, reason) for claim in claims]
-            return [claim for claim in rows if claim is not None]
+        return [(c.id, c.entry, c.window, c.task_id) for c in rows if c is not None]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         with self._mutex:

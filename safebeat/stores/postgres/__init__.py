@@ -35,7 +35,7 @@ from safebeat.records import TickResult
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
 from safebeat.stores.sql_common import advisory_key
-from safebeat.stores.sqlfiles import load_migrations, schema_target
+from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.urls import redact, scrub
 
 MIGRATIONS = load_migrations(__name__)
@@ -141,16 +141,13 @@ class PostgresStore(PostgresOperations):
             conn.execute(Q["bound_transaction"], self._limits)
             conn.execute(Q["lock_migrations"], {"key": _MIGRATION_LOCK})
             conn.execute(Q["create_version_table"])
-            version = self._schema_version(conn)
-            for migration in MIGRATIONS:
-                if migration.version > version:
-                    conn.execute(migration.sql)
-                    conn.execute(
-                        Q["record_migration"],
-                        {"version": migration.version, "name": migration.name},
-                    )
-                    version = migration.version
-            return version
+
+            def apply(migration: Migration) -> None:
+                conn.execute(migration.sql)
+                params = {"version": migration.version, "name": migration.name}
+                conn.execute(Q["record_migration"], params)
+
+            return apply_pending(MIGRATIONS, self._schema_version(conn), apply)
 
     expected_schema_version = schema_target(MIGRATIONS)
 

@@ -6,22 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Outcome,
-    Pause,
-    ReplicaRecord,
-    Status,
-)
-from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
     DispatchRow,
@@ -32,19 +22,19 @@ from safebeat.stores.sql_common import (
 )
 
 
-class AdminStatements(SetsPaused, Statements):
+class AdminStatements(AdminAdapter, Statements):
     """`AdminStore` and `RuntimeEntryStore` on PostgreSQL (`schema_version` and `checks`
     are the connection owner's)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._cursors.read("load entry states") as cursor:
             cursor.execute(Q["all_states"], {"namespace": namespace})
-            return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+            return {row[0]: records.EntryState(*row) for row in cursor.fetchall()}
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._cursors.read("list replicas") as cursor:
             cursor.execute(Q["replicas"], {"namespace": namespace})
-            records = []
+            found = []
             for (
                 replica,
                 host,
@@ -56,24 +46,26 @@ class AdminStatements(SetsPaused, Statements):
             ) in cursor.fetchall():
                 loaded = json.loads(definitions) if isinstance(definitions, str) else definitions
                 # (Django's connections load jsonb as text; psycopg's own, as Python values.)
-                records.append(
-                    ReplicaRecord(replica, host, pid, version, started_at, heartbeat_at, loaded)
+                found.append(
+                    records.ReplicaRecord(
+                        replica, host, pid, version, started_at, heartbeat_at, loaded
+                    )
                 )
-            return records
+            return found
 
     def namespaces(self) -> list[str]:
         with self._cursors.read("list namespaces") as cursor:
             cursor.execute(Q["namespaces"])
             return [str(row[0]) for row in cursor.fetchall()]
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         with self._cursors.read("read history") as cursor:
             cursor.execute(Q["history"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [_record(row) for row in cursor.fetchall()]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         with self._cursors.statement(pause.action) as cursor:
             cursor.execute(
                 Q["set_paused"],
@@ -87,16 +79,14 @@ class AdminStatements(SetsPaused, Statements):
             )
             return cursor.rowcount == 1
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         with self._cursors.statement("record an operator action") as cursor:
             cursor.execute(Q["record_audit"], audit_columns(namespace, event))
             row = cursor.fetchone()
             assert row is not None  # noqa: S101 - INSERT ... RETURNING returns the row
-            return AuditRecord.of(row[0], row[1], event)
+            return row[0], row[1]
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         with self._cursors.read("read the audit trail") as cursor:
             cursor.execute(Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit})
             return [audit_record(r[0], r[1], r[2:]) for r in cursor.fetchall()]
@@ -106,23 +96,16 @@ class AdminStatements(SetsPaused, Statements):
             cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def claim_extra(
-        self,
-        namespace: str,
-        claims: Sequence[NewClaim],
-        *,
-        replica: Replica,
-        reason: str,
-    ) -> list[Claim]:
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
-        if not claims:
-            return []
         with self._cursors.transaction("claim windows") as cursor:
             rows: list[DispatchRow] = [
                 (
                     c.entry,
                     c.window,
-                    Status.CLAIMED.value,
+                    records.Status.CLAIMED.value,
                     c.task_id,
                     c.task_name,
                     reason,
@@ -142,7 +125,7 @@ class AdminStatements(SetsPaused, Statements):
                     **as_columns(rows),
                 },
             )
-            return [Claim(row[0], row[1], row[2], row[3], 1) for row in cursor.fetchall()]
+            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]
@@ -172,9 +155,9 @@ class AdminStatements(SetsPaused, Statements):
             return int(cursor.fetchone()[0])
 
 
-def _record(row: Sequence[Any]) -> DispatchRecord:
+def _record(row: Sequence[Any]) -> records.DispatchRecord:
     values = list(row)
-    values[3] = Status(values[3])
+    values[3] = records.Status(values[3])
     if values[18] is not None:
-        values[18] = Outcome(values[18])
-    return DispatchRecord(*values)
+        values[18] = records.Outcome(values[18])
+    return records.DispatchRecord(*values)

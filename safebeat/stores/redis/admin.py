@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-)
-from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
     RedisBase,
@@ -31,26 +23,26 @@ from safebeat.stores.redis.base import (
 from safebeat.stores.sql_common import audit_columns, audit_record
 
 
-class RedisAdmin(SetsPaused, RedisBase):
+class RedisAdmin(AdminAdapter, RedisBase):
     """`AdminStore` on Redis (`schema_version` and `checks` are `RedisStore`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         prefix = key_prefix(namespace)
         with self._boundary("load entry states"):
             names, *columns = self._run("states", [f"{prefix}:digest"], [prefix])
         return _states(names, columns)
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         prefix = key_prefix(namespace)
         with self._boundary("list replicas"):
             rows = self._run("replicas", [f"{prefix}:heartbeats"], [prefix])
-        records = []
+        found = []
         for replica_id, description, started, beat in rows:
             if description is None:
                 continue
             info = json.loads(description)
-            records.append(
-                ReplicaRecord(
+            found.append(
+                records.ReplicaRecord(
                     replica=replica_id,
                     host=info["host"],
                     pid=int(info["pid"]),
@@ -60,7 +52,7 @@ class RedisAdmin(SetsPaused, RedisBase):
                     definitions=info["definitions"],
                 )
             )
-        return records
+        return found
 
     def namespaces(self) -> list[str]:
         """Found by SCAN over every node (no index to keep up to date in the tick's path)."""
@@ -71,47 +63,45 @@ class RedisAdmin(SetsPaused, RedisBase):
                 found.add(text[len("safebeat:{") : -len("}:digest")])
         return sorted(found)
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         prefix = key_prefix(namespace)
         index = f"{prefix}:history" if entry is None else f"{prefix}:history:{entry}"
         with self._boundary("read history"):
             rows = self._run("history", [index], [prefix, limit])
-        records = [_record(int(row_id), fields) for row_id, fields in rows if fields]
-        records.sort(key=lambda r: (r.window, r.id), reverse=True)
-        return records
+        found = [_record(int(row_id), fields) for row_id, fields in rows if fields]
+        found.sort(key=lambda r: (r.window, r.id), reverse=True)
+        return found
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         prefix = key_prefix(namespace)
         args = [prefix, entry, int(pause.paused), pause_value(pause.until, pause.note)]
         with self._boundary(pause.action):
             done = self._run("set_paused", [f"{prefix}:paused"], args)
         return bool(done)
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         prefix = key_prefix(namespace)
         record = json.dumps(audit_columns(namespace, event))
         with self._boundary("record an operator action"):
             row_id, at = self._run(
                 "record_audit", [f"{prefix}:audit"], [prefix, event.entry or "", record]
             )
-        return AuditRecord.of(int(row_id), _instant(at), event)
+        return int(row_id), _instant(at)
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         prefix = key_prefix(namespace)
         index = f"{prefix}:audit" if entry is None else f"{prefix}:audit:entry:{entry}"
         with self._boundary("read the audit trail"):
-            rows = self._run("audit", [index], [prefix, limit]) if limit > 0 else []
-        records = []
+            rows = self._run("audit", [index], [prefix, limit])
+        found = []
         for row_id, at, text in rows:
             fields = json.loads(text)
             values = [fields[k] for k in ("actor", "action", "entry", "windows", "note")]
-            records.append(audit_record(int(row_id), _instant(at), values))
-        records.sort(key=lambda r: r.id, reverse=True)
-        return records
+            found.append(audit_record(int(row_id), _instant(at), values))
+        found.sort(key=lambda r: r.id, reverse=True)
+        return found
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         prefix = key_prefix(namespace)
@@ -119,18 +109,16 @@ class RedisAdmin(SetsPaused, RedisBase):
             done = self._run("forget_entry", [f"{prefix}:digest"], [prefix, entry])
         return bool(done)
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        if not claims:
-            return []
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         prefix = key_prefix(namespace)
         args: list[object] = [prefix, replica.id, replica.host, replica.pid, reason]
         for claim in claims:
             args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
         with self._boundary("claim windows"):
             rows = self._run("claim_extra", [f"{prefix}:seq"], args)
-        return [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in rows]
+        return [(int(row[0]), row[1], _instant(row[2]), row[3]) for row in rows]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         prefix = key_prefix(namespace)

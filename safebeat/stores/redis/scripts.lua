@@ -76,6 +76,37 @@ local function queued_since(p, name)
     return false
 end
 
+-- The rows of the newest `limit` ids of the sorted set `index`, newest first: what
+-- `read(id)` returns for each, leaving out the ids it returns false for.
+local function newest_rows(index, limit, read)
+    local rows = {}
+    for _, id in ipairs(redis.call('ZREVRANGE', index, 0, tonumber(limit) - 1)) do
+        local row = read(id)
+        if row then
+            rows[#rows + 1] = row
+        end
+    end
+    return rows
+end
+
+-- Forget the members of the sorted set `index` scored before `before` (us), at most
+-- `batch` of them if given: `forget(id)` deletes what each one names, then it leaves the
+-- set. Returns how many were forgotten.
+local function prune_before(index, before, batch, forget)
+    local ids
+    if batch then
+        ids = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before, 'LIMIT', 0,
+            tonumber(batch))
+    else
+        ids = redis.call('ZRANGEBYSCORE', index, '-inf', '(' .. before)
+    end
+    for _, id in ipairs(ids) do
+        forget(id)
+        redis.call('ZREM', index, id)
+    end
+    return #ids
+end
+
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
 -- lasts, digests, schedules (false where missing), running_since (the newest start of an
 -- unfinished execution whose lease is alive, or false), paused (the P:paused value, or
@@ -346,20 +377,15 @@ return rows
 -- KEYS[1]: P:history or P:history:<entry>. ARGV: prefix, limit.
 -- Returns the rows (flat field/value lists) with the newest windows, with their ids.
 local p = ARGV[1]
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local rows = {}
-for _, id in ipairs(ids) do
-    rows[#rows + 1] = {id, redis.call('HGETALL', p .. ':row:' .. id)}
-end
-return rows
+return newest_rows(KEYS[1], ARGV[2], function(id)
+    return {id, redis.call('HGETALL', p .. ':row:' .. id)}
+end)
 
 -- name: prune
 -- KEYS[1]: P:age. ARGV: prefix, before (us), batch size.
 -- Deletes up to one batch of rows claimed before `before`; returns how many.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
-    tonumber(ARGV[3]))
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     local row = p .. ':row:' .. id
     local fields = redis.call('HMGET', row, 'entry', 'window')
     if fields[1] then
@@ -370,20 +396,15 @@ for _, id in ipairs(ids) do
     redis.call('DEL', row)
     redis.call('ZREM', p .. ':history', id)
     redis.call('ZREM', p .. ':unsent', id)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: prune_replicas
 -- KEYS[1]: P:heartbeats. ARGV: prefix, before (us). Forgets replicas silent since then.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], nil, function(id)
     redis.call('HDEL', p .. ':replicas', id)
     redis.call('HDEL', p .. ':started', id)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: forget_replica
 -- KEYS[1]: P:heartbeats. ARGV: prefix, replica id. Forgets a replica that stopped cleanly.
@@ -576,32 +597,23 @@ return {id, now}
 -- KEYS[1]: P:audit or P:audit:entry:<entry>. ARGV: prefix, limit.
 -- Returns the newest `limit` records {id, at, record JSON}, newest first.
 local p = ARGV[1]
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-local rows = {}
-for _, id in ipairs(ids) do
+return newest_rows(KEYS[1], ARGV[2], function(id)
     local fields = redis.call('HMGET', p .. ':audit:row:' .. id, 'at', 'record')
-    if fields[1] then
-        rows[#rows + 1] = {id, fields[1], fields[2]}
-    end
-end
-return rows
+    return fields[1] and {id, fields[1], fields[2]}
+end)
 
 -- name: prune_audit
 -- KEYS[1]: P:audit. ARGV: prefix, before (us), batch size.
 -- Deletes up to one batch of audit records made before `before`; returns how many.
 local p = ARGV[1]
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2], 'LIMIT', 0,
-    tonumber(ARGV[3]))
-for _, id in ipairs(ids) do
+return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     local row = p .. ':audit:row:' .. id
     local entry = redis.call('HGET', row, 'entry')
     if entry and entry ~= '' then
         redis.call('ZREM', p .. ':audit:entry:' .. entry, id)
     end
     redis.call('DEL', row)
-    redis.call('ZREM', KEYS[1], id)
-end
-return #ids
+end)
 
 -- name: save_runtime_entry
 -- KEYS[1]: P:runtime. ARGV: prefix, entry, definition, 1 (replace a stored one) or 0 (add a

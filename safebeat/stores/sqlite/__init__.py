@@ -25,13 +25,14 @@ from safebeat.records import (
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.sql_common import dispatch_rows, replica_columns
-from safebeat.stores.sqlfiles import load_migrations, schema_target
+from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.stores.sqlite.admin import SqliteAdmin
 from safebeat.stores.sqlite.connection import (
     Q,
     _Busy,
     _instant,
     _us,
+    insert_dispatch,
     path_of,
 )
 from safebeat.stores.sqlite.executions import SqliteExecutions
@@ -49,20 +50,14 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         with self._write("migrate") as conn:
             conn.execute(Q["create_version_table"])
             version = int(conn.execute(Q["schema_version"]).fetchone()[0])
-            for migration in MIGRATIONS:
-                if migration.version > version:
-                    for statement in _statements(migration.sql):
-                        conn.execute(statement)
-                    conn.execute(
-                        Q["record_migration"],
-                        {
-                            "version": migration.version,
-                            "name": migration.name,
-                            "now": _us(self.clock()),
-                        },
-                    )
-                    version = migration.version
-            return version
+
+            def apply(migration: Migration) -> None:
+                for statement in _statements(migration.sql):
+                    conn.execute(statement)
+                params = {"version": migration.version, "name": migration.name}
+                conn.execute(Q["record_migration"], {**params, "now": _us(self.clock())})
+
+            return apply_pending(MIGRATIONS, version, apply)
 
     expected_schema_version = schema_target(MIGRATIONS)
 
@@ -144,26 +139,11 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         who: Mapping[str, object],
     ) -> list[Claim]:
         claimed = []
-        for entry, window, status, task_id, task_name, reason, first, count in dispatch_rows(plan):
-            row = conn.execute(
-                Q["insert_dispatch"],
-                {
-                    "namespace": namespace,
-                    "entry": entry,
-                    "window": _us(window),
-                    "status": status,
-                    "task_id": task_id,
-                    "task_name": task_name,
-                    "reason": reason,
-                    "skipped_from": None if first is None else _us(first),
-                    "skipped_count": count,
-                    "now": _us(now),
-                    "fenced": True,
-                    **who,
-                },
-            ).fetchone()
-            if row is not None and task_id is not None:
-                claimed.append(Claim(row[0], entry, window, task_id, 1))
+        for row in dispatch_rows(plan):
+            row_id = insert_dispatch(conn, namespace, row, now, who, fenced=True)
+            entry, window, _, task_id = row[:4]
+            if row_id is not None and task_id is not None:
+                claimed.append(Claim(row_id, entry, window, task_id, 1))
         return claimed
 
     @staticmethod

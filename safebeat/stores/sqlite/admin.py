@@ -5,20 +5,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-    Status,
-)
-from safebeat.stores.pausing import SetsPaused
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 from safebeat.stores.sqlite.connection import (
     Q,
@@ -27,24 +18,27 @@ from safebeat.stores.sqlite.connection import (
     _record,
     _state,
     _us,
+    insert_dispatch,
 )
 
 
-class SqliteAdmin(SetsPaused, SqliteConnection):
+class SqliteAdmin(AdminAdapter, SqliteConnection):
     """`AdminStore` on SQLite (`schema_version` and `checks` are `SqliteStore`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._boundary("load entry states") as conn:
             rows = conn.execute(
                 Q["all_states"], {"namespace": namespace, "now": _us(self.clock())}
             ).fetchall()
         return {row[0]: _state(row) for row in rows}
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._boundary("list replicas") as conn:
             rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()
         return [
-            ReplicaRecord(r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6]))
+            records.ReplicaRecord(
+                r[0], r[1], r[2], r[3], _instant(r[4]), _instant(r[5]), json.loads(r[6])
+            )
             for r in rows
         ]
 
@@ -52,16 +46,16 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
         with self._boundary("list namespaces") as conn:
             return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         with self._boundary("read history") as conn:
             rows = conn.execute(
                 Q["history"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
         return [_record(r) for r in rows]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         with self._write(pause.action) as conn:
             cursor = conn.execute(
                 Q["set_paused"],
@@ -75,15 +69,13 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
             )
             return cursor.rowcount == 1
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         with self._write("record an operator action") as conn:
             params = {**audit_columns(namespace, event), "now": _us(self.clock())}
             row = conn.execute(Q["record_audit"], params).fetchone()
-        return AuditRecord.of(row[0], _instant(row[1]), event)
+        return row[0], _instant(row[1])
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         with self._boundary("read the audit trail") as conn:
             rows = conn.execute(
                 Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit}
@@ -95,32 +87,19 @@ class SqliteAdmin(SetsPaused, SqliteConnection):
             cursor = conn.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        inserted = []
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
+        inserted: list[ClaimedRow] = []
+        who = replica_columns(replica)
         with self._write("claim windows") as conn:
-            now = _us(self.clock())
-            for claim in claims:
-                row = conn.execute(
-                    Q["insert_dispatch"],
-                    {
-                        "namespace": namespace,
-                        "entry": claim.entry,
-                        "window": _us(claim.window),
-                        "status": Status.CLAIMED.value,
-                        "task_id": claim.task_id,
-                        "task_name": claim.task_name,
-                        "reason": reason,
-                        "skipped_from": None,
-                        "skipped_count": None,
-                        "now": now,
-                        "fenced": False,  # past windows, claimed on purpose
-                        **replica_columns(replica),
-                    },
-                ).fetchone()
-                if row is not None:
-                    inserted.append(Claim(row[0], claim.entry, claim.window, claim.task_id, 1))
+            now = self.clock()
+            for c in claims:
+                row = (c.entry, c.window, "claimed", c.task_id, c.task_name, reason, None, None)
+                # Not fenced: past windows, claimed on purpose.
+                row_id = insert_dispatch(conn, namespace, row, now, who, fenced=False)
+                if row_id is not None:
+                    inserted.append((row_id, c.entry, c.window, c.task_id))
         return inserted
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:

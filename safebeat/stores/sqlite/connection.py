@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,6 +22,7 @@ from safebeat.records import (
     Status,
     system_clock,
 )
+from safebeat.stores.sql_common import DispatchRow
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import redact
 
@@ -88,6 +89,38 @@ def _record(r: Sequence[Any]) -> DispatchRecord:
         duplicates=r[23],
         lease_until=_maybe_instant(r[24]),
     )
+
+
+def insert_dispatch(
+    conn: sqlite3.Connection,
+    namespace: str,
+    row: DispatchRow,
+    now: datetime,
+    who: Mapping[str, object],
+    *,
+    fenced: bool,
+) -> int | None:
+    """Insert one dispatch row (see `sql_common.DISPATCH_COLUMNS`) claimed at `now` by
+    `who` unless its (entry, window) has one; return the new row's id, or None."""
+    entry, window, status, task_id, task_name, reason, first, count = row
+    inserted = conn.execute(
+        Q["insert_dispatch"],
+        {
+            "namespace": namespace,
+            "entry": entry,
+            "window": _us(window),
+            "status": status,
+            "task_id": task_id,
+            "task_name": task_name,
+            "reason": reason,
+            "skipped_from": None if first is None else _us(first),
+            "skipped_count": count,
+            "now": _us(now),
+            "fenced": fenced,
+            **who,
+        },
+    ).fetchone()
+    return None if inserted is None else int(inserted[0])
 
 
 class _Busy(StoreUnavailable):

@@ -4,36 +4,28 @@ entries added at run time."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
+from safebeat import records
 from safebeat.identity import Replica
-from safebeat.records import (
-    AuditEvent,
-    AuditRecord,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    NewClaim,
-    Pause,
-    ReplicaRecord,
-)
+from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.pausing import SetsPaused
 from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
 
 #: The counter that moves with every change to the entries added at run time.
 RUNTIME_COUNTER = "runtime_entries"
 
 
-class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
+class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
     """`AdminStore` with Django's ORM (`schema_version` and `checks` are `DjangoDatabase`'s)."""
 
-    def states(self, namespace: str) -> dict[str, EntryState]:
+    def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._boundary("load entry states"):
             return self._load(namespace, None)
 
-    def replicas(self, namespace: str) -> list[ReplicaRecord]:
+    def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         m = django_models(self.alias)
         with self._boundary("list replicas"):
             rows = list(
@@ -44,7 +36,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
                     "replica", "host", "pid", "version", "started_at", "heartbeat_at", "definitions"
                 )
             )
-        return [ReplicaRecord(*row) for row in rows]
+        return [records.ReplicaRecord(*row) for row in rows]
 
     def namespaces(self) -> list[str]:
         m = django_models(self.alias)
@@ -52,9 +44,9 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             found = m.Entry.objects.using(self.alias).order_by().values_list("namespace", flat=True)
             return sorted({str(name) for name in found.distinct()})
 
-    def history(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[DispatchRecord]:
+    def _history(
+        self, namespace: str, entry: str | None, limit: int
+    ) -> list[records.DispatchRecord]:
         m = django_models(self.alias)
         with self._boundary("read history"):
             rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
@@ -63,7 +55,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
         return [_record(row) for row in values]
 
-    def _store_pause(self, namespace: str, entry: str, pause: Pause) -> bool:
+    def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:
         m = django_models(self.alias)
         with self._write(pause.action):
             # MySQL counts the rows matched, not changed (Django connects with FOUND_ROWS).
@@ -74,7 +66,7 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             )
         return bool(updated)
 
-    def record_audit(self, namespace: str, event: AuditEvent) -> AuditRecord:
+    def _append_audit(self, namespace: str, event: records.AuditEvent) -> tuple[int, datetime]:
         m = django_models(self.alias)
         columns = audit_columns(namespace, event)
         with self._boundary("record an operator action") as connection, vendors.write(connection):
@@ -82,11 +74,9 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             row = m.Audit.objects.using(self.alias).create(
                 **{**columns, "windows": [w.isoformat() for w in event.windows]}, at=now
             )
-        return AuditRecord.of(int(row.id), now, event)
+        return int(row.id), now
 
-    def audit(
-        self, namespace: str, entry: str | None = None, limit: int = 100
-    ) -> list[AuditRecord]:
+    def _audit(self, namespace: str, entry: str | None, limit: int) -> list[records.AuditRecord]:
         m = django_models(self.alias)
         with self._boundary("read the audit trail"):
             rows = m.Audit.objects.using(self.alias).filter(namespace=namespace)
@@ -107,11 +97,9 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
             )
         return bool(deleted)
 
-    def claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
-    ) -> list[Claim]:
-        if not claims:
-            return []
+    def _claim_extra(
+        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
+    ) -> list[ClaimedRow]:
         m = django_models(self.alias)
         self._check_lengths(namespace, [c.entry for c in claims])
         who = replica_columns(replica)
@@ -149,11 +137,11 @@ class DjangoOrmAdmin(SetsPaused, DjangoOrmRows):
                     entry__in=sorted({c.entry for c in claims}),
                 ).values_list("id", "entry", "window_at", "task_id")
             }
-        inserted: list[Claim] = []
+        inserted: list[ClaimedRow] = []
         for c in claims:
             found = ours.pop((c.entry, c.window), None)
             if found is not None:
-                inserted.append(Claim(found[0], c.entry, c.window, found[1], 1))
+                inserted.append((found[0], c.entry, c.window, found[1]))
         return inserted
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
