@@ -34,6 +34,7 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
+    EntryState,
     Reclaim,
     Registration,
     TickPlan,
@@ -60,6 +61,10 @@ from safebeat.stores.ticking import Release, TickAdapter, TickCall
 
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
+
+#: Definitions one register script handles: a few milliseconds of Redis's time each, well
+#: inside its busy threshold and any client's reply timeout, however big the schedule.
+REGISTER_SLICE = 1000
 
 
 class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
@@ -117,15 +122,23 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
+        """Register in slices of `REGISTER_SLICE` definitions, one script each, so no
+        script holds Redis for long (others would get `BUSY`, and a client could time out
+        on it); every slice anchors its new entries at the instant the first one read."""
         prefix = key_prefix(namespace)
-        args: list[object] = [prefix]
-        for definition in definitions:
-            args += [definition.name, definition.digest, definition.schedule]
+        instant = ""
+        states: dict[str, EntryState] = {}
+        changed: dict[str, str] = {}
         with self._boundary("register entries"):
-            _now, changed, *columns = self._run("register", [f"{prefix}:digest"], args)
-        names = [d.name for d in definitions]
-        pairs = dict(zip(changed[::2], changed[1::2], strict=True))
-        return Registration(_states(names, columns), pairs)
+            for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
+                part = definitions[start : start + REGISTER_SLICE]
+                args: list[object] = [prefix, instant]
+                for definition in part:
+                    args += [definition.name, definition.digest, definition.schedule]
+                instant, pairs, *columns = self._run("register", [f"{prefix}:digest"], args)
+                states.update(_states([d.name for d in part], columns))
+                changed.update(zip(pairs[::2], pairs[1::2], strict=True))
+        return Registration(states, changed)
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
@@ -286,4 +299,4 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         return deleted
 
 
-__all__ = ["LAYOUT_VERSION", "SCRIPTS", "RedisStore", "key_prefix"]
+__all__ = ["LAYOUT_VERSION", "REGISTER_SLICE", "SCRIPTS", "RedisStore", "key_prefix"]
