@@ -23,9 +23,12 @@ from safebeat.stores.base import Definition
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.redis.connection import Timeouts, connect
 from safebeat.testing import FakeClock
-from tests import runscope, services
+from tests import services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, tick_until
+from tests.integration.test_redis_store import queue
+
+__all__ = ["queue"]  # the fixture: a broker queue of this test's own
 
 pytestmark = pytest.mark.redis
 
@@ -43,13 +46,6 @@ def busy_redis() -> Iterator[services.RedisServer]:
     server = services.start_redis_server(None, "--lua-time-limit", str(BUSY_THRESHOLD_MS))
     yield server
     server.stop()
-
-
-@pytest.fixture
-def queue(redis_url: str) -> Iterator[str]:
-    name = runscope.unique("redis-register")
-    yield name
-    redis.Redis.from_url(redis_url).delete(name)
 
 
 def big_schedule(n: int = BIG) -> list[Definition]:
