@@ -115,6 +115,23 @@ def test_registering_a_big_schedule_never_makes_redis_busy(
     assert len({s.defined_at for s in registration.states.values()}) == 1
 
 
+def test_reading_the_states_of_a_big_namespace_never_makes_redis_busy(
+    busy_redis: services.RedisServer, namespace: str
+) -> None:
+    """`states` (safebeat status, the console) reads in slices too: no other client is
+    refused `BUSY` while it reads 20,000 entries, and it returns every one of them."""
+    store = RedisStore(busy_redis.url)
+    registered = store.register(namespace, big_schedule(), REPLICA).states
+    read: list[Any] = []
+    thread = threading.Thread(target=lambda: read.append(store.states(namespace)))
+    thread.start()
+    busy = busy_seen_while(thread, busy_redis.url)
+    thread.join(30)
+    store.close()
+    assert not busy, "a states script ran past Redis's busy threshold"
+    assert read == [registered]
+
+
 def test_a_registration_sent_again_after_a_timeout_changes_nothing(
     busy_redis: services.RedisServer, namespace: str
 ) -> None:

@@ -47,6 +47,7 @@ from safebeat.stores.redis.base import (
     LAYOUT_KEY,
     LAYOUT_VERSION,
     SCRIPTS,
+    SLICE,
     _instant,
     _micros,
     _states,
@@ -61,10 +62,6 @@ from safebeat.stores.ticking import Release, TickAdapter, TickCall
 
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
-
-#: Definitions one register script handles: a few milliseconds of Redis's time each, well
-#: inside its busy threshold and any client's reply timeout, however big the schedule.
-REGISTER_SLICE = 1000
 
 
 class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
@@ -122,7 +119,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
-        """Register in slices of `REGISTER_SLICE` definitions, one script each, so no
+        """Register in slices of `SLICE` definitions, one script each, so no
         script holds Redis for long (others would get `BUSY`, and a client could time out
         on it); every slice anchors its new entries at the instant the first one read."""
         prefix = key_prefix(namespace)
@@ -130,8 +127,8 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         states: dict[str, EntryState] = {}
         changed: dict[str, str] = {}
         with self._boundary("register entries"):
-            for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
-                part = definitions[start : start + REGISTER_SLICE]
+            for start in range(0, len(definitions), SLICE) or [0]:
+                part = definitions[start : start + SLICE]
                 args: list[object] = [prefix, instant]
                 for definition in part:
                     args += [definition.name, definition.digest, definition.schedule]
@@ -299,4 +296,4 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         return deleted
 
 
-__all__ = ["LAYOUT_VERSION", "REGISTER_SLICE", "SCRIPTS", "RedisStore", "key_prefix"]
+__all__ = ["LAYOUT_VERSION", "SCRIPTS", "SLICE", "RedisStore", "key_prefix"]

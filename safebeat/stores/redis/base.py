@@ -50,6 +50,11 @@ _BUSY = "BUSY "
 #: Seconds between the sends of a command Redis refused as `BUSY`.
 BUSY_PAUSE = 0.02
 
+#: Entries one script registers or reads the states of: a few milliseconds of Redis's
+#: time, well inside its busy threshold and any client's reply timeout, however many
+#: entries a namespace has.
+SLICE = 1000
+
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 #: The key every namespace with a registered entry has (its entries' digests).

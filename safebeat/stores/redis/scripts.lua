@@ -170,11 +170,14 @@ end
 return load_states(p, names, {now, changed})
 
 -- name: states
--- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since,
--- paused} of every entry.
+-- ARGV: prefix, then entry names (one slice of them: see RedisAdmin.states). Returns the
+-- state columns of those names (see load_states); a name not registered has none.
 local p = ARGV[1]
-local names = redis.call('HKEYS', p .. ':digest')
-return load_states(p, names, {names})
+local names = {}
+for i = 2, #ARGV do
+    names[#names + 1] = ARGV[i]
+end
+return load_states(p, names, {})
 
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
