@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
-from safebeat.errors import StoreError
+from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
 from safebeat.stores.base import Definition
 from safebeat.stores.redis import RedisStore
@@ -46,6 +46,18 @@ def busy_redis() -> Iterator[services.RedisServer]:
     server = services.start_redis_server(None, "--lua-time-limit", str(BUSY_THRESHOLD_MS))
     yield server
     server.stop()
+
+
+#: Counts its runs in KEYS[1], then keeps Redis busy for 0.3 s.
+SPIN = """
+redis.call('INCR', KEYS[1])
+local t = redis.call('TIME')
+local start = tonumber(t[1]) + tonumber(t[2]) / 1e6
+repeat
+    local u = redis.call('TIME')
+until tonumber(u[1]) + tonumber(u[2]) / 1e6 - start > 0.3
+return 1
+"""
 
 
 def big_schedule(n: int = BIG) -> list[Definition]:
@@ -145,23 +157,33 @@ def test_a_registration_sent_again_after_a_timeout_changes_nothing(
     assert again == first
 
 
+def test_redis_busy_past_the_reply_timeout_is_the_store_unavailable_for_a_while(
+    busy_redis: services.RedisServer, namespace: str
+) -> None:
+    """A step that Redis keeps refusing `BUSY` (another client's long script) until the
+    reply timeout is `StoreUnavailable`: beat backs off and tries again, as for an outage."""
+    store = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.1))
+    store.register(namespace, big_schedule(10), REPLICA)
+    client = connect(busy_redis.url, Timeouts(reply=5))
+    spinner = threading.Thread(target=lambda: client.eval(SPIN, 1, "runs"))
+    spinner.start()
+    assert busy_seen_while(spinner, busy_redis.url)
+    with pytest.raises(StoreUnavailable, match="BUSY"):
+        store.history(namespace)
+    spinner.join(10)
+    client.close()
+    assert len(store.states(namespace)) == 10
+    store.close()
+
+
 def test_a_script_that_timed_out_is_never_sent_again_by_the_client(
     busy_redis: services.RedisServer,
 ) -> None:
     """Even with `retry_on_timeout=true` in the URL, redis-py does not re-run a script
     whose reply did not come in time (it may have run: the caller decides)."""
-    spin = """
-    redis.call('INCR', KEYS[1])
-    local t = redis.call('TIME')
-    local start = tonumber(t[1]) + tonumber(t[2]) / 1e6
-    repeat
-        local u = redis.call('TIME')
-    until tonumber(u[1]) + tonumber(u[2]) / 1e6 - start > 0.3
-    return 1
-    """
     client = connect(f"{busy_redis.url}?retry_on_timeout=true", Timeouts(reply=0.05))
-    script = client.register_script(spin)
-    script.sha = client.script_load(spin)
+    script = client.register_script(SPIN)
+    script.sha = client.script_load(SPIN)
     with pytest.raises(redis.exceptions.TimeoutError):
         script(keys=["runs"])
     wait_until_idle(busy_redis.url)

@@ -227,6 +227,8 @@ class RedisBase:
         if isinstance(exc, redis.exceptions.AuthenticationError):
             return StoreError(self._refused(action, exc))
         message = self._message(action, exc)
+        if str(exc).startswith(_BUSY):  # another client's script, still running: not ours
+            return StoreUnavailable(message)
         if isinstance(
             exc,
             redis.exceptions.ConnectionError
