@@ -35,9 +35,10 @@ pytestmark = pytest.mark.redis
 REPLICA = Replica("host-a", 101, "aaaaaa")
 OTHER = Replica("host-b", 202, "bbbbbb")
 #: Milliseconds a script may run before Redis answers other clients `BUSY`.
-BUSY_THRESHOLD_MS = 50
-#: Entries whose registration, as one script, runs several busy thresholds long.
-BIG = 20_000
+BUSY_THRESHOLD_MS = 250
+#: Entries whose registration, as one script, runs several busy thresholds long (about
+#: 1 s), while one slice of them runs a small part of one (about 15 ms).
+BIG = 50_000
 
 
 @pytest.fixture
@@ -48,14 +49,14 @@ def busy_redis() -> Iterator[services.RedisServer]:
     server.stop()
 
 
-#: Counts its runs in KEYS[1], then keeps Redis busy for 0.3 s.
+#: Counts its runs in KEYS[1], then keeps Redis busy for 1 s.
 SPIN = """
 redis.call('INCR', KEYS[1])
 local t = redis.call('TIME')
 local start = tonumber(t[1]) + tonumber(t[2]) / 1e6
 repeat
     local u = redis.call('TIME')
-until tonumber(u[1]) + tonumber(u[2]) / 1e6 - start > 0.3
+until tonumber(u[1]) + tonumber(u[2]) / 1e6 - start > 1
 return 1
 """
 
@@ -131,7 +132,7 @@ def test_reading_the_states_of_a_big_namespace_never_makes_redis_busy(
     busy_redis: services.RedisServer, namespace: str
 ) -> None:
     """`states` (safebeat status, the console) reads in slices too: no other client is
-    refused `BUSY` while it reads 20,000 entries, and it returns every one of them."""
+    refused `BUSY` while it reads BIG (50,000) entries, and it returns every one of them."""
     store = RedisStore(busy_redis.url)
     registered = store.register(namespace, big_schedule(), REPLICA).states
     read: list[Any] = []
@@ -150,7 +151,7 @@ def test_a_registration_sent_again_after_a_timeout_changes_nothing(
     """A replica whose client gives up on register (short reply timeout) and sends it again
     leaves every entry's anchor, defined_at and last window as the first call stored them."""
     first = RedisStore(busy_redis.url).register(namespace, big_schedule(), REPLICA).states
-    impatient = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.05))
+    impatient = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.2))
     for _ in range(3):
         assert register_until_done(impatient, namespace, big_schedule())
     again = RedisStore(busy_redis.url).states(namespace)
@@ -196,7 +197,7 @@ def test_a_replica_registering_a_big_schedule_makes_no_other_replica_publish_twi
     busy_redis: services.RedisServer, redis_url: str, queue: str, namespace: str
 ) -> None:
     """Replica B publishes a window; just before it records the publish, replica A starts
-    and registers 20,000 entries with a short socket timeout (retrying, like beat does).
+    and registers BIG (50,000) entries with a short socket timeout (retrying, like beat does).
     B's record must not be refused: every window reaches the broker exactly once, also
     after the claim timeout, when unrecorded claims would be published again."""
     schedule = {f"big-{i}": {"task": "faults.big", "schedule": 3600.0} for i in range(BIG)}
@@ -210,7 +211,7 @@ def test_a_replica_registering_a_big_schedule_makes_no_other_replica_publish_twi
     clock = FakeClock()
     replica_b = Scheduler(app, monotonic=clock.monotonic)
     # Shorter than one big script, longer than a slice of one.
-    starting = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.1))
+    starting = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.2))
     store = replica_b.store
     record_publish = store.record_publish
     disturbed: list[datetime] = []
