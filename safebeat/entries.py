@@ -12,11 +12,13 @@ import dataclasses
 import hashlib
 import json
 import re
+import sys
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import schedules
@@ -63,9 +65,21 @@ MAX_JITTER = timedelta(hours=1)
 RESERVED_OPTIONS = frozenset({"task_id"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_SECONDS = MAX_DURATION.total_seconds()
+_Shared = TypeVar("_Shared", bound=Rule | Policy)
+#: One object per distinct rule and policy, shared by every entry that has it: a crontab's
+#: sets of days and months alone cost about 2.5 KB per entry when each entry has its own.
+_SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary()
 
 
-@dataclass(frozen=True)
+def _shared(value: _Shared) -> _Shared:
+    """The object equal to `value` that other entries already hold, else `value` itself."""
+    try:
+        return cast(_Shared, _SHARED.setdefault(value, value))
+    except TypeError:  # a field that cannot be hashed: the entry keeps its own
+        return value
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One compiled schedule entry: what to send, when, and under which policy."""
 
@@ -165,7 +179,7 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     calendar = _calendar(name, safebeat_options, zone)
     jitter = _jitter(name, safebeat_options, f"{config.namespace}/{name}")
     policy = dataclasses.replace(policy, calendar=calendar, jitter=jitter)
-    schedule_text = describe(rule)
+    schedule_text = sys.intern(describe(rule))  # one string per distinct schedule
     described: dict[str, object] = {
         "task": task,
         "schedule": schedule_text,
@@ -184,8 +198,8 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     return Entry(
         name,
         task,
-        rule,
-        policy,
+        _shared(rule),
+        _shared(policy),
         schedule_text,
         digest,
         tuple(args),
