@@ -9,7 +9,6 @@ Nothing store-specific lives here; nothing raised in a tick escapes into Celery'
 
 from __future__ import annotations
 
-import heapq
 import logging
 import random
 import time
@@ -24,6 +23,7 @@ from safebeat.batching import ClaimBatch
 from safebeat.config import Config, config_from_app
 from safebeat.contrib import opentelemetry
 from safebeat.dispatch import Dispatcher
+from safebeat.due_times import DueTimes
 from safebeat.entries import Entry, compile_schedule
 from safebeat.errors import EntryError, StoreError, StoreUnavailable, TickTooLong
 from safebeat.guard import TickGuard
@@ -100,7 +100,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._store = store
         self._monotonic = monotonic or time.monotonic
         self._ready = False
-        self._due_at: dict[str, float] = {}
+        self._due_at = DueTimes()
         self._next_heartbeat = 0.0
         self._next_reclaim = 0.0
         self._next_prune = 0.0
@@ -296,7 +296,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         )
         report_registration(registration.changed, self.entries)
         now = self._monotonic()
-        self._due_at = dict.fromkeys(self.entries, now)
+        self._due_at = DueTimes(dict.fromkeys(self.entries, now))
         self._ready = True
         self._heartbeat()
         return 0.0
@@ -310,11 +310,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         # were just sent must not come back ahead of the ones still waiting.
         if self._batch.ceiling != self.claim_batch:  # set on the instance after __init__
             self._batch = ClaimBatch(self.claim_batch, self.min_claim_batch)
-        due = heapq.nsmallest(
-            self._batch.size,
-            (name for name, at in self._due_at.items() if at <= now),
-            key=self._due_at.__getitem__,
-        )
+        due = self._due_at.due(now, self._batch.size)
         reclaim = now >= self._next_reclaim
         if (due or reclaim) and not self._can_publish():
             # Claiming (or taking over) now would only leave unsent claims for the other
@@ -419,10 +415,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self, name: str, upcoming: datetime | None, now: datetime, started: float
     ) -> None:
         if upcoming is None:
-            self._due_at.pop(name, None)
+            self._due_at.remove(name)
             logger.info("safebeat: entry %r has no more windows", name)
             return
-        self._due_at[name] = started + max(0.0, (upcoming - now).total_seconds())
+        self._due_at.set(name, started + max(0.0, (upcoming - now).total_seconds()))
 
     def _publish(self, claims: Sequence[Claim], *, claimed_at: float) -> None:
         """Publish claimed windows through the dispatcher; count and log what happened."""
@@ -468,11 +464,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
     def _sleep_time(self) -> float:
         now = self._monotonic()
-        deadlines = [
-            *self._due_at.values(),
-            self._next_heartbeat,
-            self._next_reclaim,
-        ]
+        deadlines = [self._next_heartbeat, self._next_reclaim]
+        earliest = self._due_at.earliest()
+        if earliest is not None:
+            deadlines.append(earliest)
         if self.runs_runtime_entries:
             deadlines.append(self._next_runtime_look)
         if self.dispatcher.backoff.waiting(now):
