@@ -142,6 +142,20 @@ def namespace() -> str:
     return f"scale-{uuid.uuid4().hex[:8]}"
 
 
+def burst_config(
+    env: Env, mode: str, store: str, size: int, *, lead: float, opts: argparse.Namespace
+) -> dict[str, Any]:
+    """A child's description: `size` entries in a namespace of their own, due `lead` s on."""
+    return {
+        "mode": mode,
+        "store": env.urls[store],
+        "namespace": namespace(),
+        "count": size,
+        "due_at": float(int(time.time() + lead)),
+        "cap": opts.cap,
+    }
+
+
 def wait_for_messages(env: Env, count: int, until: float) -> float | None:
     """The instant LLEN first showed `count` messages (polled every 10 ms), None at `until`."""
     while time.time() < until:
@@ -157,15 +171,8 @@ def wait_for_messages(env: Env, count: int, until: float) -> float | None:
 def replicas(env: Env, store: str, size: int, replicas: int, opts: argparse.Namespace) -> dict:
     """`size` entries due at one instant, `replicas` processes; figures of the burst."""
     lead = opts.lead or 15 + replicas * size / 4000
-    due_at = float(int(time.time() + lead))
-    config = {
-        "mode": "replica",
-        "store": env.urls[store],
-        "namespace": namespace(),
-        "count": size,
-        "due_at": due_at,
-        "cap": opts.cap,
-    }
+    config = burst_config(env, "replica", store, size, lead=lead, opts=opts)
+    due_at = config["due_at"]
     children = [Child(env, config) for _ in range(replicas)]
     try:
         ready = [child.line("READY", lead + 60).get("at") for child in children]
@@ -224,17 +231,9 @@ def big(env: Env, store: str, size: int, opts: argparse.Namespace) -> dict[str, 
     """One replica with `size` entries: first start (with a burst), then a restart."""
     due_count = min(size, 100_000)
     lead = opts.lead or 20 + size / 2500
-    due_at = float(int(time.time() + lead))
-    config = {
-        "mode": "big",
-        "store": env.urls[store],
-        "namespace": namespace(),
-        "count": size,
-        "due_count": due_count,
-        "due_at": due_at,
-        "cap": opts.cap,
-        "pulse": False,
-    }
+    config = burst_config(env, "big", store, size, lead=lead, opts=opts)
+    config.update(due_count=due_count, pulse=False)
+    due_at = config["due_at"]
     child = Child(env, config)
     try:
         ready = child.line("READY", lead + 120).get("at")
