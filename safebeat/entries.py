@@ -72,9 +72,13 @@ _SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary(
 
 
 def _shared(value: _Shared) -> _Shared:
-    """The object equal to `value` that other entries already hold, else `value` itself."""
+    """The object equal to `value` that other entries already hold, else `value` itself.
+
+    The key is the fields, not the object: a key holding the object would keep it alive.
+    """
+    key = (type(value), *(getattr(value, f.name) for f in dataclasses.fields(value)))
     try:
-        return cast(_Shared, _SHARED.setdefault(value, value))
+        return cast(_Shared, _SHARED.setdefault(key, value))
     except TypeError:  # a field that cannot be hashed: the entry keeps its own
         return value
 
