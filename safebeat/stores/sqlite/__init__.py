@@ -144,19 +144,24 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         who: Mapping[str, object],
     ) -> list[Claim]:
         claimed = []
-        params = {"namespace": namespace, "now": _us(now), "fenced": True, **who}
         for entry, window, status, task_id, task_name, reason, first, count in dispatch_rows(plan):
-            params.update(  # read when executed: one mapping serves every row
-                entry=entry,
-                window=_us(window),
-                status=status,
-                task_id=task_id,
-                task_name=task_name,
-                reason=reason,
-                skipped_from=None if first is None else _us(first),
-                skipped_count=count,
-            )
-            row = conn.execute(Q["insert_dispatch"], params).fetchone()
+            row = conn.execute(
+                Q["insert_dispatch"],
+                {
+                    "namespace": namespace,
+                    "entry": entry,
+                    "window": _us(window),
+                    "status": status,
+                    "task_id": task_id,
+                    "task_name": task_name,
+                    "reason": reason,
+                    "skipped_from": None if first is None else _us(first),
+                    "skipped_count": count,
+                    "now": _us(now),
+                    "fenced": True,
+                    **who,
+                },
+            ).fetchone()
             if row is not None and task_id is not None:
                 claimed.append(Claim(row[0], entry, window, task_id, 1))
         return claimed
