@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench bench-peers chaos clean
+.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench bench-peers bench-scale chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,11 @@ bench: $(STAMP)
 ## bench-peers: safebeat beside stock beat, django-celery-beat, RedBeat and raw publishing (about an hour)
 bench-peers: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_peers.py --profile postgres,django
+
+## bench-scale: replicas 1/2/3 on a 100,000-window burst, 1,000,000 entries on one replica,
+## idle cost, django-celery-beat rows (docs/performance.md); SCALE_ARGS for bench_scale.py's flags
+bench-scale: $(STAMP)
+	$(BIN)/python tests/benchmarks/bench_scale.py $(SCALE_ARGS)
 
 ## chaos: real beat replicas under faults, every window counted (docs/reliability.md);
 ## CHAOS_ARGS=--long for 10 replicas per store, --short for what CI runs

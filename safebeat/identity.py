@@ -3,6 +3,7 @@ replica's identity."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import socket
@@ -46,7 +47,23 @@ def task_id_for(namespace: str, entry: str, window: datetime) -> str:
     carries the id of the first publish and a worker can recognise the duplicate.
     """
     name = "\x1f".join((namespace, entry, format_window(window)))
-    return str(uuid.uuid5(TASK_ID_NAMESPACE, name))
+    return _uuid5_text(name)
+
+
+_NAMESPACE_BYTES = TASK_ID_NAMESPACE.bytes
+#: The version-5 variant nibble of a task id's 17th hex digit, by the digest's own nibble:
+#: `(nibble & 0x3) | 0x8`, as `uuid.UUID(..., version=5)` sets it.
+_VARIANT = {f"{n:x}": f"{(n & 0x3) | 0x8:x}" for n in range(16)}
+
+
+def _uuid5_text(name: str) -> str:
+    """`str(uuid.uuid5(TASK_ID_NAMESPACE, name))`, without building a UUID object (a burst
+    derives one per claim)."""
+    digest = hashlib.sha1(_NAMESPACE_BYTES + name.encode(), usedforsecurity=False).hexdigest()
+    return (
+        f"{digest[:8]}-{digest[8:12]}-5{digest[13:16]}-"
+        f"{_VARIANT[digest[16]]}{digest[17:20]}-{digest[20:32]}"
+    )
 
 
 @dataclass(frozen=True)

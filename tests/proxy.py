@@ -20,6 +20,8 @@ class Proxy:
         self._stopped = threading.Event()
         self._sockets: set[socket.socket] = set()
         self._mutex = threading.Lock()
+        #: Connections refused while cut: how often the client tried to reconnect.
+        self.refused = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     def cut(self) -> None:
@@ -47,6 +49,7 @@ class Proxy:
             except OSError:
                 return
             if not self._open.is_set():
+                self.refused += 1
                 client.close()
                 continue
             try:

@@ -6,10 +6,11 @@ The store's clock decides which windows are due; this only decides when to ask.
 
 from __future__ import annotations
 
-import heapq
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+
+from safebeat.beat.due_times import DueTimes
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -19,22 +20,18 @@ class Pacing:
     take-over of stale claims (`next_reclaim`)."""
 
     def __init__(self) -> None:
-        self.due_at: dict[str, float] = {}
+        self.due_at = DueTimes()
         self.next_reclaim = 0.0
 
     def restart(self, names: Iterable[str], now: float) -> None:
         """Plan every one of `names` at once (after registering them)."""
-        self.due_at = dict.fromkeys(names, now)
+        self.due_at = DueTimes(dict.fromkeys(names, now))
 
     def due(self, now: float, limit: int) -> list[str]:
         """Up to `limit` entries whose time has come, the most overdue first: with more due
         entries than one tick claims, entries that were just sent must not come back ahead
         of the ones still waiting."""
-        return heapq.nsmallest(
-            limit,
-            (name for name, at in self.due_at.items() if at <= now),
-            key=self.due_at.__getitem__,
-        )
+        return self.due_at.due(now, limit)
 
     def reclaimed(self, started: float, claim_timeout: timedelta) -> None:
         """Stale claims were taken over by the tick that started at `started`."""
@@ -46,10 +43,10 @@ class Pacing:
         """Plan `name` again at `upcoming` (store time), counted from the tick's start;
         never again when it has no more windows."""
         if upcoming is None:
-            self.due_at.pop(name, None)
+            self.due_at.remove(name)
             logger.info("safebeat: entry %r has no more windows", name)
             return
-        self.due_at[name] = started + max(0.0, (upcoming - store_now).total_seconds())
+        self.due_at.set(name, started + max(0.0, (upcoming - store_now).total_seconds()))
 
     def sleep_time(
         self,
@@ -65,7 +62,10 @@ class Pacing:
         if broker_until is not None:
             deadlines = [broker_until, heartbeat_at]
         else:
-            deadlines = [*self.due_at.values(), heartbeat_at, self.next_reclaim]
+            deadlines = [heartbeat_at, self.next_reclaim]
+            earliest = self.due_at.earliest()
+            if earliest is not None:
+                deadlines.append(earliest)
             if runtime_look_at is not None:
                 deadlines.append(runtime_look_at)
         return max(0.0, min(min(deadlines) - now, max_sleep))

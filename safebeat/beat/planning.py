@@ -104,18 +104,13 @@ def plan_tick(
                 now=now,
                 timeout=queue_timeouts.get(name, DEFAULT_QUEUE_TIMEOUT),
             )
-        claims.extend(
-            NewClaim(name, window, task_id_for(namespace, name, window), entry.task)
-            for window in decision.dispatch
-        )
-        skips.extend(
-            NewSkip(name, span.last, span.first, span.count, span.reason.value)
-            for span in (*held, *decision.skipped)
-        )
-        last = max(
-            (w for w in (decision.last_window, *(s.last for s in held)) if w is not None),
-            default=None,
-        )
+        for window in decision.dispatch:
+            claims.append(NewClaim(name, window, task_id_for(namespace, name, window), entry.task))
+        for span in (*held, *decision.skipped) if held else decision.skipped:
+            skips.append(NewSkip(name, span.last, span.first, span.count, span.reason.value))
+        last = decision.last_window  # the windows a pause held all come before it
+        if last is None and held:
+            last = max(span.last for span in held)
         if last is not None:
             advances[name] = last
         upcoming[name] = decision.wake_at  # the next send time, after any jitter

@@ -4,9 +4,11 @@ with each bad entry's error kept apart."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+import weakref
 from collections.abc import Mapping
 from datetime import tzinfo
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from safebeat.config import Config
 from safebeat.entries.digest import entry_digest, policy_parts
@@ -24,10 +26,27 @@ from safebeat.entries.options import (
 from safebeat.entries.rules import compile_rule
 from safebeat.entries.text import describe
 from safebeat.errors import EntryError, shown
+from safebeat.windows import Policy, Rule
 
 ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
 #: Options safebeat sets itself on every message, so an entry may not set them.
 RESERVED_OPTIONS = frozenset({"task_id"})
+_Shared = TypeVar("_Shared", bound=Rule | Policy)
+#: One object per distinct rule and policy, shared by every entry that has it: a crontab's
+#: sets of days and months alone cost about 2.5 KB per entry when each entry has its own.
+_SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary()
+
+
+def _shared(value: _Shared) -> _Shared:
+    """The object equal to `value` that other entries already hold, else `value` itself.
+
+    The key is the fields, not the object: a key holding the object would keep it alive.
+    """
+    key = (type(value), *(getattr(value, f.name) for f in dataclasses.fields(value)))
+    try:
+        return cast(_Shared, _SHARED.setdefault(key, value))
+    except TypeError:  # a field that cannot be hashed: the entry keeps its own
+        return value
 
 
 def compile_schedule(
@@ -90,7 +109,7 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     calendar = entry_calendar(name, safebeat_options, zone)
     jitter = entry_jitter(name, safebeat_options, f"{config.namespace}/{name}")
     policy = dataclasses.replace(policy, calendar=calendar, jitter=jitter)
-    schedule_text = describe(rule)
+    schedule_text = sys.intern(describe(rule))  # one string per distinct schedule
     described: dict[str, object] = {
         "task": task,
         "schedule": schedule_text,
@@ -109,8 +128,8 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     return Entry(
         name,
         task,
-        rule,
-        policy,
+        _shared(rule),
+        _shared(policy),
         schedule_text,
         digest,
         tuple(args),

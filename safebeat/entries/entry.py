@@ -11,7 +11,7 @@ from safebeat.records import Definition, EntryState
 from safebeat.windows import BoundedRule, ClockedRule, Overlap, Policy, Rule
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One compiled schedule entry: what to send, when, and under which policy."""
 

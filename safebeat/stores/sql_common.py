@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from safebeat.identity import Replica
+from safebeat.identity import Replica, format_window
 from safebeat.records import AuditAction, AuditEvent, AuditRecord, TickPlan
 
 
@@ -55,6 +56,32 @@ def dispatch_rows(plan: TickPlan) -> list[DispatchRow]:
 def as_columns(rows: list[DispatchRow]) -> dict[str, list[object]]:
     """Transpose rows into {column: values}, for one `unnest()` insert."""
     return {name: [row[i] for row in rows] for i, name in enumerate(DISPATCH_COLUMNS)}
+
+
+def as_array_literals(rows: list[DispatchRow]) -> dict[str, str]:
+    """`as_columns`, each column as one PostgreSQL array literal (see `array_literal`)."""
+    return {
+        name: array_literal([row[i] for row in rows]) for i, name in enumerate(DISPATCH_COLUMNS)
+    }
+
+
+def array_literal(values: Iterable[str | datetime | int | None]) -> str:
+    """`values` as the text of a PostgreSQL array, `{"a",NULL,"2026-03-01T12:00:00Z"}`, for a
+    parameter cast to an array type. A client-side binding cursor quotes a list element by
+    element, several times slower than this for the thousands of values of a burst."""
+    return "{" + ",".join(map(_array_element, values)) + "}"
+
+
+def _array_element(value: str | datetime | int | None) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return format_window(value)  # UTC, no character to escape; a burst repeats a few
+    if isinstance(value, int):
+        return str(value)
+    if "\\" in value or '"' in value:
+        value = value.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{value}"'
 
 
 def audit_columns(namespace: str, event: AuditEvent) -> dict[str, object]:

@@ -50,5 +50,6 @@ class Due:
     @property
     def last_window(self) -> datetime | None:
         """The newest window this answer decides about, dispatched or skipped."""
-        candidates = [*self.dispatch, *(span.last for span in self.skipped)]
-        return max(candidates) if candidates else None
+        if not self.skipped:  # the common case, once per due entry per tick
+            return max(self.dispatch) if self.dispatch else None
+        return max((*self.dispatch, *(span.last for span in self.skipped)))

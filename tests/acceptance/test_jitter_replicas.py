@@ -51,7 +51,11 @@ def test_replicas_send_each_jittered_window_once_at_its_send_time(
         env={
             "SAFEBEAT_URL": url,
             "SAFEBEAT_NAMESPACE": namespace,
-            "SB_SAFEBEAT_OPTIONS": json.dumps({"jittered-every-2s": {"jitter": "3s"}}),
+            # misfire "all": a beat the machine held up past a send time sends the window
+            # late rather than coalescing it into the next (what `latest` is for).
+            "SB_SAFEBEAT_OPTIONS": json.dumps(
+                {"jittered-every-2s": {"jitter": "3s", "misfire": "all"}}
+            ),
         },
     )
     beats.start(3)

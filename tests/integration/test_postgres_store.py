@@ -11,17 +11,20 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
+from safebeat.stores.sql_common import array_literal
 from tests import runscope, services
 
 pytestmark = pytest.mark.postgres
@@ -334,3 +337,24 @@ def test_migrate_waits_a_bounded_time_for_a_frozen_migrator(pg_url: str) -> None
     # It waited for the lock (the server's lock_timeout, not a time measured here, ended the
     # wait: the join above bounds it loosely, a slow machine only makes it longer).
     assert float(outcome["seconds"]) > 0.5  # type: ignore[arg-type]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(st.none() | st.text(st.characters(exclude_characters="\x00"), max_size=12)),
+    instants=st.lists(st.none() | st.datetimes(timezones=st.just(timezone.utc)), max_size=4),
+)
+def test_array_literals_read_back_as_the_values_they_were_made_of(
+    pg_url: str, texts: list[str | None], instants: list[datetime | None]
+) -> None:
+    """The tick sends its arrays as literals: quotes, backslashes, braces, commas, blanks,
+    the word NULL and the empty list all come back as they were, through a client-side
+    binding cursor like the tick's."""
+    with psycopg.connect(pg_url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        row = conn.execute(
+            "SELECT %(texts)s::text[], %(instants)s::timestamptz[]",
+            {"texts": array_literal(texts), "instants": array_literal(instants)},
+        ).fetchone()
+    assert row == (texts, instants)

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from safebeat import Scheduler
+from safebeat.beat.due_times import DueTimes
 from safebeat.beat.planning import Planned
 from safebeat.records import EntryState, Status
 from safebeat.stores.postgres import PostgresStore
@@ -63,13 +64,14 @@ def test_a_tick_the_store_ended_shrinks_the_batch_and_every_entry_is_dispatched(
     caplog.set_level(logging.INFO, logger="safebeat")
     try:
         scheduler.tick()  # registers every entry
-        scheduler._pacing.due_at = dict.fromkeys(scheduler.entries, math.inf)
+        scheduler._pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, math.inf))
         run(scheduler, 1.2)  # beat idles while windows pass: a backlog of ~6 per entry
         scheduler.slow = True
-        scheduler._pacing.due_at = dict.fromkeys(scheduler.entries, 0.0)  # all due at once
+        scheduler._pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, 0.0))  # all due
         for _ in range(6):
             scheduler.tick()
-            if all(at > time.monotonic() for at in scheduler._pacing.due_at.values()):
+            earliest = scheduler._pacing.due_at.earliest()
+            if earliest is None or earliest > time.monotonic():
                 break
         store = PostgresStore(pg_url)
         history = store.history(namespace, limit=10_000)

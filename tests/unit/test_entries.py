@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -12,6 +13,7 @@ from celery.schedules import crontab, schedule, solar
 
 from safebeat.config import Config
 from safebeat.entries import compile_entry, compile_schedule, describe, zone_of
+from safebeat.entries import compiling as entries_module
 from safebeat.errors import EntryError
 from safebeat.windows import CrontabRule, IntervalRule, Misfire, SolarRule
 
@@ -224,3 +226,22 @@ def test_schedule_text_is_canonical() -> None:
     spelled = compile_one({"task": "t", "schedule": crontab(minute="0,30", hour="*/6")})
     listed = compile_one({"task": "t", "schedule": crontab(minute=[30, 0], hour=[0, 6, 12, 18])})
     assert spelled.schedule_text == listed.schedule_text == "crontab 0,30 0,6,12,18 * * * in UTC"
+
+
+def test_entries_share_equal_rules_and_policies_and_let_them_go() -> None:
+    """100,000 crontab entries held a copy each of the same sets of days and months."""
+
+    def job(minute: str) -> dict[str, object]:
+        return {"task": "proj.tasks.job", "schedule": crontab(minute=minute)}
+
+    schedule = {"a": job("13,47"), "b": job("13,47"), "c": job("11,53")}
+    entries, _ = compile_schedule(schedule, app_timezone=timezone.utc, config=Config())
+
+    assert entries["a"].rule is entries["b"].rule
+    assert entries["a"].policy is entries["b"].policy
+    assert entries["a"].rule is not entries["c"].rule
+    assert entries["a"].rule != entries["c"].rule
+    shared = len(entries_module._SHARED)
+    del entries
+    gc.collect()
+    assert len(entries_module._SHARED) < shared

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from safebeat.beat.planning import Planned, plan_tick
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
-from safebeat.identity import task_id_for
+from safebeat.identity import TASK_ID_NAMESPACE, format_window, task_id_for
 from safebeat.records import EntryState, NewClaim
 
 UTC = timezone.utc
@@ -147,3 +151,16 @@ def test_states_of_entries_this_replica_does_not_define_are_left_alone() -> None
         retry_after=RETRY,
     )
     assert (planned.claims, planned.skips, planned.advances, planned.upcoming) == ([], [], {}, {})
+
+
+@given(
+    namespace=st.text(max_size=12),
+    name=st.text(max_size=40),
+    window=st.datetimes(timezones=st.just(UTC)),
+)
+def test_a_task_id_is_the_uuid5_of_namespace_entry_and_window(
+    namespace: str, name: str, window: datetime
+) -> None:
+    """The task id every replica derives is exactly uuid5 of the three, whatever the text."""
+    expected = uuid.uuid5(TASK_ID_NAMESPACE, f"{namespace}\x1f{name}\x1f{format_window(window)}")
+    assert task_id_for(namespace, name, window) == str(expected)

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 import redis
@@ -61,10 +62,14 @@ _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterExcep
 NAMESPACE_PATTERN = "safebeat:{*}:digest"
 
 
+# A burst sends and reads back the same few instants (its windows, the entries' anchors)
+# thousands of times: each is converted once.
+@lru_cache(maxsize=4096)
 def _us(instant: datetime) -> str:
     return str((instant - _EPOCH) // timedelta(microseconds=1))
 
 
+@lru_cache(maxsize=4096)
 def _instant(micros: str | int | float) -> datetime:
     # Scores come back as text of a double: exact for microsecond instants (< 2**53).
     return _EPOCH + timedelta(microseconds=int(float(micros)))

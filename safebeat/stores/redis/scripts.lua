@@ -39,6 +39,28 @@
 -- Prepended to every script below (see RedisStore): helpers they share.
 
 -- Redis TIME as microseconds since the epoch, in decimal text.
+-- Slices of this many arguments keep each redis.call within what unpack can pass.
+local SLICE = 1000
+
+-- redis.call(command, head..., items...) in slices of `items` (pairs stay whole: SLICE is
+-- even); returns the replies of the slices, concatenated when they are lists.
+local function in_slices(command, head, items)
+    local replies = {}
+    for i = 1, #items, SLICE do
+        local args = {unpack(head)}
+        for j = i, math.min(i + SLICE - 1, #items) do
+            args[#args + 1] = items[j]
+        end
+        local reply = redis.call(command, unpack(args))
+        if type(reply) == 'table' then
+            for _, value in ipairs(reply) do
+                replies[#replies + 1] = value
+            end
+        end
+    end
+    return replies
+end
+
 local function now_us()
     local t = redis.call('TIME')
     return t[1] .. string.format('%06d', tonumber(t[2]))
@@ -113,21 +135,16 @@ end
 -- false) and queued_since (see above).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
-        local values = {}
-        for _, name in ipairs(names) do
-            values[#values + 1] = redis.call('HGET', p .. ':' .. field, name)
-        end
-        result[#result + 1] = values
+        result[#result + 1] = in_slices('HMGET', {p .. ':' .. field}, names)
     end
-    local running, paused, queued = {}, {}, {}
+    local running, queued = {}, {}
     local now = tonumber(now_us())
     for _, name in ipairs(names) do
         running[#running + 1] = alive_since(p, name, now, false)
-        paused[#paused + 1] = redis.call('HGET', p .. ':paused', name)
         queued[#queued + 1] = queued_since(p, name)
     end
     result[#result + 1] = running
-    result[#result + 1] = paused
+    result[#result + 1] = in_slices('HMGET', {p .. ':paused'}, names)
     result[#result + 1] = queued
     return result
 end
@@ -229,57 +246,86 @@ local timeout, limit = ARGV[10], tonumber(ARGV[11])
 local now = now_us()
 local at = 12
 
-local function insert(entry, window, fields)
-    local marker = p .. ':claim:' .. window .. ':' .. entry
-    if redis.call('EXISTS', marker) == 1 then
-        return nil
-    end
-    local last = redis.call('HGET', p .. ':last', entry)
-    if last and tonumber(window) <= tonumber(last) then
-        return nil  -- decided by some replica since this plan was made
-    end
-    local id = redis.call('INCR', p .. ':seq')
-    redis.call('SET', marker, id)
-    redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
-        'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
-        unpack(fields))
-    redis.call('ZADD', p .. ':age', now, id)
-    redis.call('ZADD', p .. ':history', window, id)
-    redis.call('ZADD', p .. ':history:' .. entry, window, id)
-    return id
-end
-
-local claimed = {}
+-- The rows the plan inserts: {entry, window, fields, task_id (nil for a skip)}.
+local rows = {}
 for _ = 1, n_claims do
-    local entry, window, task_id, task_name = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+    local task_id = ARGV[at + 2]
+    rows[#rows + 1] = {ARGV[at], ARGV[at + 1],
+        {'status', 'claimed', 'task_id', task_id, 'task_name', ARGV[at + 3]}, task_id}
     at = at + 4
-    local id = insert(entry, window,
-        {'status', 'claimed', 'task_id', task_id, 'task_name', task_name})
-    if id then
-        redis.call('ZADD', p .. ':unsent', now, id)
-        claimed[#claimed + 1] = {id, entry, window, task_id}
-    end
 end
 for _ = 1, n_skips do
-    local entry, window, reason = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-    local fields = {'status', 'skipped', 'reason', reason, 'skipped_from', ARGV[at + 3]}
+    local fields = {'status', 'skipped', 'reason', ARGV[at + 2], 'skipped_from', ARGV[at + 3]}
     if ARGV[at + 4] ~= '' then
         fields[#fields + 1] = 'skipped_count'
         fields[#fields + 1] = ARGV[at + 4]
     end
+    rows[#rows + 1] = {ARGV[at], ARGV[at + 1], fields, nil}
     at = at + 5
-    insert(entry, window, fields)
 end
-for _ = 1, n_advances do
-    local entry, window = ARGV[at], ARGV[at + 1]
-    at = at + 2
-    if redis.call('HEXISTS', p .. ':digest', entry) == 1 then
-        local last = redis.call('HGET', p .. ':last', entry)
-        if not last or tonumber(window) > tonumber(last) then
-            redis.call('HSET', p .. ':last', entry, window)
-        end
+
+-- A row is written when its marker is new and its window is after the entry's stored last
+-- window (else some replica decided it since this plan was made). Nothing below changes
+-- a marker or a last window before every row is checked, so the last windows are read
+-- at once. (Only commands of the documented ACL user: docs/redis.md.)
+local markers, row_entries = {}, {}
+for i, row in ipairs(rows) do
+    markers[i] = p .. ':claim:' .. row[2] .. ':' .. row[1]
+    row_entries[i] = row[1]
+end
+local lasts = in_slices('HMGET', {p .. ':last'}, row_entries)
+local new_rows, seen = {}, {}
+for i, row in ipairs(rows) do
+    if not seen[markers[i]] and redis.call('EXISTS', markers[i]) == 0
+            and not (lasts[i] and tonumber(row[2]) <= tonumber(lasts[i])) then
+        seen[markers[i]] = true
+        new_rows[#new_rows + 1] = i
     end
 end
+
+local claimed = {}
+if #new_rows > 0 then
+    local ages, history, unsent = {}, {}, {}
+    for _, i in ipairs(new_rows) do
+        local id, row = redis.call('INCR', p .. ':seq'), rows[i]
+        local entry, window = row[1], row[2]
+        redis.call('SET', markers[i], id)
+        redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
+            'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
+            unpack(row[3]))
+        redis.call('ZADD', p .. ':history:' .. entry, window, id)
+        ages[#ages + 1] = now
+        ages[#ages + 1] = id
+        history[#history + 1] = window
+        history[#history + 1] = id
+        if row[4] then
+            unsent[#unsent + 1] = now
+            unsent[#unsent + 1] = id
+            claimed[#claimed + 1] = {id, entry, window, row[4]}
+        end
+    end
+    in_slices('ZADD', {p .. ':age'}, ages)
+    in_slices('ZADD', {p .. ':history'}, history)
+    in_slices('ZADD', {p .. ':unsent'}, unsent)
+end
+
+local advance_entries, advance_windows = {}, {}
+for _ = 1, n_advances do
+    advance_entries[#advance_entries + 1] = ARGV[at]
+    advance_windows[#advance_windows + 1] = ARGV[at + 1]
+    at = at + 2
+end
+local registered = in_slices('HMGET', {p .. ':digest'}, advance_entries)
+local stored = in_slices('HMGET', {p .. ':last'}, advance_entries)
+local advanced = {}
+for i, entry in ipairs(advance_entries) do
+    local window = advance_windows[i]
+    if registered[i] and (not stored[i] or tonumber(window) > tonumber(stored[i])) then
+        advanced[#advanced + 1] = entry
+        advanced[#advanced + 1] = window
+    end
+end
+in_slices('HSET', {p .. ':last'}, advanced)
 
 local reclaimed = {}
 if timeout ~= '' then

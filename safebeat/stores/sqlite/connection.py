@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,14 @@ Q = load_queries(__package__ or "safebeat.stores.sqlite")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
+# A burst writes and reads back the same few instants (its windows, the entries' anchors)
+# thousands of times: each is converted once.
+@lru_cache(maxsize=4096)
 def _us(instant: datetime) -> int:
     return (instant - _EPOCH) // timedelta(microseconds=1)
 
 
+@lru_cache(maxsize=4096)
 def _instant(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 

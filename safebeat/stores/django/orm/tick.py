@@ -108,20 +108,25 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
         if not advances:
             return
         m = django_models(self.alias)
+        # One branch per distinct window, not per entry: a burst advances thousands of
+        # entries to the same few windows.
+        by_window: dict[datetime, list[str]] = {}
+        for name, window in advances.items():
+            by_window.setdefault(window, []).append(name)
         m.Entry.objects.using(self.alias).filter(
             namespace=namespace, name__in=list(advances)
         ).update(
             last_window=Case(
                 *[
                     When(
-                        name=name,
+                        name__in=names,
                         then=Greatest(
                             Coalesce(F("last_window"), Value(window)),
                             Value(window),
                             output_field=DateTimeField(),
                         ),
                     )
-                    for name, window in advances.items()
+                    for window, names in by_window.items()
                 ],
                 default=F("last_window"),
                 output_field=DateTimeField(),
