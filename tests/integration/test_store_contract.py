@@ -173,6 +173,87 @@ def test_changed_schedule_moves_defined_at(store: Store, namespace: str) -> None
     assert changed.anchor == first.anchor
 
 
+def every_tenth_of_a_second() -> Entry:
+    return compile_entry(
+        "e", {"task": "tasks.run", "schedule": 0.1}, app_timezone=timezone.utc, config=Config()
+    )
+
+
+def tick_until_claimed(store: Store, namespace: str, planner: Callable[..., TickPlan]) -> Claim:
+    """Tick `store` with `planner` until it claims a window (windows come every 0.1 s)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        result = store.tick(namespace, ["e"], planner, replica=REPLICA)
+        if result is not None and result.claimed:
+            return result.claimed[-1]
+        time.sleep(0.02)
+    raise AssertionError("no window was claimed in 10 s")
+
+
+def test_registering_again_never_reopens_a_claimed_window(
+    open_store: StoreFactory, namespace: str
+) -> None:
+    """Unchanged definitions registered again, by a retry and by two replicas at once,
+    move no entry's state back: anchor, defined_at and last window stay, and the windows
+    claimed after it are new ones, each claimed once. 1,500 more entries make a store that
+    registers in slices use more than one."""
+    stores = [open_store(), open_store()]
+    entry = every_tenth_of_a_second()
+    planner = real_planner(entry, namespace)
+    schedule = [entry.definition, *definitions(*(f"f{i}" for i in range(1500)))]
+    first = stores[0].register(namespace, schedule, REPLICA).states
+    assert len({(s.anchor, s.defined_at) for s in first.values()}) == 1
+    tick_until_claimed(stores[0], namespace, planner)
+    decided = stores[0].states(namespace)["e"]
+    barrier = threading.Barrier(len(stores))
+
+    def register(store: Store, replica: Replica) -> None:
+        barrier.wait(10)
+        store.register(namespace, schedule, replica)
+
+    threads = [
+        threading.Thread(target=register, args=(s, r))
+        for s, r in zip(stores, (REPLICA, OTHER), strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    registration = stores[1].register(namespace, schedule, OTHER)  # a retry
+    assert registration.changed == {}
+    assert {n: s.anchor for n, s in registration.states.items()} == {
+        n: s.anchor for n, s in first.items()
+    }
+    again = registration.states["e"]
+    assert (again.anchor, again.defined_at, again.last_window) == (
+        decided.anchor,
+        decided.defined_at,
+        decided.last_window,
+    )
+    assert decided.last_window is not None
+    assert tick_until_claimed(stores[1], namespace, planner).window > decided.last_window
+    windows = [r.window for r in stores[0].history(namespace, "e", limit=10_000) if r.task_id]
+    assert len(windows) == len(set(windows))
+
+
+def test_a_claimed_window_is_never_claimed_again_whatever_the_state_says(
+    store: Store, namespace: str
+) -> None:
+    """The unique key alone refuses a second claim: a plan that claims a window again
+    without the last window having moved past it (no advance) claims nothing."""
+    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    window = window_after(state, 1)
+    claim = NewClaim("a", window, task_id_for(namespace, "a", window), "tasks.run")
+    plan = TickPlan(claims=[claim], advances={})
+    first = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
+    again = store.tick(namespace, ["a"], lambda now, s: plan, replica=OTHER)
+    assert first is not None
+    assert again is not None
+    assert [c.window for c in first.claimed] == [window]
+    assert store.states(namespace)["a"].last_window is None
+    assert again.claimed == []
+
+
 def test_each_window_is_claimed_once(store: Store, namespace: str) -> None:
     """Claiming a window that is already claimed returns nothing and is not an error."""
     state = store.register(namespace, definitions("a"), REPLICA).states["a"]

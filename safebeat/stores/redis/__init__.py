@@ -34,6 +34,7 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
+    EntryState,
     Reclaim,
     Registration,
     TickPlan,
@@ -46,6 +47,7 @@ from safebeat.stores.redis.base import (
     LAYOUT_KEY,
     LAYOUT_VERSION,
     SCRIPTS,
+    SLICE,
     _instant,
     _micros,
     _states,
@@ -117,15 +119,23 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
+        """Register in slices of `SLICE` definitions, one script each, so no
+        script holds Redis for long (others would get `BUSY`, and a client could time out
+        on it); every slice anchors its new entries at the instant the first one read."""
         prefix = key_prefix(namespace)
-        args: list[object] = [prefix]
-        for definition in definitions:
-            args += [definition.name, definition.digest, definition.schedule]
+        instant = ""
+        states: dict[str, EntryState] = {}
+        changed: dict[str, str] = {}
         with self._boundary("register entries"):
-            _now, changed, *columns = self._run("register", [f"{prefix}:digest"], args)
-        names = [d.name for d in definitions]
-        pairs = dict(zip(changed[::2], changed[1::2], strict=True))
-        return Registration(_states(names, columns), pairs)
+            for start in range(0, len(definitions), SLICE) or [0]:
+                part = definitions[start : start + SLICE]
+                args: list[object] = [prefix, instant]
+                for definition in part:
+                    args += [definition.name, definition.digest, definition.schedule]
+                instant, pairs, *columns = self._run("register", [f"{prefix}:digest"], args)
+                states.update(_states([d.name for d in part], columns))
+                changed.update(zip(pairs[::2], pairs[1::2], strict=True))
+        return Registration(states, changed)
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
@@ -286,4 +296,4 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         return deleted
 
 
-__all__ = ["LAYOUT_VERSION", "SCRIPTS", "RedisStore", "key_prefix"]
+__all__ = ["LAYOUT_VERSION", "SCRIPTS", "SLICE", "RedisStore", "key_prefix"]

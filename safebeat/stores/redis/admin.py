@@ -12,6 +12,7 @@ from safebeat.identity import Replica
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
+    SLICE,
     RedisBase,
     _instant,
     _record,
@@ -27,10 +28,17 @@ class RedisAdmin(AdminAdapter, RedisBase):
     """`AdminStore` on Redis (`schema_version` and `checks` are `RedisStore`'s)."""
 
     def states(self, namespace: str) -> dict[str, records.EntryState]:
+        """Read the names, then their states `SLICE` at a time: one script for a big
+        namespace would hold Redis for seconds, refusing every replica's tick `BUSY`."""
         prefix = key_prefix(namespace)
-        with self._boundary("load entry states"):
-            names, *columns = self._run("states", [f"{prefix}:digest"], [prefix])
-        return _states(names, columns)
+        found: dict[str, records.EntryState] = {}
+        with self._boundary("load entry states") as client:
+            names = sorted(_text(name) for name in client.hkeys(f"{prefix}:digest"))
+            for start in range(0, len(names), SLICE):
+                part = names[start : start + SLICE]
+                columns = self._run("states", [f"{prefix}:digest"], [prefix, *part])
+                found.update(_states(part, columns))
+        return found
 
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         prefix = key_prefix(namespace)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -43,6 +44,17 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 #: How Redis reports an ACL denial inside a Lua script (not as a NOPERM error).
 _SCRIPT_DENIED = "can't run this command"
+
+#: How Redis refuses a command, unrun, while a script runs past its busy threshold.
+_BUSY = "BUSY "
+
+#: Seconds between the sends of a command Redis refused as `BUSY`.
+BUSY_PAUSE = 0.02
+
+#: Entries one script registers or reads the states of: a few milliseconds of Redis's
+#: time, well inside its busy threshold and any client's reply timeout, however many
+#: entries a namespace has.
+SLICE = 1000
 
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
@@ -220,6 +232,8 @@ class RedisBase:
         if isinstance(exc, redis.exceptions.AuthenticationError):
             return StoreError(self._refused(action, exc))
         message = self._message(action, exc)
+        if str(exc).startswith(_BUSY):  # another client's script, still running: not ours
+            return StoreUnavailable(message)
         if isinstance(
             exc,
             redis.exceptions.ConnectionError
@@ -268,7 +282,19 @@ class RedisBase:
         self._drop()
 
     def _run(self, script: str, keys: Sequence[str], args: Sequence[object]) -> Any:
-        return self._scripts[script](keys=list(keys), args=list(args))
+        """Run `script`; while Redis answers `BUSY` (another client's script is past the
+        busy threshold), send it again, for as long as a reply may take. A `BUSY` command
+        never ran, so this re-runs nothing; giving up instead would, for `record_publish`,
+        leave published claims unrecorded, to be published again after the claim
+        timeout. A script that timed out is never sent again here: it may have run."""
+        give_up = time.monotonic() + self._timeouts.reply
+        while True:
+            try:
+                return self._scripts[script](keys=list(keys), args=list(args))
+            except redis.exceptions.ResponseError as exc:
+                if not str(exc).startswith(_BUSY) or time.monotonic() >= give_up:
+                    raise
+            time.sleep(BUSY_PAUSE)
 
     def clock(self) -> datetime:
         with self._boundary("read the clock") as client:

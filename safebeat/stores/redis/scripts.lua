@@ -150,15 +150,22 @@ local function load_states(p, names, result)
 end
 
 -- name: register
--- ARGV: prefix, then (name, digest, schedule) triples.
--- Returns {now, changed (name, old digest pairs), anchors, defined, lasts, digests,
--- schedules, running_since, paused, queued_since} (the state columns: see load_states).
+-- ARGV: prefix, the registration's instant (us; '' for Redis TIME now), then (name,
+-- digest, schedule) triples: one slice of a registration, whose slices all pass the
+-- instant the first one returned, so every entry of one registration gets one anchor.
+-- Returns {now (the instant used), changed (name, old digest pairs), anchors, defined,
+-- lasts, digests, schedules, running_since, paused, queued_since} (the state columns: see
+-- load_states). Writes only new or changed entries, never an anchor or last window of a
+-- stored one: a registration sent again (a retry, another replica) changes nothing.
 local p = ARGV[1]
-local now = now_us()
+local now = ARGV[2]
+if now == '' then
+    now = now_us()
+end
 local anchor = now:sub(1, -7) .. '000000'
 local changed = {}
 local names = {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
     local name, digest, schedule = ARGV[i], ARGV[i + 1], ARGV[i + 2]
     names[#names + 1] = name
     local old = redis.call('HGET', p .. ':digest', name)
@@ -180,11 +187,14 @@ end
 return load_states(p, names, {now, changed})
 
 -- name: states
--- ARGV: prefix. Returns {names, anchors, defined, lasts, digests, schedules, running_since,
--- paused} of every entry.
+-- ARGV: prefix, then entry names (one slice of them: see RedisAdmin.states). Returns the
+-- state columns of those names (see load_states); a name not registered has none.
 local p = ARGV[1]
-local names = redis.call('HKEYS', p .. ':digest')
-return load_states(p, names, {names})
+local names = {}
+for i = 2, #ARGV do
+    names[#names + 1] = ARGV[i]
+end
+return load_states(p, names, {})
 
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
