@@ -12,7 +12,6 @@ beat.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -23,11 +22,17 @@ from celery import Celery
 from celery.app.amqp import _callback_publish_retry
 from celery.app.routes import MapRoute
 from celery.app.task import Task
-from celery.beat import BeatLazyFunc
 from celery.utils.nodenames import anon_nodename
-from celery.utils.saferepr import saferepr
-from celery.utils.time import subtract_datetimes
 
+from safebeat.beat.declarations import QueueDeclarations
+from safebeat.beat.message_fields import (
+    Arguments,
+    argument_reprs,
+    has_lazy_arguments,
+    headers_for,
+    message_for,
+    seconds_left,
+)
 from safebeat.beat.message_template import (
     PER_WINDOW_HEADERS,
     MessageShape,
@@ -36,18 +41,8 @@ from safebeat.beat.message_template import (
 )
 from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
-from safebeat.identity import (
-    ENTRY_HEADER,
-    OVERLAP_HEADER,
-    PAUSE_AFTER_FAILURES_HEADER,
-    PERIODIC_TASK_HEADER,
-    WINDOW_HEADER,
-    format_window,
-)
+from safebeat.identity import format_window
 from safebeat.records import Claim
-from safebeat.windows import Overlap
-
-logger = logging.getLogger("safebeat.publishing")
 
 #: Options the direct path passes on exactly as `send_task` would; any other option (eta,
 #: countdown, expires, links, shadow, stamping...) takes Celery's full path.
@@ -70,73 +65,6 @@ DIRECT_OPTIONS = frozenset(
         "retry_policy",
     }
 )
-
-
-#: A message's (args, kwargs, options), as `send_task`/`apply_async` take them.
-_Arguments = tuple[list[Any], dict[str, Any], dict[str, Any]]
-
-
-def message_for(entry: Entry, claim: Claim) -> _Arguments:
-    """Return (args, kwargs, options) for `send_task`/`apply_async` of one claimed window.
-
-    The task id is the claim's deterministic id, so a re-publish carries the same id.
-    Lazy arguments (`celery.beat.BeatLazyFunc`) are evaluated now, as stock beat does.
-    """
-    args = [_evaluate(value) for value in entry.args]
-    kwargs = {key: _evaluate(value) for key, value in entry.kwargs.items()}
-    options = dict(entry.options)
-    options.pop("headers", None)
-    options["headers"] = headers_for(entry, format_window(claim.window))
-    options["task_id"] = claim.task_id
-    return args, kwargs, options
-
-
-def headers_for(entry: Entry, window: str) -> dict[str, Any]:
-    """The headers of one window's message: the entry's own, then safebeat's."""
-    headers: dict[str, Any] = dict(entry.options.get("headers") or {})
-    headers.update(
-        {
-            ENTRY_HEADER: entry.name,
-            WINDOW_HEADER: window,
-            PERIODIC_TASK_HEADER: entry.name,
-            # Stock beat marks its messages this way; tools that look for it keep working.
-            "celery_beat_task": True,
-        }
-    )
-    if entry.overlap is Overlap.FORBID:
-        headers[OVERLAP_HEADER] = Overlap.FORBID.value
-    if entry.pause_after_failures is not None:
-        headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
-    return headers
-
-
-def _evaluate(value: object) -> object:
-    return value() if isinstance(value, BeatLazyFunc) else value
-
-
-#: Values whose saferepr is their repr, as long as it is short (see plain_repr).
-_PLAIN = frozenset({int, float, bool, type(None)})
-#: Far below Celery's smallest argsrepr/kwargsrepr limit and saferepr's string limit.
-_PLAIN_LENGTH = 100
-
-
-def plain_repr(value: list[Any] | tuple[Any, ...] | dict[str, Any], maxsize: int) -> str | None:
-    """`repr(value)` where that is what Celery's `saferepr` gives (a short, flat list,
-    tuple or dict of numbers, None and plain ASCII strings), else None: saferepr costs
-    more than the rest of a message's fields together."""
-    items = value.items() if isinstance(value, dict) else enumerate(value)
-    for key, item in items:
-        if not (_plain(key) and _plain(item)):
-            return None
-    text = repr(value)
-    return text if len(text) < min(_PLAIN_LENGTH, maxsize) else None
-
-
-def _plain(value: object) -> bool:
-    if isinstance(value, str) and type(value) is str:
-        # saferepr quotes and escapes other strings its own way
-        return value.isascii() and value.isprintable() and not {"\\", "'"} & set(value)
-    return type(value) in _PLAIN
 
 
 def _destination(options: Mapping[str, Any], app: Any) -> str | None:
@@ -171,20 +99,13 @@ class _EntryPlan:
     reprs: tuple[str, str] | None = None
 
 
-def _lazy(entry: Entry) -> bool:
-    return any(isinstance(v, BeatLazyFunc) for v in (*entry.args, *entry.kwargs.values()))
-
-
 class Publisher:
     """Publishes windows for one scheduler, remembering which queues its connection declared."""
 
     def __init__(self, app: Any, *, direct: bool = True) -> None:
         self.app = app
         self.direct = direct
-        # The transport connection the queues below were declared on: a reconnect (a new
-        # one) declares them again, as kombu's own cache does.
-        self._declared_on: object = None
-        self._declared: set[str] = set()
+        self._declarations = QueueDeclarations()
         self._plans: dict[str, _EntryPlan] = {}
         self._shapes: dict[Hashable, MessageShape | None] = {}
         # Whether the app lets any entry's message be templated (protocol 2, no sent
@@ -248,7 +169,7 @@ class Publisher:
             else:
                 self._send(producer, plan, arguments)
 
-    def _send(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
+    def _send(self, producer: Any, plan: _EntryPlan, arguments: Arguments) -> None:
         args, kwargs, options = arguments
         task = plan.task
         if self.direct and plan.direct:
@@ -294,7 +215,11 @@ class Publisher:
                 and not self._sent_event
                 and all(isinstance(route, MapRoute) for route in self.app.amqp.router.routes)
             )
-        return self._templates and not _lazy(entry) and not PER_WINDOW_HEADERS & headers.keys()
+        return (
+            self._templates
+            and not has_lazy_arguments(entry)
+            and not PER_WINDOW_HEADERS & headers.keys()
+        )
 
     def _template(
         self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any] | None
@@ -356,7 +281,7 @@ class Publisher:
         app, task_id, shape = self.app, claim.task_id, template.shape
         expiration = None
         if shape.expires is not None:
-            expiration = self._seconds_left(task_id, shape.expires)
+            expiration = seconds_left(task_id, shape.expires, now=app.now)
         if headers is None:
             headers = headers_for(plan.entry, self._window_text(claim.window))
         options = template.fill(
@@ -369,15 +294,15 @@ class Publisher:
             retry_policy=retry_policy,
         )
         queue = shape.queue
-        if queue is not None and queue in self._declared_queues(producer):
+        if queue is not None and self._declarations.declared(producer, queue):
             options["declare"] = []
         with producer.connection._reraise_as_library_errors():
             producer.publish(template.body, **options)
         if queue is not None:
-            self._declared.add(queue)
+            self._declarations.add(queue)
 
     def _direct_message(
-        self, plan: _EntryPlan, arguments: _Arguments
+        self, plan: _EntryPlan, arguments: Arguments
     ) -> tuple[dict[str, Any], Any, float | str | datetime | None]:
         """What `apply_async` -> `send_task` do before they publish a message with no eta
         or links: (routed options, message, the task's own expires)."""
@@ -396,7 +321,7 @@ class Publisher:
         expires = options.pop("expires", None)
         options = amqp.router.route(options, name, args, kwargs, task)
         if expires is not None:
-            options["expiration"] = self._seconds_left(task_id, expires)
+            options["expiration"] = seconds_left(task_id, expires, now=app.now)
         argsrepr, kwargsrepr = self._reprs(plan, args, kwargs)
         message = amqp.create_task_message(
             task_id,
@@ -416,7 +341,7 @@ class Publisher:
         )
         return options, message, expires
 
-    def _send_direct(self, producer: Any, plan: _EntryPlan, arguments: _Arguments) -> None:
+    def _send_direct(self, producer: Any, plan: _EntryPlan, arguments: Arguments) -> None:
         """What `apply_async` -> `send_task` do for a message with no eta or links."""
         options, message, _ = self._direct_message(plan, arguments)
         queue = options.get("queue")
@@ -425,44 +350,17 @@ class Publisher:
             # kombu binds a copy of the queue before it looks in its declared cache, on every
             # message; the first message per queue and connection declares, the rest skip it.
             queue_name = queue if isinstance(queue, str) else queue.name
-            if queue_name in self._declared_queues(producer):
+            if self._declarations.declared(producer, queue_name):
                 options["declare"] = []
         with producer.connection._reraise_as_library_errors():
             self.app.amqp.send_task_message(producer, plan.entry.task, message, **options)
         if queue_name is not None:
-            self._declared.add(queue_name)
-
-    def _declared_queues(self, producer: Any) -> set[str]:
-        """The queues declared on the producer's live transport connection (None before
-        the first one is looked up without connecting)."""
-        connection = getattr(producer.connection, "_connection", None)
-        if connection is None or connection is not self._declared_on:
-            self._declared_on, self._declared = connection, set()
-        return self._declared
+            self._declarations.add(queue_name)
 
     def _window_text(self, window: datetime) -> str:
         if self._window is None or self._window[0] != window:
             self._window = (window, format_window(window))
         return self._window[1]
-
-    def _seconds_left(self, task_id: str, expires: float | str | datetime) -> float:
-        """The message's time to live for `expires` (seconds, or an instant), as `send_task`
-        computes it: an instant already past gives 0 and a warning."""
-        if isinstance(expires, str):
-            expires = datetime.fromisoformat(expires)
-        if isinstance(expires, datetime):
-            seconds = float(subtract_datetimes(expires, self.app.now()).total_seconds())
-        else:
-            seconds = expires
-        if seconds < 0:
-            logger.warning(
-                "safebeat: task %s has an expiry in the past (%ss ago); it is sent with a "
-                "time to live of 0, as Celery does",
-                task_id,
-                -seconds,
-            )
-            return 0
-        return seconds
 
     def _origin_name(self) -> str:
         pid = os.getpid()
@@ -473,18 +371,11 @@ class Publisher:
     def _reprs(self, plan: _EntryPlan, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
         if plan.reprs is not None:
             return plan.reprs
-        levels, amqp, entry = self._repr_levels, self.app.amqp, plan.entry
-        # as as_task_v2 does: no arguments at all is shown as ()
-        reprs = (
-            plain_repr(args or (), amqp.argsrepr_maxsize)
-            or saferepr(args or (), amqp.argsrepr_maxsize, maxlevels=levels),
-            plain_repr(kwargs, amqp.kwargsrepr_maxsize)
-            or saferepr(kwargs, amqp.kwargsrepr_maxsize, maxlevels=levels),
-        )
-        if not _lazy(entry):
+        reprs = argument_reprs(self.app.amqp, args, kwargs, levels=self._repr_levels)
+        if not has_lazy_arguments(plan.entry):
             plan.reprs = reprs
         return reprs
 
     def forget_declarations(self) -> None:
         """After a connection error: declare every queue again on the next message."""
-        self._declared_on, self._declared = None, set()
+        self._declarations.forget()

@@ -20,12 +20,7 @@ from celery import beat
 
 from safebeat.app_schedule import settings_source
 from safebeat.beat.batching import ClaimBatch
-from safebeat.beat.claim_round import ClaimRounds, traced
-from safebeat.beat.dispatch import Dispatcher
-from safebeat.beat.guard import TickGuard
-from safebeat.beat.housekeeping import Housekeeper
-from safebeat.beat.metrics import BeatMetrics
-from safebeat.beat.pacing import Pacing
+from safebeat.beat.claim_round import traced
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
@@ -35,7 +30,7 @@ from safebeat.beat.reporting import (
     report_unregistered,
     serve_metrics,
 )
-from safebeat.beat.runtime_watch import RuntimeWatch
+from safebeat.beat.wiring import wire_parts
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
@@ -96,43 +91,21 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._store = store
         self._monotonic = monotonic or time.monotonic
         self._ready = False
-        self._pacing = Pacing()
-        self._runtime = RuntimeWatch()
         self._last_store_now: datetime | None = None
         self._queue_timeouts: dict[str, timedelta] = {}
-        self.metrics = BeatMetrics(
-            self.safebeat_config.namespace, self.replica.id, redact(self.safebeat_config.url)
-        )
-        self.dispatcher = Dispatcher(
+        parts = wire_parts(
             app,
-            claim_timeout=self.safebeat_config.claim_timeout,
-            replica=self.replica,
-            monotonic=self._monotonic,
-        )
-        self._rounds = ClaimRounds(
-            lambda: self.store,
             self.safebeat_config,
             self.replica,
+            store=lambda: self.store,
+            monotonic=self._monotonic,
             batch=ClaimBatch(self.claim_batch, self.min_claim_batch),
-            pacing=self._pacing,
-            dispatcher=self.dispatcher,
-            metrics=self.metrics,
-            monotonic=self._monotonic,
-        )
-        self._chores = Housekeeper(
-            lambda: self.store,
-            self.safebeat_config,
-            self.replica,
-            self.metrics,
-            monotonic=self._monotonic,
-        )
-        self._guard = TickGuard(
-            self.metrics,
-            monotonic=self._monotonic,
             max_sleep=self.max_interval,
-            store_url=lambda: self.store.display_url,
             sender=self,
         )
+        self.metrics, self.dispatcher = parts.metrics, parts.dispatcher
+        self._pacing, self._runtime, self._rounds = parts.pacing, parts.runtime, parts.rounds
+        self._chores, self._guard = parts.chores, parts.guard
         super().__init__(app, *args, lazy=lazy, **kwargs)
 
     # --- Celery's Scheduler interface -----------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 import redis
 from celery import Celery
 
-from safebeat.beat.publishing import message_for
+from safebeat.beat.message_fields import message_for
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for

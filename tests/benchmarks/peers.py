@@ -24,8 +24,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.beat import PersistentScheduler
 
-from safebeat.beat.publishing import WINDOW_HEADER
-from safebeat.identity import parse_window
+from safebeat.identity import WINDOW_HEADER, parse_window
 
 TASK_NAME = "safebeat_bench.dispatched"
 

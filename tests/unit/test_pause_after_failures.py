@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 import safebeat.worker
-from safebeat.beat.publishing import message_for
+from safebeat.beat.message_fields import message_for
 from safebeat.config import load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError, EntryError

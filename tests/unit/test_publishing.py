@@ -21,7 +21,8 @@ from celery.beat import BeatLazyFunc
 from celery.utils.saferepr import saferepr
 from kombu import Exchange, Queue
 
-from safebeat.beat.publishing import Publisher, plain_repr
+from safebeat.beat.message_fields import plain_repr
+from safebeat.beat.publishing import Publisher
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for

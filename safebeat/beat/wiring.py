@@ -1,0 +1,82 @@
+"""Beat's parts, built and wired together for one scheduler.
+
+`safebeat.Scheduler` is Celery's interface over these; each part gets what it shares with
+the others (the store, the config, this replica, the metrics, the clock) here, once.
+Building them is pure: nothing here touches the store or the broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from safebeat.beat.batching import ClaimBatch
+from safebeat.beat.claim_round import ClaimRounds
+from safebeat.beat.dispatch import Dispatcher
+from safebeat.beat.guard import TickGuard
+from safebeat.beat.housekeeping import Housekeeper
+from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.pacing import Pacing
+from safebeat.beat.runtime_watch import RuntimeWatch
+from safebeat.config import Config
+from safebeat.identity import Replica
+from safebeat.stores import Store
+from safebeat.urls import redact
+
+
+@dataclass(frozen=True)
+class BeatParts:
+    """One scheduler's parts, sharing one store, config, replica, metrics and clock."""
+
+    metrics: BeatMetrics
+    pacing: Pacing
+    runtime: RuntimeWatch
+    dispatcher: Dispatcher
+    rounds: ClaimRounds
+    chores: Housekeeper
+    guard: TickGuard
+
+
+def wire_parts(
+    app: Any,
+    config: Config,
+    replica: Replica,
+    *,
+    store: Callable[[], Store],
+    monotonic: Callable[[], float],
+    batch: ClaimBatch,
+    max_sleep: float,
+    sender: object,
+) -> BeatParts:
+    """Build a scheduler's parts; `store` opens the store when first called, `sender` is
+    the scheduler the guard's signals name."""
+    metrics = BeatMetrics(config.namespace, replica.id, redact(config.url))
+    pacing = Pacing()
+    dispatcher = Dispatcher(
+        app, claim_timeout=config.claim_timeout, replica=replica, monotonic=monotonic
+    )
+    return BeatParts(
+        metrics=metrics,
+        pacing=pacing,
+        runtime=RuntimeWatch(),
+        dispatcher=dispatcher,
+        rounds=ClaimRounds(
+            store,
+            config,
+            replica,
+            batch=batch,
+            pacing=pacing,
+            dispatcher=dispatcher,
+            metrics=metrics,
+            monotonic=monotonic,
+        ),
+        chores=Housekeeper(store, config, replica, metrics, monotonic=monotonic),
+        guard=TickGuard(
+            metrics,
+            monotonic=monotonic,
+            max_sleep=max_sleep,
+            store_url=lambda: store().display_url,
+            sender=sender,
+        ),
+    )
