@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -17,10 +16,11 @@ from celery.schedules import crontab
 from safebeat import Scheduler
 from safebeat.beat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
-from safebeat.identity import Replica, format_window, task_id_for
+from safebeat.identity import format_window, task_id_for
 from safebeat.records import Pause
 from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.ticking import Heartbeat
 from safebeat.testing import FakeClock, memory_scheduler
 
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=timezone.utc)
@@ -608,18 +608,12 @@ class HeartbeatLog(MemoryStore):
         self.sent: list[dict[str, str] | None] = []
         self.fail = False
 
-    def heartbeat(
-        self,
-        namespace: str,
-        replica: Replica,
-        version: str,
-        definitions: Mapping[str, str] | None,
-    ) -> bool:
+    def _heartbeat(self, beat: Heartbeat) -> bool:
         if self.fail:
             self.fail = False
             raise StoreUnavailable("connection refused")
-        self.sent.append(None if definitions is None else dict(definitions))
-        return super().heartbeat(namespace, replica, version, definitions)
+        self.sent.append(None if beat.definitions is None else dict(beat.definitions))
+        return super()._heartbeat(beat)
 
 
 def test_an_idle_heartbeat_sends_the_digests_only_when_they_change(
