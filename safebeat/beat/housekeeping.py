@@ -72,8 +72,9 @@ class Housekeeper:
         self._metrics, self._monotonic = metrics, monotonic
         self.next_heartbeat = 0.0
         self.next_prune = 0.0
-        # The entries last heartbeated and their digests, which the store holds unless None:
-        # an idle heartbeat then costs the same at any entry count.
+        # The entries last heartbeated and their digests, and the digests the store took
+        # last (None: unknown, send them in full), so that an idle heartbeat costs the
+        # same at any entry count.
         self._entries: Mapping[str, Entry] | None = None
         self._digests: dict[str, str] = {}
         self._stored: dict[str, str] | None = None

@@ -69,7 +69,7 @@ class Heartbeat:
     namespace: str
     replica: Replica
     version: str
-    definitions: Mapping[str, str] | None  # None: keep the stored ones, only if there are
+    definitions: Mapping[str, str] | None  # None: unchanged, the stored ones are kept
 
     def definitions_json(self) -> str:
         """The digests as JSON, as the SQL stores keep them (definitions given)."""
