@@ -27,12 +27,17 @@ def heartbeat(
     metrics: BeatMetrics,
     *,
     interval: float,
+    stored: bool,
 ) -> None:
-    """Record that this replica is alive with the entry digests it runs; where metrics are
-    served, count the replicas whose heartbeat is less than three intervals old."""
-    store.heartbeat(config.namespace, replica, __version__, digests)
+    """Record that this replica is alive with the entry digests it runs: only that it is
+    alive if the store holds these digests already (`stored`), in full if not or if it
+    lost them; where metrics are served, count the replicas whose heartbeat is less than
+    three intervals old."""
+    namespace = config.namespace
+    if not (stored and store.heartbeat(namespace, replica, __version__, None)):
+        store.heartbeat(namespace, replica, __version__, digests)
     if metrics.recording:
-        replicas = store.replicas(config.namespace)
+        replicas = store.replicas(namespace)
         newest = max(r.heartbeat_at for r in replicas)
         alive_after = newest - timedelta(seconds=3 * interval)
         metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
@@ -67,20 +72,45 @@ class Housekeeper:
         self._metrics, self._monotonic = metrics, monotonic
         self.next_heartbeat = 0.0
         self.next_prune = 0.0
+        # The entries last heartbeated and their digests, and the digests the store took
+        # last (None: unknown, send them in full), so that an idle heartbeat costs the
+        # same at any entry count.
+        self._entries: Mapping[str, Entry] | None = None
+        self._digests: dict[str, str] = {}
+        self._stored: dict[str, str] | None = None
 
     def register(self, entries: Mapping[str, Entry]) -> None:
-        """Register `entries`' definitions; say which ones the store had otherwise."""
+        """Register `entries`' definitions; say which ones the store had otherwise. The
+        next heartbeat sends their digests in full."""
+        self._stored = None
         definitions = [entry.definition for entry in entries.values()]
         registration = self._store().register(self._config.namespace, definitions, self._replica)
         report_registration(registration.changed, entries)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
-        """Record now that this replica is alive with `entries`' digests."""
-        digests = {name: entry.digest for name, entry in entries.items()}
+        """Record now that this replica is alive with `entries`' digests, sent in full only
+        when they differ from those the store last acknowledged (or it lost them)."""
+        digests = self._digests_of(entries)
+        stored, self._stored = self._stored, None  # unknown if the store call fails
         heartbeat(
-            self._store(), self._config, self._replica, digests, self._metrics, interval=interval
+            self._store(),
+            self._config,
+            self._replica,
+            digests,
+            self._metrics,
+            interval=interval,
+            stored=stored is not None and (stored is digests or stored == digests),
         )
+        self._stored = digests
         self.next_heartbeat = self._monotonic() + interval
+
+    def _digests_of(self, entries: Mapping[str, Entry]) -> dict[str, str]:
+        """`entries`' digests, computed again only when beat runs other entries (a
+        scheduler replaces its entries, never changes them in place)."""
+        if entries is not self._entries:
+            self._entries = entries
+            self._digests = {name: entry.digest for name, entry in entries.items()}
+        return self._digests
 
     def run_due(
         self,

@@ -201,9 +201,21 @@ class TickStore(StoreConnection, Protocol):
         ...
 
     def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
-        """Record that `replica` is alive now, with the entry digests it runs."""
+        self,
+        namespace: str,
+        replica: Replica,
+        version: str,
+        definitions: Mapping[str, str] | None,
+    ) -> bool:
+        """Record that `replica` is alive now.
+
+        With `definitions` (the entry digests it runs): record them and `version`,
+        creating the replica's record if needed (its `started_at` is kept), and return
+        True. With None: only refresh the liveness of the record the store holds, keeping
+        its version and definitions, and return whether there was one. A lost record
+        (pruned, flushed) is not created again without its definitions: the caller sends
+        them.
+        """
         ...
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:

@@ -1,5 +1,6 @@
-"""Beat's side of a store written once: `tick`, `record_publish` and `release_claims` as
-`TickAdapter` states them, over one narrow hook each that a backend fills with its I/O.
+"""Beat's side of a store written once: `tick`, `record_publish`, `release_claims` and
+`heartbeat` as `TickAdapter` states them, over one narrow hook each that a backend fills
+with its I/O.
 
 The tick sequence: in one transaction that holds the namespace's tick lock, read the
 store's clock, load the states of the due entries, call the planner, insert the claims
@@ -11,6 +12,7 @@ round trips each (`postgres.tick._tick`, Redis's `begin_tick` and `finish_tick` 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -60,6 +62,20 @@ class Release:
         return list(self.attempts)
 
 
+@dataclass(frozen=True)
+class Heartbeat:
+    """One call of `TickStore.heartbeat`, as a backend's `_heartbeat` receives it."""
+
+    namespace: str
+    replica: Replica
+    version: str
+    definitions: Mapping[str, str] | None  # None: unchanged, the stored ones are kept
+
+    def definitions_json(self) -> str:
+        """The digests as JSON, as the SQL stores keep them (definitions given)."""
+        return json.dumps(dict(self.definitions or {}), sort_keys=True)
+
+
 class _TickHooks(Protocol):
     def _tick(self, call: TickCall) -> TickResult | None:
         """Run the tick sequence; None if another replica holds the lock."""
@@ -77,10 +93,17 @@ class _TickHooks(Protocol):
         replica with their attempts to store now minus its age; return how many."""
         ...
 
+    def _heartbeat(self, beat: Heartbeat) -> bool:
+        """Upsert the replica's record at store now with `beat.definitions` and return
+        True; or, with none, refresh only `heartbeat_at` of its record and return whether
+        it exists (creating nothing)."""
+        ...
+
 
 class TickAdapter:
-    """`TickStore.tick`, `record_publish` and `release_claims` (see `stores/base.py`) for a
-    store that provides `_tick`, `_record_publish` and `_release_claims`."""
+    """`TickStore.tick`, `record_publish`, `release_claims` and `heartbeat` (see
+    `stores/base.py`) for a store that provides `_tick`, `_record_publish`,
+    `_release_claims` and `_heartbeat`."""
 
     def tick(
         self: _TickHooks,
@@ -111,6 +134,15 @@ class TickAdapter:
             return 0
         attempts = {claim.id: claim.attempts for claim in claims}
         return self._release_claims(namespace, Release(replica.id, released_age(timeout), attempts))
+
+    def heartbeat(
+        self: _TickHooks,
+        namespace: str,
+        replica: Replica,
+        version: str,
+        definitions: Mapping[str, str] | None,
+    ) -> bool:
+        return self._heartbeat(Heartbeat(namespace, replica, version, definitions))
 
 
 @dataclass(frozen=True)

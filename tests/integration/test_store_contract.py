@@ -565,6 +565,35 @@ def test_heartbeats_list_live_replicas(store: Store, namespace: str) -> None:
     assert dict(mine.definitions) == {"a": "d2", "b": "d3"}
 
 
+def test_a_heartbeat_without_definitions_keeps_them_and_refreshes_liveness(
+    store: Store, namespace: str
+) -> None:
+    """A heartbeat with None (the digests did not change) says the record is there, moves
+    its heartbeat_at to store now and keeps its definitions, version and started_at."""
+    assert store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1", "b": "d2"}) is True
+    [first] = store.replicas(namespace)
+    between = store.clock()
+    assert store.heartbeat(namespace, REPLICA, "1.1", None) is True
+    [mine] = store.replicas(namespace)
+    assert mine.heartbeat_at >= between > first.heartbeat_at
+    assert (mine.started_at, mine.version) == (first.started_at, "1.0")
+    assert dict(mine.definitions) == {"a": "d1", "b": "d2"}
+
+
+def test_a_heartbeat_without_definitions_never_recreates_a_lost_record(
+    store: Store, namespace: str
+) -> None:
+    """A store that lost the record (never written, pruned, forgotten) answers False to a
+    heartbeat with None and lists nothing; the full heartbeat that follows lists it again."""
+    assert store.heartbeat(namespace, REPLICA, "1.0", None) is False
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    store.prune(namespace, store.clock() + timedelta(seconds=1))
+    assert store.heartbeat(namespace, REPLICA, "1.0", None) is False
+    assert store.replicas(namespace) == []
+    assert store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"}) is True
+    assert [dict(r.definitions) for r in store.replicas(namespace)] == [{"a": "d1"}]
+
+
 def test_history_is_newest_first_and_filters_by_entry(store: Store, namespace: str) -> None:
     """History lists the newest window first, and only the asked entry when given one."""
     state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]

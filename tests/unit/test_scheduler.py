@@ -20,6 +20,7 @@ from safebeat.identity import format_window, task_id_for
 from safebeat.records import Pause
 from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.ticking import Heartbeat
 from safebeat.testing import FakeClock, memory_scheduler
 
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=timezone.utc)
@@ -596,3 +597,63 @@ def test_a_replica_cut_off_from_the_broker_claims_nothing_so_no_window_is_late(
     assert late == []
     assert max(windows_sent(drain(healthy_app, queue)).values()) == 1
     assert cut.metrics.totals.dispatched == 0
+
+
+class HeartbeatLog(MemoryStore):
+    """A memory store that keeps the definitions each heartbeat carried (None: unchanged);
+    the next heartbeat fails while `fail` is set."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sent: list[dict[str, str] | None] = []
+        self.fail = False
+
+    def _heartbeat(self, beat: Heartbeat) -> bool:
+        if self.fail:
+            self.fail = False
+            raise StoreUnavailable("connection refused")
+        self.sent.append(None if beat.definitions is None else dict(beat.definitions))
+        return super()._heartbeat(beat)
+
+
+def test_an_idle_heartbeat_sends_the_digests_only_when_they_change(
+    clock: FakeClock, queue: str
+) -> None:
+    """The first heartbeat carries every entry's digest, the next ones only say the replica
+    is alive (the store keeps the digests); entries that change are sent in full once."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    store = HeartbeatLog(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 35, step=1)
+    digest = scheduler.entries["a"].digest
+    assert store.sent == [{"a": digest}, None, None, None]
+    app.conf.beat_schedule["b"] = {"task": "t.run", "schedule": 7200.0}
+    scheduler.setup_schedule()
+    run(scheduler, clock, 25, step=1)
+    both = {name: entry.digest for name, entry in scheduler.entries.items()}
+    assert set(both) == {"a", "b"}
+    assert store.sent[4:] == [both, None, None]
+    [mine] = store.replicas("unit")
+    assert dict(mine.definitions) == both
+    assert clock.now() - mine.heartbeat_at < timedelta(seconds=10)  # the last beat moved it
+
+
+def test_a_store_that_lost_the_heartbeat_gets_the_digests_at_the_next_one(
+    clock: FakeClock, queue: str
+) -> None:
+    """A record the store lost (flushed, pruned) is written in full at the next heartbeat,
+    and so is the heartbeat after one that failed."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    store = HeartbeatLog(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 15, step=1)
+    digests = {"a": scheduler.entries["a"].digest}
+    assert store.sent == [digests, None]
+    store.forget_replica("unit", scheduler.replica)
+    run(scheduler, clock, 10, step=1)
+    assert store.sent[2:] == [None, digests]
+    assert [dict(r.definitions) for r in store.replicas("unit")] == [digests]
+    store.fail = True
+    run(scheduler, clock, 30, step=1)
+    assert store.sent[4] == digests
+    assert store.sent[5:] == [None] * len(store.sent[5:])

@@ -29,7 +29,7 @@ from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
 from safebeat.stores.memory.executions import MemoryExecutions
 from safebeat.stores.memory.state import _Namespace
-from safebeat.stores.ticking import Release, SteppedTick, TickLockBusy, TickSteps
+from safebeat.stores.ticking import Heartbeat, Release, SteppedTick, TickLockBusy, TickSteps
 
 T = TypeVar("T")
 
@@ -198,21 +198,25 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                     released += 1
             return released
 
-    def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
+    def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._mutex:
-            ns, now = self._ns(namespace), self.clock()
+            ns, now = self._ns(beat.namespace), self.clock()
+            replica = beat.replica
             previous = ns.replicas.get(replica.id)
+            if beat.definitions is None:
+                if previous is not None:
+                    ns.replicas[replica.id] = replace(previous, heartbeat_at=now)
+                return previous is not None
             ns.replicas[replica.id] = ReplicaRecord(
                 replica=replica.id,
                 host=replica.host,
                 pid=replica.pid,
-                version=version,
+                version=beat.version,
                 started_at=previous.started_at if previous else now,
                 heartbeat_at=now,
-                definitions=dict(definitions),
+                definitions=dict(beat.definitions),
             )
+            return True
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         with self._mutex:

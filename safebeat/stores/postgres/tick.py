@@ -10,7 +10,6 @@ one statement each (two for `record_publish` with both outcomes).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -33,7 +32,7 @@ from safebeat.stores.sql_common import (
     dispatch_rows,
     replica_columns,
 )
-from safebeat.stores.ticking import Release, TickAdapter, TickCall
+from safebeat.stores.ticking import Heartbeat, Release, TickAdapter, TickCall
 
 #: Definitions per statement when registering: a schedule of 100,000 entries is sent in
 #: slices, so neither side builds every parameter of it at once.
@@ -185,23 +184,23 @@ class TickStatements(TickAdapter, Statements):
             )
             return cursor.rowcount
 
-    def heartbeat(
-        self,
-        namespace: str,
-        replica: Replica,
-        version: str,
-        definitions: Mapping[str, str],
-    ) -> None:
+    def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._cursors.statement("heartbeat") as cursor:
+            if beat.definitions is None:
+                cursor.execute(
+                    Q["alive"], {"namespace": beat.namespace, "replica": beat.replica.id}
+                )
+                return bool(cursor.rowcount)
             cursor.execute(
                 Q["heartbeat"],
                 {
-                    "namespace": namespace,
-                    **replica_columns(replica),
-                    "version": version,
-                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                    "namespace": beat.namespace,
+                    **replica_columns(beat.replica),
+                    "version": beat.version,
+                    "definitions": beat.definitions_json(),
                 },
             )
+            return True
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         with self._cursors.statement("forget a replica") as cursor:

@@ -58,7 +58,7 @@ from safebeat.stores.redis.base import (
 from safebeat.stores.redis.checks import eviction_hazard, memory_policies
 from safebeat.stores.redis.connection import Client
 from safebeat.stores.redis.executions import RedisExecutions
-from safebeat.stores.ticking import Release, TickAdapter, TickCall
+from safebeat.stores.ticking import Heartbeat, Release, TickAdapter, TickCall
 
 #: Rows one prune call deletes, so no single script blocks Redis for long.
 PRUNE_BATCH = 1000
@@ -256,21 +256,24 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         with self._boundary("hand back unsent claims"):
             return int(self._run("release_claims", [f"{prefix}:unsent"], args))
 
-    def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
-        prefix = key_prefix(namespace)
+    def _heartbeat(self, beat: Heartbeat) -> bool:
+        prefix = key_prefix(beat.namespace)
+        replica = beat.replica
+        if beat.definitions is None:
+            with self._boundary("heartbeat"):
+                return bool(self._run("alive", [f"{prefix}:heartbeats"], [prefix, replica.id]))
         description = json.dumps(
             {
                 "host": replica.host,
                 "pid": replica.pid,
-                "version": version,
-                "definitions": dict(definitions),
+                "version": beat.version,
+                "definitions": dict(beat.definitions),
             },
             sort_keys=True,
         )
         with self._boundary("heartbeat"):
             self._run("heartbeat", [f"{prefix}:heartbeats"], [prefix, replica.id, description])
+        return True
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         prefix = key_prefix(namespace)

@@ -417,6 +417,16 @@ redis.call('HSET', p .. ':replicas', ARGV[2], ARGV[3])
 redis.call('ZADD', KEYS[1], now, ARGV[2])
 return 1
 
+-- name: alive
+-- KEYS[1]: P:heartbeats. ARGV: prefix, replica id. A heartbeat whose description did not
+-- change: only its time moves. Returns 0, writing nothing, if the description is gone
+-- (flushed, pruned): the replica then sends it in full.
+if redis.call('HEXISTS', ARGV[1] .. ':replicas', ARGV[2]) == 0 then
+    return 0
+end
+redis.call('ZADD', KEYS[1], now_us(), ARGV[2])
+return 1
+
 -- name: replicas
 -- KEYS[1]: P:heartbeats. ARGV: prefix. Returns (id, description, started, heartbeat) rows.
 local p = ARGV[1]

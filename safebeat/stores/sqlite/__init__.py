@@ -36,7 +36,7 @@ from safebeat.stores.sqlite.connection import (
     path_of,
 )
 from safebeat.stores.sqlite.executions import SqliteExecutions
-from safebeat.stores.ticking import Release, SteppedTick, TickLockBusy, TickSteps
+from safebeat.stores.ticking import Heartbeat, Release, SteppedTick, TickLockBusy, TickSteps
 
 MIGRATIONS = load_migrations(__name__)
 
@@ -186,20 +186,23 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
                 for i, n in release.attempts.items()
             )
 
-    def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
+    def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._write("heartbeat") as conn:
+            now = _us(self.clock())
+            if beat.definitions is None:
+                alive = {"namespace": beat.namespace, "replica": beat.replica.id, "now": now}
+                return bool(conn.execute(Q["alive"], alive).rowcount)
             conn.execute(
                 Q["heartbeat"],
                 {
-                    "namespace": namespace,
-                    **replica_columns(replica),
-                    "version": version,
-                    "now": _us(self.clock()),
-                    "definitions": json.dumps(dict(definitions), sort_keys=True),
+                    "namespace": beat.namespace,
+                    **replica_columns(beat.replica),
+                    "version": beat.version,
+                    "now": now,
+                    "definitions": beat.definitions_json(),
                 },
             )
+            return True
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         with self._write("forget a replica") as conn:

@@ -123,6 +123,12 @@ ON CONFLICT (namespace, replica) DO UPDATE
         version = excluded.version,
         definitions = excluded.definitions;
 
+-- name: alive
+-- A heartbeat whose definitions did not change: the row keeps them; no row, no update
+-- (the replica then sends them in full).
+UPDATE safebeat_replica SET heartbeat_at = :now
+WHERE namespace = :namespace AND replica = :replica;
+
 -- name: replicas
 SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
 FROM safebeat_replica

@@ -22,7 +22,7 @@ from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.orm.tick import DjangoOrmTick
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import replica_columns
-from safebeat.stores.ticking import Release
+from safebeat.stores.ticking import Heartbeat, Release
 
 
 class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
@@ -128,16 +128,18 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
                 .update(claimed_at=claimed_at)
             )
 
-    def heartbeat(
-        self, namespace: str, replica: Replica, version: str, definitions: Mapping[str, str]
-    ) -> None:
+    def _heartbeat(self, beat: Heartbeat) -> bool:
         m = django_models(self.alias)
+        namespace, replica, definitions = beat.namespace, beat.replica, beat.definitions
         with self._write("heartbeat") as connection:
             now = vendors.clock(connection)
-            updated = (
-                m.Replica.objects.using(self.alias)
-                .filter(namespace=namespace, replica=replica.id)
-                .update(heartbeat_at=now, version=version, definitions=dict(definitions))
+            mine = m.Replica.objects.using(self.alias).filter(
+                namespace=namespace, replica=replica.id
+            )
+            if definitions is None:
+                return bool(mine.update(heartbeat_at=now))
+            updated = mine.update(
+                heartbeat_at=now, version=beat.version, definitions=dict(definitions)
             )
             if not updated:
                 m.Replica.objects.using(self.alias).bulk_create(
@@ -146,13 +148,14 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
                             namespace=namespace,
                             started_at=now,
                             heartbeat_at=now,
-                            version=version,
+                            version=beat.version,
                             definitions=dict(definitions),
                             **replica_columns(replica),
                         )
                     ],
                     ignore_conflicts=True,
                 )
+            return True
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
         m = django_models(self.alias)
