@@ -198,10 +198,10 @@ class RedisBase:
         self._client: Client | None = None
         self._scripts: dict[str, Any] = {}
         self._checked = False
-        # The newest window this process claimed per (namespace, entry): if Redis comes back
-        # without them (a restart from an old snapshot), this replica still never claims
-        # them twice.
-        self._claimed_until: dict[tuple[str, str], datetime] = {}
+        # The newest window this process claimed per namespace and entry: if Redis comes
+        # back without them (a restart from an old snapshot), this replica still never
+        # claims them twice. One dict per namespace, not a (namespace, entry) key per entry.
+        self._claimed_until: dict[str, dict[str, datetime]] = {}
 
     def _connection(self) -> Client:
         if self._client is None:
