@@ -518,3 +518,18 @@ def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_noth
     assert row.replica == OTHER.id
     frozen.close()
     alive.close()
+
+
+def test_states_registered_at_one_instant_share_their_instants_and_schedule_text(
+    own_redis: services.RedisServer, namespace: str
+) -> None:
+    """One anchor, one definition time and one schedule text for every state of entries
+    registered together, not a copy per entry (about 150 bytes of every state)."""
+    store = RedisStore(own_redis.url)
+    definitions = [Definition(f"e{i}", "every 1h", f"d{i}") for i in range(3)]
+    states = list(store.register(namespace, definitions, REPLICA).states.values())
+    store.close()
+    assert len(states) == 3
+    assert len({id(s.anchor) for s in states}) == 1
+    assert len({id(s.defined_at) for s in states}) == 1
+    assert len({id(s.schedule) for s in states}) == 1

@@ -25,6 +25,7 @@ from safebeat.records import (
 )
 from safebeat.stores.redis.checks import check_eviction
 from safebeat.stores.redis.connection import Client, Timeouts, connect
+from safebeat.stores.sharing import Sharing
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import password_of, redact, scrub
 
@@ -89,17 +90,18 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
     running_since, paused and queued_since."""
     anchors, defined, lasts, digests, schedules, running, paused, queued = columns
     states = {}
+    share = Sharing().shared
     for i, name in enumerate(names):
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
         if anchor is None or defined_at is None or digest is None:
             continue  # not registered (or only partly, after an eviction)
         states[name] = EntryState(
             name=name,
-            anchor=_instant(anchor),
-            defined_at=_instant(defined_at),
-            last_window=_maybe_instant(lasts[i]),
+            anchor=share(_instant(anchor)),
+            defined_at=share(_instant(defined_at)),
+            last_window=share(_maybe_instant(lasts[i])),
             digest=digest,
-            schedule=schedules[i] or "",
+            schedule=share(schedules[i] or ""),
             running_since=_maybe_instant(running[i]),
             **_pause(paused[i]),
             queued_since=_maybe_instant(queued[i]),
