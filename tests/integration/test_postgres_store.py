@@ -358,3 +358,20 @@ def test_array_literals_read_back_as_the_values_they_were_made_of(
             {"texts": array_literal(texts), "instants": array_literal(instants)},
         ).fetchone()
     assert row == (texts, instants)
+
+
+def test_states_registered_at_one_instant_share_their_instants_and_schedule_text(
+    pg_url: str, namespace: str
+) -> None:
+    """One anchor, one definition time and one schedule text for every state of entries
+    registered together, not a copy per row (about 150 bytes of every state)."""
+    store = PostgresStore(pg_url)
+    definitions = [Definition(f"e{i}", "every 1h", f"d{i}") for i in range(3)]
+    states = list(
+        store.register(namespace, definitions, Replica("host-a", 1, "aaaaaa")).states.values()
+    )
+    store.close()
+    assert len(states) == 3
+    assert len({id(s.anchor) for s in states}) == 1
+    assert len({id(s.defined_at) for s in states}) == 1
+    assert len({id(s.schedule) for s in states}) == 1

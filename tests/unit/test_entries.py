@@ -245,3 +245,17 @@ def test_entries_share_equal_rules_and_policies_and_let_them_go() -> None:
     del entries
     gc.collect()
     assert len(entries_module._SHARED) < shared
+
+
+def test_entries_without_kwargs_or_options_share_one_empty_mapping() -> None:
+    """No empty dict per entry: they cost about 130 bytes of each of 100,000 entries. The
+    digest is computed from the dicts as before, and the mapping compares equal to {}."""
+    plain = compile_one({"task": "t", "schedule": 10})
+    also = compile_one({"task": "u", "schedule": 20, "options": {"safebeat": {"grace": 5}}})
+    assert plain.kwargs is also.kwargs is plain.options is also.options
+    assert plain.kwargs == {}
+    assert plain.options == {}
+    assert plain.digest == compile_one({"task": "t", "schedule": 10, "kwargs": {}}).digest
+    with_kwargs = compile_one({"task": "t", "schedule": 10, "kwargs": {"a": 1}})
+    assert with_kwargs.kwargs == {"a": 1}
+    assert with_kwargs.options == {}

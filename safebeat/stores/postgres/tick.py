@@ -25,6 +25,7 @@ from safebeat.records import (
     states_after,
 )
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
+from safebeat.stores.sharing import Sharing
 from safebeat.stores.sql_common import (
     advisory_key,
     array_literal,
@@ -41,7 +42,17 @@ REGISTER_SLICE = 5000
 
 def _load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
     cursor.execute(Q["load_states"], {"namespace": namespace, "names": list(names)})
-    return {row[0]: EntryState(*row) for row in cursor.fetchall()}
+    sharing = Sharing()
+    return {row[0]: _state(row, sharing) for row in cursor.fetchall()}
+
+
+def _state(row: Sequence[Any], sharing: Sharing) -> EntryState:
+    """A `load_states` row; its instants and schedule text shared with equal ones."""
+    name, anchor, defined_at, last_window, digest, schedule, *rest = row
+    share = sharing.shared
+    return EntryState(
+        name, share(anchor), share(defined_at), share(last_window), digest, share(schedule), *rest
+    )
 
 
 def _tick(

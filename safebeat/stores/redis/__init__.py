@@ -181,19 +181,15 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         reclaimed = [
             Claim(int(row[0]), row[1], _instant(row[2]), row[3], int(row[4])) for row in stale
         ]
+        until = self._claimed_until.setdefault(namespace, {})
         for claim in claimed:
-            key = (namespace, claim.entry)
-            if key not in self._claimed_until or claim.window > self._claimed_until[key]:
-                self._claimed_until[key] = claim.window
+            if claim.entry not in until or claim.window > until[claim.entry]:
+                until[claim.entry] = claim.window
         return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
     def _unclaimed_by_us(self, namespace: str, plan: TickPlan) -> TickPlan:
-        claims = [
-            c
-            for c in plan.claims
-            if (namespace, c.entry) not in self._claimed_until
-            or c.window > self._claimed_until[(namespace, c.entry)]
-        ]
+        until = self._claimed_until.get(namespace, {})
+        claims = [c for c in plan.claims if c.entry not in until or c.window > until[c.entry]]
         if len(claims) == len(plan.claims):
             return plan
         logger.warning(

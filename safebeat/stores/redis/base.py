@@ -25,6 +25,7 @@ from safebeat.records import (
 )
 from safebeat.stores.redis.checks import check_eviction
 from safebeat.stores.redis.connection import Client, Timeouts, connect
+from safebeat.stores.sharing import Sharing
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import password_of, redact, scrub
 
@@ -89,17 +90,18 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
     running_since, paused and queued_since."""
     anchors, defined, lasts, digests, schedules, running, paused, queued = columns
     states = {}
+    share = Sharing().shared
     for i, name in enumerate(names):
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
         if anchor is None or defined_at is None or digest is None:
             continue  # not registered (or only partly, after an eviction)
         states[name] = EntryState(
             name=name,
-            anchor=_instant(anchor),
-            defined_at=_instant(defined_at),
-            last_window=_maybe_instant(lasts[i]),
+            anchor=share(_instant(anchor)),
+            defined_at=share(_instant(defined_at)),
+            last_window=share(_maybe_instant(lasts[i])),
             digest=digest,
-            schedule=schedules[i] or "",
+            schedule=share(schedules[i] or ""),
             running_since=_maybe_instant(running[i]),
             **_pause(paused[i]),
             queued_since=_maybe_instant(queued[i]),
@@ -198,10 +200,10 @@ class RedisBase:
         self._client: Client | None = None
         self._scripts: dict[str, Any] = {}
         self._checked = False
-        # The newest window this process claimed per (namespace, entry): if Redis comes back
-        # without them (a restart from an old snapshot), this replica still never claims
-        # them twice.
-        self._claimed_until: dict[tuple[str, str], datetime] = {}
+        # The newest window this process claimed per namespace and entry: if Redis comes
+        # back without them (a restart from an old snapshot), this replica still never
+        # claims them twice. One dict per namespace, not a (namespace, entry) key per entry.
+        self._claimed_until: dict[str, dict[str, datetime]] = {}
 
     def _connection(self) -> Client:
         if self._client is None:
