@@ -101,6 +101,8 @@ from tests.benchmarks.peers import (  # noqa: E402
 LIMIT_LOOP = "limit: send_task, one by one"
 LIMIT_BATCH = "limit: send_task, batched"
 LIMIT_KOMBU = "limit: kombu publish, batched"
+#: Issue 19: a burst of 10,000 within this factor of the fastest raw publish, on every store.
+LIMIT_RATIO = 1.25
 LIMITS = {"limit-loop": LIMIT_LOOP, "limit-batch": LIMIT_BATCH, "limit-kombu": LIMIT_KOMBU}
 PEERS = (STOCK, DCB, REDBEAT)
 BURST_KINDS = {**peers.KINDS, **LIMITS}
@@ -1165,17 +1167,19 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "met": met,
                 }
             )
-    ours = pick(POSTGRES, 10_000)
     limit = limit_seconds(summaries, 10_000)
-    if ours and ours["median_seconds"] and limit:
-        ratio = ours["median_seconds"] / limit
-        found.append(
-            {
-                "target": "time at 10,000 within 2x of the fastest raw publish",
-                "figure": f"{ratio:.2f}x ({ours['median_seconds']:.3f} s vs {limit:.3f} s)",
-                "met": ratio <= 2.0,
-            }
-        )
+    for kind in SAFEBEAT_KINDS:
+        ours = pick(kind, 10_000)
+        if ours and ours["median_seconds"] and limit:
+            ratio = ours["median_seconds"] / limit
+            found.append(
+                {
+                    "target": f"{kind}: time at 10,000 within {LIMIT_RATIO:g}x of the "
+                    "fastest raw publish",
+                    "figure": f"{ratio:.2f}x ({ours['median_seconds']:.3f} s vs {limit:.3f} s)",
+                    "met": ratio <= LIMIT_RATIO,
+                }
+            )
     for kind, results in report.get("cost", {}).items():
         rts = sorted({c["round_trips"] for r in results for c in r["claim_ticks"]})
         if rts:
