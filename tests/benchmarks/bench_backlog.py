@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import statistics
 import sys
@@ -40,6 +41,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -193,7 +195,9 @@ def main(argv: list[str] | None = None) -> None:
         default=list(COUNTINGS),
         help="which countings to time: today, step by step (default both)",
     )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    report: dict[str, Any] = {"entries": args.entries, "planning": {}, "recovery": {}}
     logging.basicConfig(level=logging.ERROR)
 
     print(f"planning {args.entries} minutely crontab entries (median of {args.repeats}):")
@@ -201,11 +205,21 @@ def main(argv: list[str] | None = None) -> None:
         figures = []
         for kind in args.countings:
             with counting(kind):
-                figures.append(f"{kind}: {plan_seconds(args.entries, backlog, args.repeats):.3f} s")
+                planned = plan_seconds(args.entries, backlog, args.repeats)
+                report["planning"].setdefault(kind, {})[str(backlog)] = planned
+                figures.append(f"{kind}: {planned:.3f} s")
         print(f"  backlog {backlog}: " + ", ".join(figures))
-    if args.skip_recovery:
-        return
+    if not args.skip_recovery:
+        report["recovery"] = recover(args)
+        report["rewind"] = str(args.rewind)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
 
+
+def recover(args: argparse.Namespace) -> dict[str, Any]:
+    """Recovery on PostgreSQL for each counting: seconds (None past the cap), ticks, sent."""
+    found: dict[str, Any] = {}
     admin = services.postgres_admin_url()
     database = f"safebeat_bench_backlog_{uuid.uuid4().hex[:8]}"
     pg_url = services.create_database(admin, database)
@@ -221,9 +235,11 @@ def main(argv: list[str] | None = None) -> None:
                 )
             figure = f"{seconds:.2f} s" if seconds is not None else f"not done in {args.cap:.0f} s"
             print(f"  {kind}: {figure} ({ticks} ticks, {sent}/{args.entries} entries published)")
+            found[kind] = {"seconds": seconds, "ticks": ticks, "sent": sent, "cap": args.cap}
     finally:
         queue.delete()
         services.drop_database(admin, database)
+    return found
 
 
 if __name__ == "__main__":
