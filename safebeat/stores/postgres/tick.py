@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from safebeat.identity import Replica
@@ -19,6 +20,7 @@ from safebeat.records import (
     Claim,
     Definition,
     EntryState,
+    Reclaim,
     Registration,
     Status,
     TickResult,
@@ -95,22 +97,32 @@ def _tick(
         params["advance_windows"] = array_literal(plan.advances.values())
     reclaim = call.reclaim
     if reclaim is not None:
-        parts.append(Q["reclaim_stale"])
+        parts.append(Q["stale_claims"])
         params["stale_before"] = now - reclaim.timeout
-        params["reclaim_names"] = list(reclaim.entries)
-        params["limit"] = reclaim.limit
     if own_transaction:
         parts.append("COMMIT")
     returned = _result_sets(cursor, ";\n".join(parts), params) if parts else []
     inserted = returned.pop(0) if rows else []
-    stale = returned.pop(0) if reclaim is not None else []
     claimed = [
         Claim(row[0], row[1], row[2], row[3], 1)
         for row in inserted
         if row[4] == Status.CLAIMED.value
     ]
-    reclaimed = [Claim(*row) for row in stale]
+    reclaimed = [] if reclaim is None else _take_over(cursor, reclaim, returned.pop(0), params)
     return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+
+
+def _take_over(
+    cursor: Cursor, reclaim: Reclaim, stale: Sequence[Any], params: Mapping[str, Any]
+) -> list[Claim]:
+    """Take over the oldest `reclaim.limit` of the `stale` claims (id, entry) whose entry
+    beat defines; one statement, and none when there are none."""
+    ids = [row[0] for row in islice((r for r in stale if r[1] in reclaim.defines), reclaim.limit)]
+    if not ids:
+        return []
+    names = ("now", "stale_before", "replica", "host", "pid")
+    cursor.execute(Q["take_over"], {"ids": ids, **{name: params[name] for name in names}})
+    return [Claim(*row) for row in cursor.fetchall()]
 
 
 def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
