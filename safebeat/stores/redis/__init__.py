@@ -127,7 +127,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         instant = ""
         states: dict[str, EntryState] = {}
         changed: dict[str, str] = {}
-        with self._boundary("register entries"):
+        with self._boundary("register entries") as client:
             for start in range(0, len(definitions), SLICE) or [0]:
                 part = definitions[start : start + SLICE]
                 args: list[object] = [prefix, instant]
@@ -136,11 +136,19 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
                 instant, pairs, *columns = self._run("register", [f"{prefix}:digest"], args)
                 states.update(_states([d.name for d in part], columns))
                 changed.update(zip(pairs[::2], pairs[1::2], strict=True))
-            # Once per namespace, in slices: the leases of runs started before the
-            # take-over found dead runs through P:leases (an earlier release) go there.
-            while not self._run("migrate_leases", [f"{prefix}:leases"], [prefix, SLICE]):
-                pass
+            self._migrate_leases(client, prefix)
         return Registration(states, changed)
+
+    def _migrate_leases(self, client: Client, prefix: str) -> None:
+        """Once per namespace, in slices of entries: the leases of runs an earlier release
+        started (before the take-over found dead runs through P:leases) go there."""
+        if client.exists(f"{prefix}:leases:migrated"):
+            return
+        names = sorted(client.hkeys(f"{prefix}:digest"))
+        for start in range(0, len(names), SLICE) or [0]:
+            last = int(start + SLICE >= len(names))
+            part = names[start : start + SLICE]
+            self._run("migrate_leases", [f"{prefix}:leases"], [prefix, last, *part])
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim

@@ -31,7 +31,7 @@
 --   P:leases               zset row id -> lease_until, of every entry's executions started
 --                          and not finished (the take-over pass finds dead runs by it)
 --   P:leases:migrated      set once the leases of runs started before P:leases existed
---                          are in it (migrate_leases); P:leases:cursor, its progress
+--                          are in it (migrate_leases)
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
@@ -728,32 +728,22 @@ end
 return taken
 
 -- name: migrate_leases
--- KEYS[1]: P:leases. ARGV: prefix, entries per call.
+-- KEYS[1]: P:leases. ARGV: prefix, last (1 for the last slice, else 0), then entries.
 -- Runs started before P:leases existed are only in P:running:<entry>: adds the unfinished
--- ones of the next `count` registered entries (a cursor over P:digest kept in
--- P:leases:cursor) to P:leases. Returns 1 once every entry was looked at (and marks the
--- namespace migrated, which makes later calls return 1 at once), else 0.
+-- ones of these entries to P:leases; the last slice marks the namespace migrated
+-- (P:leases:migrated), so no replica does it again.
 local p = ARGV[1]
-if redis.call('EXISTS', p .. ':leases:migrated') == 1 then
-    return 1
-end
-local cursor = redis.call('GET', p .. ':leases:cursor') or '0'
-local page = redis.call('HSCAN', p .. ':digest', cursor, 'COUNT', ARGV[2])
-for i = 1, #page[2], 2 do
-    local entry = page[2][i]
-    for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry, '-inf', '+inf')) do
+for i = 3, #ARGV do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. ARGV[i], '-inf', '+inf')) do
         local f = redis.call('HMGET', p .. ':row:' .. id, 'lease_until', 'finished_at')
         if f[1] and not f[2] then
             redis.call('ZADD', KEYS[1], f[1], id)
         end
     end
 end
-if page[1] == '0' then
+if ARGV[2] == '1' then
     redis.call('SET', p .. ':leases:migrated', '1')
-    redis.call('DEL', p .. ':leases:cursor')
-    return 1
 end
-redis.call('SET', p .. ':leases:cursor', page[1])
 return 0
 
 -- name: release_claims
