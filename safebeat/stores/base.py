@@ -336,6 +336,12 @@ class AdminStore(StoreConnection, Protocol):
         """Return every replica's last heartbeat, newest first."""
         ...
 
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        """Return the instant of every replica's last heartbeat, newest first: what
+        `replicas` lists, without reading the digests each replica runs (beat's metrics
+        read this at every heartbeat, so it must not cost more with more entries)."""
+        ...
+
     def namespaces(self) -> list[str]:
         """Return every namespace that has a registered entry, sorted.
 

@@ -574,6 +574,19 @@ def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
     assert reclaimed() == []  # the takeover holds a live lease
 
 
+def test_heartbeats_are_the_replicas_heartbeat_instants_newest_first(
+    store: Store, namespace: str
+) -> None:
+    """heartbeats lists what replicas lists, only the instants, newest first; empty for a
+    namespace without replicas."""
+    assert store.heartbeats(namespace) == []
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    store.heartbeat(namespace, OTHER, "1.0", {"b": "d1"})
+    assert store.heartbeats(namespace) == [r.heartbeat_at for r in store.replicas(namespace)]
+    assert len(store.heartbeats(namespace)) == 2
+    assert store.heartbeats(namespace) == sorted(store.heartbeats(namespace), reverse=True)
+
+
 def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:
     """forget_replica (a clean stop) drops that replica at once, keeps the others, and may
     be called twice; a later heartbeat lists it again."""

@@ -198,6 +198,10 @@ FROM safebeat_replica
 WHERE namespace = %(namespace)s
 ORDER BY heartbeat_at DESC;
 
+-- name: heartbeats
+SELECT heartbeat_at FROM safebeat_replica WHERE namespace = %(namespace)s
+ORDER BY heartbeat_at DESC;
+
 -- name: history
 SELECT id, entry, window_at, status, task_id, task_name, reason, skipped_from,
        skipped_count, replica, host, pid, claimed_at, sent_at, attempts, error,
