@@ -1,8 +1,9 @@
 """The PostgreSQL statements beat runs: the tick, registering, publishes, heartbeats, pruning.
 
-The tick is two messages of several statements each, so its cursor must bind parameters
-client-side (`psycopg.ClientCursor`, or Django's default cursor, which is one); its arrays
-go as array literals (`sql_common.array_literal`), cheaper to bind than lists. It sends
+The tick is two messages of several statements each (one statement more when it takes
+over stale claims: `_take_over`), so its cursor must bind parameters client-side
+(`psycopg.ClientCursor`, or Django's default cursor, which is one); its arrays go as
+array literals (`sql_common.array_literal`), cheaper to bind than lists. It sends
 its own `BEGIN` and `COMMIT` inside them unless the cursor source holds a transaction
 already; `register` and `prune` run inside one the source opens; the other writes are
 one statement each (two for `record_publish` with both outcomes).
@@ -63,7 +64,8 @@ def _tick(
     """One tick in two messages; None (nothing written) when another replica holds the lock.
 
     The first message takes the lock, reads the store's clock and loads the states; the
-    second inserts the claims and skips, advances the states and takes over stale claims.
+    second inserts the claims and skips, advances the states and finds the stale claims,
+    of which a third takes over those of entries beat defines.
     With `own_transaction`, the first begins the transaction, the second commits it, and
     a busy lock rolls it back (one more message). Without, the caller holds a
     transaction and ends it (a busy lock returns None with that transaction still open).
