@@ -9,7 +9,7 @@ same rules (`decide_start`) to them.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
@@ -145,9 +145,15 @@ class TickPlan:
 
 @dataclass(frozen=True)
 class Reclaim:
-    """Ask a tick to take over claims of `entries` left unsent for longer than `timeout`."""
+    """Ask a tick to take over the namespace's claims left unsent for longer than `timeout`
+    (and runs whose lease expired), oldest first, at most `limit`, of entries in `defines`.
 
-    entries: Collection[str]
+    The store finds those claims itself, through an index by claim time, so a pass costs
+    what the stale claims cost, never what the entries do. It only asks `entry in defines`
+    of each stale claim it finds (never iterates, sizes or sends `defines`): a claim of an
+    entry this replica does not define is left alone, for a replica that defines it."""
+
+    defines: Container[str]
     timeout: timedelta
     limit: int = 1000
 

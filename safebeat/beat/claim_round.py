@@ -6,7 +6,7 @@ the claims published through the dispatcher, and counted."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,14 +63,15 @@ class ClaimRounds:
         due: Sequence[str],
         planner: Planner,
         *,
-        reclaim: Collection[str] | None,
+        reclaim: Container[str] | None,
         reclaim_limit: int,
         started: float,
         retry_after: timedelta,
     ) -> TickResult | None:
         """Run one store tick for `due` (begun at monotonic `started`), taking over the stale
-        claims of the entries `reclaim` names if set; None if another replica holds the tick
-        lock. Each of `due` is paced to the next window it planned."""
+        claims of the entries in `reclaim` if set (the store only tests membership); None
+        if another replica holds the tick lock. Each of `due` is paced to the next window
+        it planned."""
         store, config = self._store(), self._config
         limit = config.lock_timeout.total_seconds()
         takeover = (

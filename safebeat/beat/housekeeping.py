@@ -37,10 +37,9 @@ def heartbeat(
     if not (stored and store.heartbeat(namespace, replica, __version__, None)):
         store.heartbeat(namespace, replica, __version__, digests)
     if metrics.recording:
-        replicas = store.replicas(namespace)
-        newest = max(r.heartbeat_at for r in replicas)
-        alive_after = newest - timedelta(seconds=3 * interval)
-        metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
+        beats = store.heartbeats(namespace)
+        alive_after = beats[0] - timedelta(seconds=3 * interval)
+        metrics.replicas_alive(sum(beat >= alive_after for beat in beats))
 
 
 def prune(store: TickStore, config: Config, now: datetime) -> None:

@@ -288,7 +288,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         result = self._rounds.run(
             due,
             self._planner,
-            reclaim=list(self.entries) if reclaim else None,
+            reclaim=self.entries if reclaim else None,
             reclaim_limit=self.reclaim_limit,
             started=started,
             retry_after=timedelta(seconds=self.max_interval),

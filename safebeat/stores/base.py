@@ -159,13 +159,20 @@ class TickStore(StoreConnection, Protocol):
           tick lock was lost while planning writes nothing and raises
           `StoreUnavailable` (`TickTooLong` where it can tell the lock expired);
         - set `last_window` to the later of the stored value and each advance;
-        - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of
-          `reclaim.entries` that stayed `claimed` for longer than `reclaim.timeout`, or
-          whose run's lease expired without a finish (its worker died, and no broker
-          may deliver it again), oldest first: their `attempts` grows by one, `claimed_at`
-          becomes now and their status `claimed`, so no other replica takes them too, and
-          `lease_until` is cleared, so a dead run is taken once (the delivery of the
-          re-published message takes the run over);
+        - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of the
+          namespace that stayed `claimed` for longer than `reclaim.timeout`, or whose
+          run's lease expired without a finish (its worker died, and no broker may
+          deliver it again), oldest first, skipping rows whose entry is not
+          `in reclaim.defines` (left for a replica that defines it). The store finds
+          these rows through an index (by claim time, and of unfinished runs), so the
+          pass costs what the stale rows cost, not what the entries do: it only tests
+          membership in `reclaim.defines`, never iterates or sends it. Each row taken
+          over: its `attempts` grows by one, `claimed_at` becomes now and its status
+          `claimed`, so no other replica takes it too, and `lease_until` is cleared, so
+          a dead run is taken once (the delivery of the re-published message takes the
+          run over). A store that cannot test membership inside its transaction may take
+          over after the commit, in one atomic step that takes a row only while it is
+          still stale;
         and commit. Only committed claims are returned. The lock saves work; correctness
         comes from the unique key alone, so a lost lock cannot produce a second claim.
         """
@@ -327,6 +334,12 @@ class AdminStore(StoreConnection, Protocol):
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
         """Return every replica's last heartbeat, newest first."""
+        ...
+
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        """Return the instant of every replica's last heartbeat, newest first: what
+        `replicas` lists, without reading the digests each replica runs (beat's metrics
+        read this at every heartbeat, so it must not cost more with more entries)."""
         ...
 
     def namespaces(self) -> list[str]:

@@ -533,3 +533,48 @@ def test_states_registered_at_one_instant_share_their_instants_and_schedule_text
     assert len({id(s.anchor) for s in states}) == 1
     assert len({id(s.defined_at) for s in states}) == 1
     assert len({id(s.schedule) for s in states}) == 1
+
+
+def test_dead_runs_and_unsent_claims_of_an_earlier_release_are_still_taken_over(
+    redis_url: str, namespace: str
+) -> None:
+    """A store an earlier release wrote (dead runs only in P:running:<entry>, no P:leases)
+    keeps working: the first registration moves their leases to P:leases, so the take-over
+    pass finds both the dead run and the unsent claim left before the upgrade."""
+    store = RedisStore(redis_url)
+    store.migrate()
+    states = store.register(namespace, [Definition(n, "every 1s", "d1") for n in "ab"], REPLICA)
+    windows = {n: states.states[n].anchor + timedelta(seconds=1) for n in "ab"}
+    claims = {}
+    for name, window in windows.items():
+        result = store.tick(
+            namespace,
+            [name],
+            lambda now, s, n=name, w=window: claim_plan(namespace, n, w),
+            replica=REPLICA,
+        )
+        assert result is not None
+        [claims[name]] = result.claimed
+    store.record_publish(namespace, [claims["a"].id], {})  # "b" stays unsent
+    dead = LeasedRun("a", windows["a"], "w@h:1", 0)
+    assert store.start_execution(namespace, dead, lease=timedelta(0)) is Start.RUN
+    prefix = key_prefix(namespace)
+    admin = redis.Redis.from_url(redis_url)
+    admin.delete(f"{prefix}:leases", f"{prefix}:leases:migrated")  # the earlier layout
+
+    upgraded = RedisStore(redis_url)
+    upgraded.register(namespace, [Definition(n, "every 1s", "d1") for n in "ab"], OTHER)
+    result = upgraded.tick(
+        namespace,
+        [],
+        lambda now, s: TickPlan(),
+        replica=OTHER,
+        reclaim=Reclaim({"a", "b"}, timedelta(0)),
+    )
+    assert result is not None
+    assert sorted((c.entry, c.window, c.attempts) for c in result.reclaimed) == [
+        ("a", windows["a"], 2),
+        ("b", windows["b"], 2),
+    ]
+    for each in (store, upgraded):
+        each.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -453,6 +453,56 @@ def test_stale_claims_are_taken_over_once(store: Store, namespace: str) -> None:
     assert (row.replica, row.host, row.pid) == (OTHER.id, OTHER.host, OTHER.pid)
 
 
+class OnlyMembership(Container[str]):
+    """The entries a replica defines, answering only `in` (neither iteration nor length),
+    recording each name it was asked about."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._names = frozenset(names)
+        self.asked: list[str] = []
+
+    def __contains__(self, name: object) -> bool:
+        self.asked.append(str(name))
+        return name in self._names
+
+
+def test_a_take_over_pass_finds_stale_claims_without_the_entry_list(
+    store: Store, namespace: str
+) -> None:
+    """The take-over finds the namespace's stale claims itself, oldest first, and only asks
+    `in defines` of their entries: what it costs follows the stale claims, never the entries
+    a replica defines; a claim of an entry the replica does not define stays for another."""
+    idle = [f"idle-{i}" for i in range(50)]
+    states = store.register(namespace, definitions("a", "b", "c", *idle), REPLICA).states
+    for name in ("a", "b", "c"):  # handed back in this order: a is the oldest
+        window = window_after(states[name], 1)
+        result = store.tick(
+            namespace,
+            [name],
+            lambda now, s, n=name, w=window: claim_plan(n, namespace, w),
+            replica=REPLICA,
+        )
+        assert result is not None
+        store.release_claims(namespace, result.claimed, replica=REPLICA, timeout=HOUR)
+
+    def take_over(defines: OnlyMembership, limit: int = 1000) -> list[str]:
+        result = store.tick(
+            namespace,
+            [],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim(defines, HOUR, limit),
+        )
+        assert result is not None
+        return [claim.entry for claim in result.reclaimed]
+
+    defines = OnlyMembership(["a", "c", *idle])
+    assert take_over(defines, limit=1) == ["a"]  # the oldest of those it defines
+    assert set(defines.asked) <= {"a", "b", "c"}  # never the idle entries
+    assert take_over(OnlyMembership(["a", "c", *idle])) == ["c"]  # a is fresh again
+    assert take_over(OnlyMembership(["b"])) == ["b"]  # left for a replica defining it
+
+
 def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     """Sent claims get sent_at, failed ones their error; neither is taken over again."""
     state = store.register(namespace, definitions("a"), REPLICA).states["a"]
@@ -522,6 +572,19 @@ def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
     assert start(store, namespace, dead, worker="w2@host:2") is Start.TAKEOVER
     store.record_publish(namespace, [taken.id], {})
     assert reclaimed() == []  # the takeover holds a live lease
+
+
+def test_heartbeats_are_the_replicas_heartbeat_instants_newest_first(
+    store: Store, namespace: str
+) -> None:
+    """heartbeats lists what replicas lists, only the instants, newest first; empty for a
+    namespace without replicas."""
+    assert store.heartbeats(namespace) == []
+    store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"})
+    store.heartbeat(namespace, OTHER, "1.0", {"b": "d1"})
+    assert store.heartbeats(namespace) == [r.heartbeat_at for r in store.replicas(namespace)]
+    assert len(store.heartbeats(namespace)) == 2
+    assert store.heartbeats(namespace) == sorted(store.heartbeats(namespace), reverse=True)
 
 
 def test_a_forgotten_replica_is_no_longer_listed(store: Store, namespace: str) -> None:

@@ -138,7 +138,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
         self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
     ) -> list[Claim]:
         reclaimed: list[Claim] = []
-        names, stale_before = set(reclaim.entries), now - reclaim.timeout
+        stale_before = now - reclaim.timeout
 
         def lost(r: DispatchRecord) -> bool:
             # Unsent past the timeout, or a run whose lease expired without a finish.
@@ -147,7 +147,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
             return r.task_id is not None and (unsent or dead)
 
         stale = sorted(
-            (r for r in ns.dispatches.values() if r.entry in names and lost(r)),
+            (r for r in ns.dispatches.values() if lost(r) and r.entry in reclaim.defines),
             key=lambda r: r.claimed_at,
         )
         for record in stale[: reclaim.limit]:

@@ -26,6 +26,11 @@ class MemoryAdmin(AdminAdapter, MemoryState):
             found = list(self._ns(namespace).replicas.values())
         return sorted(found, key=lambda r: r.heartbeat_at, reverse=True)
 
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        with self._mutex:
+            found = [r.heartbeat_at for r in self._ns(namespace).replicas.values()]
+        return sorted(found, reverse=True)
+
     def namespaces(self) -> list[str]:
         with self._mutex:
             return sorted(name for name, ns in self._namespaces.items() if ns.entries)

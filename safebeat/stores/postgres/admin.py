@@ -53,6 +53,11 @@ class AdminStatements(AdminAdapter, Statements):
                 )
             return found
 
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        with self._cursors.read("list heartbeats") as cursor:
+            cursor.execute(Q["heartbeats"], {"namespace": namespace})
+            return [row[0] for row in cursor.fetchall()]
+
     def namespaces(self) -> list[str]:
         with self._cursors.read("list namespaces") as cursor:
             cursor.execute(Q["namespaces"])

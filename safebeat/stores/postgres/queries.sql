@@ -111,7 +111,7 @@ ON CONFLICT (namespace, name) DO NOTHING;
 
 -- name: insert_dispatches
 -- The claims: a row per window under the unique key; an existing row wins silently.
--- This, advance_states and reclaim_stale end a tick, sent with COMMIT in one message.
+-- This, advance_states and stale_claims end a tick, sent with COMMIT in one message.
 -- The fence (safebeat.records.fenced), on a tick's rows (`fenced`): a window at or
 -- before the entry's last window as stored now, when the row is written, was decided by
 -- some replica after this plan was made, and is neither claimed nor recorded as skipped.
@@ -139,24 +139,30 @@ FROM unnest(%(advance_names)s::text[], %(advance_windows)s::timestamptz[])
      AS u(name, last_window)
 WHERE e.namespace = %(namespace)s AND e.name = u.name;
 
--- name: reclaim_stale
+-- name: stale_claims
 -- Claims left unsent past the timeout, and runs whose lease expired without a finish
--- (their worker died, and no broker may deliver them again): claimed again, to be
--- re-published with the same task id. The lease is cleared, so each dead run is taken
--- once; the delivery of the re-published message takes the run over.
+-- (their worker died, and no broker may deliver them again), of every entry, oldest
+-- first: through the partial indexes of unsent claims and of running rows, so the cost
+-- follows these rows, never the entries. Beat keeps those of the entries it defines
+-- (a claim of another replica's entry stays for it) and takes them over (take_over).
+SELECT id, entry FROM safebeat_dispatch
+WHERE namespace = %(namespace)s AND task_id IS NOT NULL
+  AND ((status = 'claimed' AND claimed_at < %(stale_before)s)
+       OR (started_at IS NOT NULL AND finished_at IS NULL AND lease_until <= %(now)s))
+ORDER BY claimed_at, id;
+
+-- name: take_over
+-- The stale claims beat chose (stale_claims), claimed again, to be re-published with
+-- the same task id: each only while it is still stale, so a row another replica took
+-- over meanwhile (its claimed_at is fresh, its lease cleared) is left to it. The lease
+-- is cleared, so each dead run is taken once; the delivery of the re-published message
+-- takes the run over.
 UPDATE safebeat_dispatch AS d
 SET claimed_at = %(now)s, attempts = d.attempts + 1, status = 'claimed',
     lease_until = NULL, replica = %(replica)s, host = %(host)s, pid = %(pid)s
-WHERE d.id IN (
-    SELECT id FROM safebeat_dispatch
-    WHERE namespace = %(namespace)s AND entry = ANY(%(reclaim_names)s::text[])
-      AND task_id IS NOT NULL
-      AND ((status = 'claimed' AND claimed_at < %(stale_before)s)
-           OR (finished_at IS NULL AND lease_until <= %(now)s))
-    ORDER BY claimed_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
+WHERE d.id = ANY(%(ids)s::bigint[]) AND d.task_id IS NOT NULL
+  AND ((d.status = 'claimed' AND d.claimed_at < %(stale_before)s)
+       OR (d.finished_at IS NULL AND d.lease_until <= %(now)s))
 RETURNING d.id, d.entry, d.window_at, d.task_id, d.attempts;
 
 -- name: mark_sent
@@ -190,6 +196,10 @@ WHERE namespace = %(namespace)s AND replica = %(replica)s;
 SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
 FROM safebeat_replica
 WHERE namespace = %(namespace)s
+ORDER BY heartbeat_at DESC;
+
+-- name: heartbeats
+SELECT heartbeat_at FROM safebeat_replica WHERE namespace = %(namespace)s
 ORDER BY heartbeat_at DESC;
 
 -- name: history
@@ -348,7 +358,7 @@ WHERE namespace = %(namespace)s AND name = 'runtime_entries';
 
 -- name: release_claims
 -- Claims this replica never handed to the transport, handed back: made stale for the
--- take-over rule (reclaim_stale) at once, so the next replica that ticks re-publishes
+-- take-over rule (stale_claims) at once, so the next replica that ticks re-publishes
 -- them. Only while each is still this replica's unsent claim of that attempt: one taken
 -- over or recorded since is left alone.
 UPDATE safebeat_dispatch AS d

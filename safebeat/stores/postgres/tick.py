@@ -1,8 +1,9 @@
 """The PostgreSQL statements beat runs: the tick, registering, publishes, heartbeats, pruning.
 
-The tick is two messages of several statements each, so its cursor must bind parameters
-client-side (`psycopg.ClientCursor`, or Django's default cursor, which is one); its arrays
-go as array literals (`sql_common.array_literal`), cheaper to bind than lists. It sends
+The tick is two messages of several statements each (one statement more when it takes
+over stale claims: `_take_over`), so its cursor must bind parameters client-side
+(`psycopg.ClientCursor`, or Django's default cursor, which is one); its arrays go as
+array literals (`sql_common.array_literal`), cheaper to bind than lists. It sends
 its own `BEGIN` and `COMMIT` inside them unless the cursor source holds a transaction
 already; `register` and `prune` run inside one the source opens; the other writes are
 one statement each (two for `record_publish` with both outcomes).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from safebeat.identity import Replica
@@ -19,6 +21,7 @@ from safebeat.records import (
     Claim,
     Definition,
     EntryState,
+    Reclaim,
     Registration,
     Status,
     TickResult,
@@ -61,7 +64,8 @@ def _tick(
     """One tick in two messages; None (nothing written) when another replica holds the lock.
 
     The first message takes the lock, reads the store's clock and loads the states; the
-    second inserts the claims and skips, advances the states and takes over stale claims.
+    second inserts the claims and skips, advances the states and finds the stale claims,
+    of which a third takes over those of entries beat defines.
     With `own_transaction`, the first begins the transaction, the second commits it, and
     a busy lock rolls it back (one more message). Without, the caller holds a
     transaction and ends it (a busy lock returns None with that transaction still open).
@@ -95,22 +99,32 @@ def _tick(
         params["advance_windows"] = array_literal(plan.advances.values())
     reclaim = call.reclaim
     if reclaim is not None:
-        parts.append(Q["reclaim_stale"])
+        parts.append(Q["stale_claims"])
         params["stale_before"] = now - reclaim.timeout
-        params["reclaim_names"] = list(reclaim.entries)
-        params["limit"] = reclaim.limit
     if own_transaction:
         parts.append("COMMIT")
     returned = _result_sets(cursor, ";\n".join(parts), params) if parts else []
     inserted = returned.pop(0) if rows else []
-    stale = returned.pop(0) if reclaim is not None else []
     claimed = [
         Claim(row[0], row[1], row[2], row[3], 1)
         for row in inserted
         if row[4] == Status.CLAIMED.value
     ]
-    reclaimed = [Claim(*row) for row in stale]
+    reclaimed = [] if reclaim is None else _take_over(cursor, reclaim, returned.pop(0), params)
     return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+
+
+def _take_over(
+    cursor: Cursor, reclaim: Reclaim, stale: Sequence[Any], params: Mapping[str, Any]
+) -> list[Claim]:
+    """Take over the oldest `reclaim.limit` of the `stale` claims (id, entry) whose entry
+    beat defines; one statement, and none when there are none."""
+    ids = [row[0] for row in islice((r for r in stale if r[1] in reclaim.defines), reclaim.limit)]
+    if not ids:
+        return []
+    names = ("now", "stale_before", "replica", "host", "pid")
+    cursor.execute(Q["take_over"], {"ids": ids, **{name: params[name] for name in names}})
+    return [Claim(*row) for row in cursor.fetchall()]
 
 
 def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:

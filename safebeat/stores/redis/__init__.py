@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 try:
     import redis
@@ -126,7 +127,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         instant = ""
         states: dict[str, EntryState] = {}
         changed: dict[str, str] = {}
-        with self._boundary("register entries"):
+        with self._boundary("register entries") as client:
             for start in range(0, len(definitions), SLICE) or [0]:
                 part = definitions[start : start + SLICE]
                 args: list[object] = [prefix, instant]
@@ -135,7 +136,19 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
                 instant, pairs, *columns = self._run("register", [f"{prefix}:digest"], args)
                 states.update(_states([d.name for d in part], columns))
                 changed.update(zip(pairs[::2], pairs[1::2], strict=True))
+            self._migrate_leases(client, prefix)
         return Registration(states, changed)
+
+    def _migrate_leases(self, client: Client, prefix: str) -> None:
+        """Once per namespace, in slices of entries: the leases of runs an earlier release
+        started (before the take-over found dead runs through P:leases) go there."""
+        if client.exists(f"{prefix}:leases:migrated"):
+            return
+        names = sorted(client.hkeys(f"{prefix}:digest"))
+        for start in range(0, len(names), SLICE) or [0]:
+            last = int(start + SLICE >= len(names))
+            part = names[start : start + SLICE]
+            self._run("migrate_leases", [f"{prefix}:leases"], [prefix, last, *part])
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
@@ -178,14 +191,26 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             )
         _now, inserted, stale = finished
         claimed = [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in inserted]
-        reclaimed = [
-            Claim(int(row[0]), row[1], _instant(row[2]), row[3], int(row[4])) for row in stale
-        ]
+        reclaimed = [] if reclaim is None else self._take_over(prefix, replica, reclaim, stale)
         until = self._claimed_until.setdefault(namespace, {})
         for claim in claimed:
             if claim.entry not in until or claim.window > until[claim.entry]:
                 until[claim.entry] = claim.window
         return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+
+    def _take_over(
+        self, prefix: str, replica: Replica, reclaim: Reclaim, stale: list[list[Any]]
+    ) -> list[Claim]:
+        """Take over the oldest `reclaim.limit` of the `stale` claims (id, entry,
+        claimed_at) whose entry beat defines: one script, each row only while still stale."""
+        oldest = sorted(stale, key=lambda row: (int(row[2]), int(row[0])))
+        ids = [row[0] for row in oldest if row[1] in reclaim.defines][: reclaim.limit]
+        if not ids:
+            return []
+        who = [replica.id, replica.host, replica.pid, _micros(reclaim.timeout)]
+        with self._boundary("take over stale claims"):
+            taken = self._run("take_over", [f"{prefix}:unsent"], [prefix, *who, *ids])
+        return [Claim(int(r[0]), r[1], _instant(r[2]), r[3], int(r[4])) for r in taken]
 
     def _unclaimed_by_us(self, namespace: str, plan: TickPlan) -> TickPlan:
         until = self._claimed_until.get(namespace, {})
@@ -210,7 +235,6 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def _finish_args(
         prefix: str, token: str, replica: Replica, plan: TickPlan, reclaim: Reclaim | None
     ) -> list[object]:
-        reclaim_entries = list(reclaim.entries) if reclaim else []
         args: list[object] = [
             prefix,
             token,
@@ -220,9 +244,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             len(plan.claims),
             len(plan.skips),
             len(plan.advances),
-            len(reclaim_entries),
             "" if reclaim is None else _micros(reclaim.timeout),
-            0 if reclaim is None else reclaim.limit,
         ]
         for claim in plan.claims:
             args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
@@ -231,7 +253,6 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             args += [skip.entry, _us(skip.window), skip.reason, _us(skip.first), count]
         for name, window in plan.advances.items():
             args += [name, _us(window)]
-        args += reclaim_entries
         return args
 
     def _record_publish(

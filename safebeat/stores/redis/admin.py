@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import cast
 
 from safebeat import records
 from safebeat.identity import Replica
@@ -61,6 +62,15 @@ class RedisAdmin(AdminAdapter, RedisBase):
                 )
             )
         return found
+
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        """One ZREVRANGE of the heartbeats sorted set (the replicas' descriptions, with
+        their digests, stay unread)."""
+        key = f"{key_prefix(namespace)}:heartbeats"
+        with self._boundary("list heartbeats") as client:
+            reply = client.zrevrange(key, 0, -1, withscores=True)
+        beats = cast("list[tuple[str, float]]", reply)  # redis-py types no withscores reply
+        return [_instant(score) for _, score in beats]
 
     def namespaces(self) -> list[str]:
         """Found by SCAN over every node (no index to keep up to date in the tick's path)."""

@@ -28,6 +28,10 @@
 --   P:audit:entry:<entry>  zset id -> at, one entry's audit records
 --   P:running:<entry>     zset row id -> started_at, executions started and not finished
 --                          (alive while the row's lease_until is after now)
+--   P:leases               zset row id -> lease_until, of every entry's executions started
+--                          and not finished (the take-over pass finds dead runs by it)
+--   P:leases:migrated      set once the leases of runs started before P:leases existed
+--                          are in it (migrate_leases)
 --   P:replicas, P:started  hashes replica id -> description (JSON), first heartbeat
 --   P:heartbeats           zset replica id -> last heartbeat
 --   P:effect:<key>         hash: one effect key (owner, task id, recorded and expiry times)
@@ -80,6 +84,49 @@ local function alive_since(p, entry, now, except_id)
         end
     end
     return newest_text
+end
+
+-- Whether row `id` is for the take-over at `now`: unsent and claimed before
+-- `stale_before`, or a run whose lease expired without a finish; it has a task id.
+local function is_stale(p, id, now, stale_before)
+    local f = redis.call('HMGET', p .. ':row:' .. id, 'status', 'claimed_at', 'lease_until',
+        'finished_at', 'task_id')
+    if not f[5] then
+        return false
+    end
+    local unsent = f[1] == 'claimed' and tonumber(f[2]) < tonumber(stale_before)
+    local dead = f[3] and not f[4] and tonumber(f[3]) <= tonumber(now)
+    return unsent or dead
+end
+
+-- The claims of every entry left unsent since before `stale_before` (P:unsent) and the runs
+-- whose lease expired by `now` without a finish (P:leases), as {id, entry, claimed_at}:
+-- the cost follows these rows, never the entries. A member whose row is no longer unsent
+-- (P:unsent) or running (P:leases) is dropped from that set on the way.
+local function stale_claims(p, now, stale_before)
+    local found, seen = {}, {}
+    local function look(set, upto, member)
+        for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. set, '-inf', upto)) do
+            local row = p .. ':row:' .. id
+            if is_stale(p, id, now, stale_before) then
+                if not seen[id] then
+                    seen[id] = true
+                    local f = redis.call('HMGET', row, 'entry', 'claimed_at')
+                    found[#found + 1] = {id, f[1], f[2]}
+                end
+            elseif not member(row) then
+                redis.call('ZREM', p .. set, id)
+            end
+        end
+    end
+    look(':unsent', '(' .. stale_before, function(row)
+        return redis.call('HGET', row, 'status') == 'claimed'
+    end)
+    look(':leases', now, function(row)
+        local f = redis.call('HMGET', row, 'lease_until', 'finished_at')
+        return f[1] and not f[2]
+    end)
+    return found
 end
 
 -- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
@@ -228,23 +275,22 @@ return 0
 
 -- name: finish_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, replica, host, pid, then the counts
--- n_claims, n_skips, n_advances, n_reclaim_entries, then reclaim timeout (us, '' for
--- none) and limit, then claims (entry, window, task_id, task_name), skips (entry,
--- window, reason, first, count or ''), advances (entry, window), reclaim entries.
+-- n_claims, n_skips, n_advances, then reclaim timeout (us, '' for none), then claims
+-- (entry, window, task_id, task_name), skips (entry, window, reason, first, count or
+-- ''), advances (entry, window).
 -- Writes only while this token holds the lock: a replica whose lock expired while it
 -- planned writes nothing and gets false. Otherwise inserts rows whose marker is new and
 -- whose window is after the entry's stored last window (the fence,
--- safebeat.records.fenced), advances last windows, takes over stale claims, releases the
--- lock. Returns {now, claimed, reclaimed}.
+-- safebeat.records.fenced), advances last windows, finds the stale claims (see
+-- stale_claims), releases the lock. Returns {now, claimed, stale}.
 local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if redis.call('GET', KEYS[1]) ~= token then
     return false
 end
 local n_claims, n_skips = tonumber(ARGV[6]), tonumber(ARGV[7])
-local n_advances, n_reclaim = tonumber(ARGV[8]), tonumber(ARGV[9])
-local timeout, limit = ARGV[10], tonumber(ARGV[11])
+local n_advances, timeout = tonumber(ARGV[8]), ARGV[9]
 local now = now_us()
-local at = 12
+local at = 10
 
 -- The rows the plan inserts: {entry, window, fields, task_id (nil for a skip)}.
 local rows = {}
@@ -327,65 +373,13 @@ for i, entry in ipairs(advance_entries) do
 end
 in_slices('HSET', {p .. ':last'}, advanced)
 
-local reclaimed = {}
+local stale = {}
 if timeout ~= '' then
-    local wanted = {}
-    for i = at, at + n_reclaim - 1 do
-        wanted[ARGV[i]] = true
-    end
-    local stale_before = string.format('%d', tonumber(now) - tonumber(timeout))
-    local offset, page = 0, 500
-    while #reclaimed < limit do
-        local ids = redis.call('ZRANGEBYSCORE', p .. ':unsent', '-inf', '(' .. stale_before,
-            'LIMIT', offset, page)
-        if #ids == 0 then
-            break
-        end
-        for _, id in ipairs(ids) do
-            local row = p .. ':row:' .. id
-            local fields = redis.call('HMGET', row, 'entry', 'status')
-            if fields[2] ~= 'claimed' then
-                redis.call('ZREM', p .. ':unsent', id)
-                offset = offset - 1
-            elseif wanted[fields[1]] and #reclaimed < limit then
-                local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-                redis.call('HSET', row, 'claimed_at', now, 'replica', replica, 'host', host,
-                    'pid', pid)
-                redis.call('ZADD', p .. ':unsent', now, id)
-                redis.call('ZADD', p .. ':age', now, id)
-                offset = offset - 1
-                local values = redis.call('HMGET', row, 'window', 'task_id')
-                reclaimed[#reclaimed + 1] = {tonumber(id), fields[1], values[1], values[2],
-                    attempts}
-            end
-        end
-        offset = offset + #ids
-    end
-    -- Runs whose lease expired without a finish: claimed again, to be re-published with
-    -- the same task id; the lease is cleared, so the pass takes each dead run once.
-    for i = at, at + n_reclaim - 1 do
-        local entry = ARGV[i]
-        for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry,
-                '-inf', '+inf')) do
-            local row = p .. ':row:' .. id
-            local f = redis.call('HMGET', row, 'lease_until', 'finished_at', 'window',
-                'task_id')
-            if #reclaimed < limit and f[1] and not f[2] and f[4]
-                    and tonumber(f[1]) <= tonumber(now) then
-                local attempts = redis.call('HINCRBY', row, 'attempts', 1)
-                redis.call('HSET', row, 'status', 'claimed', 'claimed_at', now,
-                    'replica', replica, 'host', host, 'pid', pid)
-                redis.call('HDEL', row, 'lease_until')
-                redis.call('ZADD', p .. ':unsent', now, id)
-                redis.call('ZADD', p .. ':age', now, id)
-                reclaimed[#reclaimed + 1] = {tonumber(id), entry, f[3], f[4], attempts}
-            end
-        end
-    end
+    stale = stale_claims(p, now, string.format('%d', tonumber(now) - tonumber(timeout)))
 end
 
 redis.call('DEL', KEYS[1])  -- still ours: checked above, and a script runs alone
-return {now, claimed, reclaimed}
+return {now, claimed, stale}
 
 -- name: record_publish
 -- KEYS[1]: P:unsent. ARGV: prefix, n_sent, the sent ids, then (id, error) pairs of failures.
@@ -462,6 +456,7 @@ return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     redis.call('DEL', row)
     redis.call('ZREM', p .. ':history', id)
     redis.call('ZREM', p .. ':unsent', id)
+    redis.call('ZREM', p .. ':leases', id)
 end)
 
 -- name: prune_replicas
@@ -509,11 +504,13 @@ end
 if ARGV[6] == '1' and alive_since(p, entry, tonumber(now), id) then
     return 'defer'
 end
+local lease_until = string.format('%d', tonumber(now) + tonumber(ARGV[5]))
 redis.call('HSET', row, 'started_at', now, 'worker', worker, 'retries', retries,
-    'lease_until', string.format('%d', tonumber(now) + tonumber(ARGV[5])))
+    'lease_until', lease_until)
 redis.call('HDEL', row, 'finished_at', 'outcome', 'runtime')
 redis.call('HINCRBY', row, 'runs', 1)
 redis.call('ZADD', p .. ':running:' .. entry, now, id)
+redis.call('ZADD', p .. ':leases', lease_until, id)
 return verdict
 
 -- name: renew_executions
@@ -530,6 +527,7 @@ for i = 3, #ARGV, 4 do
         local f = redis.call('HMGET', row, 'worker', 'retries', 'finished_at')
         if f[1] == ARGV[i + 2] and f[2] == ARGV[i + 3] and not f[3] then
             redis.call('HSET', row, 'lease_until', lease_until)
+            redis.call('ZADD', p .. ':leases', lease_until, id)
             renewed = renewed + 1
         end
     end
@@ -556,6 +554,7 @@ if ARGV[7] and ARGV[7] ~= '' then
     redis.call('HSET', row, 'error', ARGV[7])
 end
 redis.call('ZREM', p .. ':running:' .. entry, id)
+redis.call('ZREM', p .. ':leases', id)
 return 1
 
 -- name: claim_effect
@@ -700,10 +699,57 @@ end
 redis.call('INCR', ARGV[1] .. ':runtime_version')
 return 1
 
+-- name: take_over
+-- KEYS[1]: P:unsent. ARGV: prefix, replica, host, pid, timeout (us), then row ids (those
+-- of finish_tick's stale claims beat chose). Each row still stale now (see stale_claims)
+-- is claimed again, to be re-published with the same task id: attempts + 1, claimed_at
+-- now, this replica's; a row another replica took over meanwhile is left to it. Its lease
+-- is cleared, so a dead run is taken once; the delivery of the re-published message
+-- takes the run over. Returns {id, entry, window, task_id, attempts} per row taken.
+local p, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now = now_us()
+local stale_before = string.format('%d', tonumber(now) - tonumber(ARGV[5]))
+local taken = {}
+for i = 6, #ARGV do
+    local id = ARGV[i]
+    if is_stale(p, id, now, stale_before) then
+        local row = p .. ':row:' .. id
+        local attempts = redis.call('HINCRBY', row, 'attempts', 1)
+        redis.call('HSET', row, 'status', 'claimed', 'claimed_at', now, 'replica', replica,
+            'host', host, 'pid', pid)
+        redis.call('HDEL', row, 'lease_until')
+        redis.call('ZADD', KEYS[1], now, id)
+        redis.call('ZADD', p .. ':age', now, id)
+        redis.call('ZREM', p .. ':leases', id)
+        local f = redis.call('HMGET', row, 'entry', 'window', 'task_id')
+        taken[#taken + 1] = {tonumber(id), f[1], f[2], f[3], attempts}
+    end
+end
+return taken
+
+-- name: migrate_leases
+-- KEYS[1]: P:leases. ARGV: prefix, last (1 for the last slice, else 0), then entries.
+-- Runs started before P:leases existed are only in P:running:<entry>: adds the unfinished
+-- ones of these entries to P:leases; the last slice marks the namespace migrated
+-- (P:leases:migrated), so no replica does it again.
+local p = ARGV[1]
+for i = 3, #ARGV do
+    for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. ARGV[i], '-inf', '+inf')) do
+        local f = redis.call('HMGET', p .. ':row:' .. id, 'lease_until', 'finished_at')
+        if f[1] and not f[2] then
+            redis.call('ZADD', KEYS[1], f[1], id)
+        end
+    end
+end
+if ARGV[2] == '1' then
+    redis.call('SET', p .. ':leases:migrated', '1')
+end
+return 0
+
 -- name: release_claims
 -- KEYS[1]: P:unsent. ARGV: prefix, replica, age (us), then (id, attempts) pairs.
 -- Claims this replica never handed to the transport, handed back: claimed_at set `age`
--- before now, which the take-over in finish_tick already counts as stale. Only while each
+-- before now, which the take-over (stale_claims) already counts as stale. Only while each
 -- row is still this replica's unsent claim of that attempt: one taken over or recorded
 -- since is left alone. Returns how many rows were released.
 local p, replica = ARGV[1], ARGV[2]

@@ -9,11 +9,11 @@ host's clock, which every replica on the host shares. `sqlite:///relative/path` 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from itertools import islice
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -154,16 +154,11 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         now: datetime,
         who: Mapping[str, object],
     ) -> list[Claim]:
-        stale = conn.execute(
+        found = conn.execute(
             Q["stale_claims"],
-            {
-                "namespace": namespace,
-                "stale_before": _us(now - reclaim.timeout),
-                "now": _us(now),
-                "names": json.dumps(list(reclaim.entries)),
-                "limit": reclaim.limit,
-            },
-        ).fetchall()
+            {"namespace": namespace, "stale_before": _us(now - reclaim.timeout), "now": _us(now)},
+        )
+        stale = list(islice((row for row in found if row[1] in reclaim.defines), reclaim.limit))
         conn.executemany(Q["reclaim"], [{"id": row[0], "now": _us(now), **who} for row in stale])
         return [Claim(r[0], r[1], _instant(r[2]), r[3], r[4]) for r in stale]
 

@@ -42,6 +42,11 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             for r in rows
         ]
 
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        with self._boundary("list heartbeats") as conn:
+            rows = conn.execute(Q["heartbeats"], {"namespace": namespace}).fetchall()
+        return [_instant(row[0]) for row in rows]
+
     def namespaces(self) -> list[str]:
         with self._boundary("list namespaces") as conn:
             return [row[0] for row in conn.execute(Q["namespaces"]).fetchall()]

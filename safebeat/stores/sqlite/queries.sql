@@ -83,15 +83,18 @@ WHERE namespace = :namespace AND name = :name;
 
 -- name: stale_claims
 -- Claims left unsent past the timeout, and runs whose lease expired without a finish
--- (see the PostgreSQL store's reclaim_stale).
-SELECT id, entry, window_at, task_id, attempts + 1
+-- (see the PostgreSQL store's stale_claims), of every entry: beat keeps those of the
+-- entries it defines. Found through the indexes of unsent claims and of running rows.
+SELECT id, entry, window_at, task_id, attempts + 1, claimed_at
 FROM safebeat_dispatch
-WHERE namespace = :namespace AND entry IN (SELECT value FROM json_each(:names))
+WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
   AND task_id IS NOT NULL
-  AND ((status = 'claimed' AND claimed_at < :stale_before)
-       OR (finished_at IS NULL AND lease_until <= :now))
-ORDER BY claimed_at
-LIMIT :limit;
+UNION
+SELECT id, entry, window_at, task_id, attempts + 1, claimed_at
+FROM safebeat_dispatch
+WHERE namespace = :namespace AND started_at IS NOT NULL AND finished_at IS NULL
+  AND lease_until <= :now AND task_id IS NOT NULL
+ORDER BY claimed_at, id;
 
 -- name: reclaim
 UPDATE safebeat_dispatch
@@ -133,6 +136,10 @@ WHERE namespace = :namespace AND replica = :replica;
 SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
 FROM safebeat_replica
 WHERE namespace = :namespace
+ORDER BY heartbeat_at DESC;
+
+-- name: heartbeats
+SELECT heartbeat_at FROM safebeat_replica WHERE namespace = :namespace
 ORDER BY heartbeat_at DESC;
 
 -- name: history

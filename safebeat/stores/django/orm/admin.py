@@ -38,6 +38,17 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             )
         return [records.ReplicaRecord(*row) for row in rows]
 
+    def heartbeats(self, namespace: str) -> list[datetime]:
+        m = django_models(self.alias)
+        with self._boundary("list heartbeats"):
+            found = (
+                m.Replica.objects.using(self.alias)
+                .filter(namespace=namespace)
+                .order_by("-heartbeat_at")
+                .values_list("heartbeat_at", flat=True)
+            )
+            return list(found)
+
     def namespaces(self) -> list[str]:
         m = django_models(self.alias)
         with self._boundary("list namespaces"):

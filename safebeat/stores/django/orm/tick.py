@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from itertools import islice
 
 from safebeat.identity import Replica
 from safebeat.records import Claim, Reclaim, TickPlan, fence
@@ -141,26 +142,19 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
 
         m = django_models(self.alias)
         # Claims left unsent past the timeout, and runs whose lease expired without a
-        # finish (see the PostgreSQL store's reclaim_stale).
+        # finish (see the PostgreSQL store's stale_claims), of every entry, through the
+        # indexes of unsent claims and of running rows; kept: those of entries beat defines.
         unsent = Q(status="claimed", claimed_at__lt=now - reclaim.timeout)
-        dead = Q(finished_at__isnull=True, lease_until__lte=now)
+        dead = Q(started_at__isnull=False, finished_at__isnull=True, lease_until__lte=now)
         stale_rows = (
             m.Dispatch.objects.using(self.alias)
-            .filter(
-                unsent | dead,
-                namespace=namespace,
-                task_id__isnull=False,
-                entry__in=list(reclaim.entries),
-            )
-            .order_by("claimed_at")
+            .filter(unsent | dead, namespace=namespace, task_id__isnull=False)
+            .order_by("claimed_at", "id")
         )
         if connections[self.alias].features.has_select_for_update_skip_locked:
             stale_rows = stale_rows.select_for_update(skip_locked=True)
-        stale = list(
-            stale_rows.values_list("id", "entry", "window_at", "task_id", "attempts")[
-                : reclaim.limit
-            ]
-        )
+        found = stale_rows.values_list("id", "entry", "window_at", "task_id", "attempts")
+        stale = list(islice((row for row in found if row[1] in reclaim.defines), reclaim.limit))
         if not stale:
             return []
         m.Dispatch.objects.using(self.alias).filter(id__in=[row[0] for row in stale]).update(
