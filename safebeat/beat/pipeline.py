@@ -45,3 +45,13 @@ class BackgroundPublish(Generic[T]):
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
+
+
+class PublishedAlready(Generic[T]):
+    """`work` run at once on the calling thread, behind `BackgroundPublish`'s interface."""
+
+    def __init__(self, work: Callable[[Callable[[], bool]], T]) -> None:
+        self._value = work(lambda: False)
+
+    def result(self, *, stop: bool = False) -> T:
+        return self._value

@@ -26,7 +26,7 @@ from safebeat.app_schedule import settings_source
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.claim_round import traced
 from safebeat.beat.dispatch import Sending
-from safebeat.beat.pipeline import BackgroundPublish
+from safebeat.beat.pipeline import BackgroundPublish, PublishedAlready
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
@@ -92,6 +92,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: each later round of the tick takes twice as many as the one before, up to
     #: `claim_batch`, and is claimed while the one before it is published.
     first_round = 500
+    #: Publish each round on a thread of its own while the next is claimed (False: one
+    #: after the other, on the thread that ticks).
+    pipelined = True
     min_claim_batch = 10
 
     def __init__(
@@ -318,21 +321,23 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             return None
         results = [current.result]
         deadline = started + self.max_interval
+        looked_at = set(due)
         while current is not None:
-            following = self._publish_while_claiming(current, deadline, len(results))
+            following = self._publish_while_claiming(current, deadline, len(results), looked_at)
             if following is not None:
                 results.append(following.result)
             current = following
         return results
 
     def _publish_while_claiming(
-        self, current: _Round, deadline: float, rounds_before: int
+        self, current: _Round, deadline: float, rounds_before: int, looked_at: set[str]
     ) -> _Round | None:
         """Publish `current` while claiming the next round (if entries are due and the tick
         has time left); record `current`; return the next round, if it is to be published."""
         claims = current.claims
-        publishing = BackgroundPublish(
-            lambda stop: self._rounds.send(
+
+        def send(stop: Callable[[], bool]) -> Sending:
+            return self._rounds.send(
                 claims,
                 entries=self.entries,
                 connection=self.connection,
@@ -340,9 +345,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 claimed_at=current.started,
                 stop=stop,
             )
-        )
+
+        publishing = BackgroundPublish(send) if self.pipelined else PublishedAlready(send)
         try:
-            following = self._next_round(deadline, rounds_before)
+            following = self._next_round(deadline, rounds_before, looked_at)
         except Exception:
             self._settle(current, publishing.result())
             raise
@@ -370,13 +376,22 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             return None
         return following
 
-    def _next_round(self, deadline: float, rounds_before: int) -> _Round | None:
+    def _next_round(
+        self, deadline: float, rounds_before: int, looked_at: set[str]
+    ) -> _Round | None:
+        """The next round's claim: due entries this tick has not looked at yet (an entry
+        due again already waits for the next tick, after the heartbeat and housekeeping)."""
         now = self._monotonic()
         if now >= deadline or not self._ready:
             return None
-        due = self._pacing.due(now, self._round_size(rounds_before))
+        due = [
+            name
+            for name in self._pacing.due(now, self._round_size(rounds_before))
+            if name not in looked_at
+        ]
         if not due:
             return None
+        looked_at.update(due)
         return self._claim(due, reclaim=False, started=now)
 
     def _settle(self, claimed: _Round, sending: Sending) -> None:
