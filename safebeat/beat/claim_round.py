@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat.beat.batching import ClaimBatch
-from safebeat.beat.dispatch import Dispatcher
+from safebeat.beat.dispatch import Dispatcher, Sending
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.pacing import Pacing
 from safebeat.beat.planning import Planned
@@ -124,18 +124,45 @@ class ClaimRounds:
     ) -> Sequence[Claim]:
         """Publish claimed windows (claimed at monotonic `claimed_at`, store time `store_now`)
         through the dispatcher; count and log what happened; return the claims sent."""
-        if not claims:
-            return ()
-        dispatcher = self._dispatcher
-        dispatched = dispatcher.dispatch(
-            self._store(),
-            self._config.namespace,
+        sending = self.send(
+            claims, entries=entries, connection=connection, producer=producer, claimed_at=claimed_at
+        )
+        return self.settle(claims, sending, claimed_at=claimed_at, store_now=store_now)
+
+    def send(
+        self,
+        claims: Sequence[Claim],
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        producer: Callable[[], Any],
+        claimed_at: float,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> Sending:
+        """Hand `claims` to the broker (no store call: see `Dispatcher.send`)."""
+        return self._dispatcher.send(
             claims,
             entries=entries,
             connection=connection,
             producer=producer,
             claimed_at=claimed_at,
+            stop=stop,
         )
+
+    def settle(
+        self,
+        claims: Sequence[Claim],
+        sending: Sending,
+        *,
+        claimed_at: float,
+        store_now: datetime | None,
+    ) -> Sequence[Claim]:
+        """Record in the store what `send` did with `claims`; count and log it; return the
+        claims sent."""
+        if not claims:
+            return ()
+        dispatcher = self._dispatcher
+        dispatched = dispatcher.settle(self._store(), self._config.namespace, claims, sending)
         now = self._monotonic()
         report_dispatch(
             dispatched,
@@ -165,14 +192,18 @@ def _plan_of(
     return Planned(upcoming=dict.fromkeys(due, result.now + retry_after))
 
 
-def traced(namespace: str, replica: str, run: Callable[[], TickResult | None]) -> TickResult | None:
-    """`run` (a claim round and its publish) inside the tick's span, which says what it did."""
+def traced(
+    namespace: str, replica: str, run: Callable[[], Sequence[TickResult] | None]
+) -> Sequence[TickResult] | None:
+    """`run` (claim rounds and their publishes; None if the tick lock was busy) inside the
+    tick's span, which says what they did."""
     with opentelemetry.tick_span(namespace, replica) as span:
-        result = run()
+        results = run()
+        done = results or ()
         span.done(
-            claimed=0 if result is None else len(result.claimed),
-            skipped=0 if result is None else skipped_windows(result.plan.skips),
-            republished=0 if result is None else len(result.reclaimed),
-            busy=result is None,
+            claimed=sum(len(result.claimed) for result in done),
+            skipped=sum(skipped_windows(result.plan.skips) for result in done),
+            republished=sum(len(result.reclaimed) for result in done),
+            busy=results is None,
         )
-    return result
+    return results

@@ -58,6 +58,18 @@ class Dispatched:
     released: Sequence[Claim] = ()
 
 
+@dataclass
+class Sending:
+    """What `Dispatcher.send` did: claim ids flushed to the broker (`sent`), claim id ->
+    error of those that cannot be published (`failed`), every claim id passed to the
+    producer whatever came of it (`handed_over`), and the broker's error if it was down."""
+
+    sent: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    handed_over: set[int] = field(default_factory=set)
+    broker_error: BaseException | None = None
+
+
 def can_batch(producer: Any) -> bool:
     """Whether the producer's transport buffers publishes (kombu's Redis transport does)."""
     return hasattr(producer, "batch") and bool(getattr(producer, "supports_batch_publish", False))
@@ -154,28 +166,43 @@ class Dispatcher:
         producer: Callable[[], Any],
         claimed_at: float,
     ) -> Dispatched:
-        """Publish `claims` (claimed at monotonic `claimed_at`) and record the outcome.
+        """Publish `claims` (claimed at monotonic `claimed_at`) and record the outcome:
+        `send`, then `settle`."""
+        if not claims:
+            return Dispatched()
+        sending = self.send(
+            claims,
+            entries=entries,
+            connection=connection,
+            producer=producer,
+            claimed_at=claimed_at,
+        )
+        return self.settle(store, namespace, claims, sending)
+
+    def send(
+        self,
+        claims: Sequence[Claim],
+        *,
+        entries: Mapping[str, Entry],
+        connection: Any,
+        producer: Callable[[], Any],
+        claimed_at: float,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> Sending:
+        """Hand `claims` (claimed at monotonic `claimed_at`) to the broker; touches no store,
+        so it may run on a thread of its own while the store is busy with something else.
 
         Where the transport can batch, claims go out in chunks of `chunk`, each flushed
         before its claims count as sent; a chunk that fails to flush stays claimed.
         `producer` is called inside the broker-error boundary (getting it may connect).
-
-        When the dispatch stops early (the broker is down, or the claims grew too old),
-        the claims it never handed to the producer are handed back to the store. A claim
-        handed over counts as maybe delivered: the one whose publish raised, and every
-        claim of a chunk whose flush failed (kombu: "delivery is uncertain", the
-        pipeline may have run in part). Those wait safebeat_claim_timeout.
+        It stops early when the broker is down, when the claims grow too old, or once
+        `stop()` says so (checked before each chunk).
         """
-        if not claims:
-            return Dispatched()
-        sent: list[int] = []
-        failed: dict[int, str] = {}
-        handed_over: set[int] = set()  # passed to the producer, whatever came of it
+        sending = Sending()
         broker_down = connection_errors(connection)
-        broker_error: BaseException | None = None
         publish_until = claimed_at + self._claim_timeout.total_seconds() / 2
         start = 0
-        while start < len(claims):
+        while start < len(claims) and not stop():
             try:
                 current = producer()
                 batching = can_batch(current)
@@ -186,8 +213,8 @@ class Dispatcher:
                         current,
                         entries=entries,
                         connection=connection,
-                        failed=failed,
-                        handed_over=handed_over,
+                        failed=sending.failed,
+                        handed_over=sending.handed_over,
                         broker_down=broker_down,
                         publish_until=publish_until,
                     )
@@ -201,14 +228,29 @@ class Dispatcher:
                 )
                 break
             except broker_down as exc:
-                broker_error = exc
+                sending.broker_error = exc
                 self.publisher.forget_declarations()
                 self.backoff.failed(self._monotonic())
                 break
             start += len(chunk)
-            sent.extend(handed)
+            sending.sent.extend(handed)
             if handed:
                 self.backoff.succeeded()
+        return sending
+
+    def settle(
+        self, store: TickStore, namespace: str, claims: Sequence[Claim], sending: Sending
+    ) -> Dispatched:
+        """Record what `send` did with `claims` in the store, and hand back the claims it
+        never handed to the transport (none handed over, for claims never sent at all).
+
+        A claim handed over counts as maybe delivered: the one whose publish raised, and
+        every claim of a chunk whose flush failed (kombu: "delivery is uncertain", the
+        pipeline may have run in part). Those wait safebeat_claim_timeout.
+        """
+        if not claims:
+            return Dispatched()
+        sent, failed = sending.sent, sending.failed
         store.record_publish(namespace, sent, failed)
         done = set(sent)
         unsent = [claim for claim in claims if claim.id not in done and claim.id not in failed]
@@ -216,9 +258,9 @@ class Dispatcher:
             sent=[claim for claim in claims if claim.id in done],
             failed=failed,
             unsent=unsent,
-            broker_error=broker_error,
+            broker_error=sending.broker_error,
             released=self._hand_back(
-                store, namespace, [c for c in unsent if c.id not in handed_over]
+                store, namespace, [c for c in unsent if c.id not in sending.handed_over]
             ),
         )
 

@@ -5,6 +5,9 @@ store's tick lock (or come back shortly if another replica holds it), compute th
 windows from the shared state and the store's clock, claim them under a unique key,
 commit, publish the claimed ones with a deterministic task id, and record them as sent.
 Nothing store-specific lives here; nothing raised in a tick escapes into Celery's loop.
+While more entries are due, a tick goes on claiming round after round (for up to
+`max_interval`), each round claimed while the one before it is published on a thread of
+its own (`safebeat.beat.pipeline`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,6 +25,8 @@ from celery import beat
 from safebeat.app_schedule import settings_source
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.claim_round import traced
+from safebeat.beat.dispatch import Sending
+from safebeat.beat.pipeline import BackgroundPublish, PublishedAlready
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
@@ -41,6 +47,16 @@ from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
 
 logger = logging.getLogger("safebeat.scheduler")
+
+
+@dataclass(frozen=True)
+class _Round:
+    """One claim round of a tick: the store's result, the claims to publish (new and
+    taken over), and the monotonic instant the claim began."""
+
+    result: TickResult
+    claims: Sequence[Claim]
+    started: float
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
@@ -72,6 +88,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     #: A tick the store ends for outlasting safebeat_lock_timeout halves it, down to
     #: `min_claim_batch` (see `safebeat.beat.batching`).
     claim_batch = 5000
+    #: Most due entries the first claim round of a tick takes, so publishing starts soon;
+    #: each later round of the tick takes twice as many as the one before, up to
+    #: `claim_batch`, and is claimed while the one before it is published.
+    first_round = 500
+    #: Publish each round on a thread of its own while the next is claimed (False: one
+    #: after the other, on the thread that ticks).
+    pipelined = True
     min_claim_batch = 10
 
     def __init__(
@@ -249,7 +272,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.refresh_entries()
         if not self._ready:
             self._bootstrap()
-        due = self._pacing.due(now, self._rounds.batch_size(self.claim_batch, self.min_claim_batch))
+        due = self._pacing.due(now, self._round_size(0))
         reclaim = now >= self._pacing.next_reclaim
         if (due or reclaim) and not self._can_publish():
             # Claiming (or taking over) now would only leave unsent claims for the other
@@ -257,12 +280,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             # the missed-window policy, and the replicas that reach the broker send them.
             due, reclaim = [], False
         if due or reclaim:
-            result = traced(
+            results = traced(
                 self.safebeat_config.namespace,
                 self.replica.id,
-                lambda: self._locked_tick(due, reclaim=reclaim),
+                lambda: self._claim_and_publish(due, reclaim=reclaim),
             )
-            if result is None:
+            if results is None:
                 self.metrics.lock_busy()
                 return self.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
         self._chores.run_due(
@@ -282,9 +305,105 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.__dict__.pop("producer", None)
         return ready
 
-    def _locked_tick(self, due: Sequence[str], *, reclaim: bool) -> TickResult | None:
-        config = self.safebeat_config
+    def _round_size(self, rounds_before: int) -> int:
+        """Due entries the claim round after `rounds_before` others in this tick takes."""
+        batch = self._rounds.batch_size(self.claim_batch, self.min_claim_batch)
+        return min(batch, max(self.first_round, 1) << min(rounds_before, 30))
+
+    def _claim_and_publish(self, due: Sequence[str], *, reclaim: bool) -> list[TickResult] | None:
+        """Claim `due` (and take over stale claims if `reclaim`), then publish round after
+        round while more entries are due, for up to `max_interval`: each round's messages go
+        to the broker on a thread of their own while this thread claims the next round.
+        None if another replica held the tick lock for the first round."""
         started = self._monotonic()
+        current = self._claim(due, reclaim=reclaim, started=started)
+        if current is None:
+            return None
+        results = [current.result]
+        deadline = started + self.max_interval
+        looked_at = set(due)
+        while current is not None:
+            following = self._publish_while_claiming(current, deadline, len(results), looked_at)
+            if following is not None:
+                results.append(following.result)
+            current = following
+        return results
+
+    def _publish_while_claiming(
+        self, current: _Round, deadline: float, rounds_before: int, looked_at: set[str]
+    ) -> _Round | None:
+        """Publish `current` while claiming the next round (if entries are due and the tick
+        has time left); record `current`; return the next round, if it is to be published."""
+        claims = current.claims
+
+        def send(stop: Callable[[], bool]) -> Sending:
+            return self._rounds.send(
+                claims,
+                entries=self.entries,
+                connection=self.connection,
+                producer=lambda: self.producer,
+                claimed_at=current.started,
+                stop=stop,
+            )
+
+        publishing = BackgroundPublish(send) if self.pipelined else PublishedAlready(send)
+        try:
+            following = self._next_round(deadline, rounds_before, looked_at)
+        except Exception:
+            self._settle(current, publishing.result())
+            raise
+        except BaseException:
+            # SystemExit from a signal handler: the store call it interrupted may have
+            # left the store's connection unusable. Stop publishing soon and record
+            # nothing; what was sent is re-published, same task ids, after the claim timeout.
+            publishing.result(stop=True)
+            raise
+        try:
+            sending = publishing.result()
+        except BaseException:
+            if following is not None:
+                self._rounds.settle(
+                    following.claims, Sending(), claimed_at=following.started, store_now=None
+                )
+            raise
+        self._settle(current, sending)
+        if following is not None and sending.broker_error is not None:
+            # The broker is down: the next round is never handed to it, so its claims
+            # go back to the store at once.
+            self._rounds.settle(
+                following.claims, Sending(), claimed_at=following.started, store_now=None
+            )
+            return None
+        return following
+
+    def _next_round(
+        self, deadline: float, rounds_before: int, looked_at: set[str]
+    ) -> _Round | None:
+        """The next round's claim: due entries this tick has not looked at yet (an entry
+        due again already waits for the next tick, after the heartbeat and housekeeping)."""
+        now = self._monotonic()
+        if now >= deadline or not self._ready:
+            return None
+        due = [
+            name
+            for name in self._pacing.due(now, self._round_size(rounds_before))
+            if name not in looked_at
+        ]
+        if not due:
+            return None
+        looked_at.update(due)
+        return self._claim(due, reclaim=False, started=now)
+
+    def _settle(self, claimed: _Round, sending: Sending) -> None:
+        sent = self._rounds.settle(
+            claimed.claims, sending, claimed_at=claimed.started, store_now=claimed.result.now
+        )
+        if sent:
+            self.published(sent)
+
+    def _claim(self, due: Sequence[str], *, reclaim: bool, started: float) -> _Round | None:
+        """One claim round under the store's tick lock; None if another replica holds it."""
+        config = self.safebeat_config
         result = self._rounds.run(
             due,
             self._planner,
@@ -300,17 +419,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._ready = False  # register again before the next tick claims
         report_claims(result.claimed, result.reclaimed, self.metrics)
         announce_tick(self, result, config.namespace, self.replica.id)
-        sent = self._rounds.publish(
-            [*result.claimed, *result.reclaimed],
-            entries=self.entries,
-            connection=self.connection,
-            producer=lambda: self.producer,
-            claimed_at=started,
-            store_now=result.now,
-        )
-        if sent:
-            self.published(sent)
-        return result
+        return _Round(result, [*result.claimed, *result.reclaimed], started)
 
     def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
         """The pure planner, with this replica's entries (run by the store under its lock)."""

@@ -437,14 +437,13 @@ def test_crontab_fires_in_the_entry_time_zone(clock: FakeClock, queue: str) -> N
 
 
 def test_large_bursts_are_claimed_in_batches_without_waiting(clock: FakeClock, queue: str) -> None:
-    """More due entries than claim_batch are taken by immediate follow-up ticks, all once."""
+    """More due entries than claim_batch are taken by further rounds of the same tick, all once."""
     app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 10.0} for i in range(10)})
     scheduler = memory_scheduler(app, clock)
     scheduler.claim_batch = 4
     scheduler.tick()
     clock.advance(10)
-    delays = [scheduler.tick() for _ in range(3)]
-    assert delays[:2] == [0.0, 0.0]
+    scheduler.tick()
     sent = windows_sent(drain(app, queue))
     assert len(sent) == 10
     assert set(sent.values()) == {1}

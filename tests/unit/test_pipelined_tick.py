@@ -1,0 +1,161 @@
+"""A tick with more entries due than its first round claims publishes each round on a
+thread of its own while it claims the next: nothing is sent twice, the claims never
+handed to the broker go back to the store, and a signal during the next claim stops the
+publishing thread. On a memory store and a controlled clock."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from safebeat import Scheduler
+from safebeat.errors import StoreUnavailable
+from safebeat.records import Claim
+from safebeat.stores.memory import MemoryStore
+from safebeat.testing import FakeClock, memory_scheduler
+from tests.unit.test_scheduler import START, drain, make_app, windows_sent
+
+NAMES = [f"e{i:02}" for i in range(12)]
+
+
+class WatchedStore(MemoryStore):
+    """A memory store that remembers the claims handed back to it, and raises `interrupt`
+    from its tick number `interrupt_at`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.released: list[str] = []
+        self.ticks = 0
+        self.interrupt_at: int | None = None
+        self.interrupt: BaseException = SystemExit(0)
+
+    def tick(self, *args: Any, **kwargs: Any) -> Any:
+        self.ticks += 1
+        if self.ticks == self.interrupt_at:
+            raise self.interrupt
+        return super().tick(*args, **kwargs)
+
+    def release_claims(
+        self, namespace: str, claims: Sequence[Claim], *, replica: Any, timeout: timedelta
+    ) -> None:
+        self.released.extend(claim.entry for claim in claims)
+        super().release_claims(namespace, claims, replica=replica, timeout=timeout)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+def burst(queue: str, clock: FakeClock) -> tuple[Celery, WatchedStore, Scheduler]:
+    """Twelve entries due at once, claimed in rounds of 4 then 8."""
+    app = make_app(queue, {name: {"task": "t.run", "schedule": 60.0} for name in NAMES})
+    store = WatchedStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    scheduler.first_round = 4
+    scheduler.tick()  # registers; the first windows are due a minute later
+    drain(app, queue)
+    clock.advance(60)
+    return app, store, scheduler
+
+
+def sent_entries(app: Celery, queue: str) -> list[str]:
+    counts = windows_sent(drain(app, queue))
+    assert max(counts.values(), default=1) == 1, counts
+    return sorted(entry for entry, _ in counts)
+
+
+def test_every_round_of_a_burst_is_sent_once_in_one_tick(clock: FakeClock, queue: str) -> None:
+    app, store, scheduler = burst(queue, clock)
+    ticks_before = store.ticks
+    scheduler.tick()
+    assert sent_entries(app, queue) == NAMES
+    assert store.ticks - ticks_before == 2  # rounds of 4 and 8
+    assert store.released == []
+
+
+def test_broker_down_mid_pipeline_sends_nothing_twice_and_hands_back_the_rest(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker fails at the third message of the first round while the second round is
+    claimed: that round is never handed to the broker, so its claims go back to the store
+    with the first round's unsent one; the message that raised waits the claim timeout."""
+    app, store, scheduler = burst(queue, clock)
+    real_send = scheduler.publisher.send
+    handed: list[str] = []
+
+    def failing_send(producer: Any, entry: Any, claim: Claim, **options: Any) -> None:
+        handed.append(claim.entry)
+        if len(handed) == 3:
+            raise ConnectionError("connection reset by peer")
+        real_send(producer, entry, claim, **options)
+
+    monkeypatch.setattr(scheduler.publisher, "send", failing_send)
+    scheduler.tick()
+    sent = sent_entries(app, queue)
+    assert sent == handed[:2]
+    assert sorted(store.released) == sorted(set(NAMES) - set(handed))
+    assert len(store.released) == len(NAMES) - 3
+    assert scheduler.dispatcher.backoff.failures == 1
+
+
+def test_claims_grown_too_old_in_a_pipelined_tick_are_handed_back(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Publishing stalls past half the claim timeout: what was not handed over yet, in
+    either round, goes back to the store; nothing is sent twice."""
+    app, store, scheduler = burst(queue, clock)
+    real_send = scheduler.publisher.send
+    stall = scheduler.safebeat_config.claim_timeout.total_seconds() / 2 + 1
+
+    def stalling_send(producer: Any, entry: Any, claim: Claim, **options: Any) -> None:
+        real_send(producer, entry, claim, **options)
+        clock.advance(stall)
+
+    monkeypatch.setattr(scheduler.publisher, "send", stalling_send)
+    scheduler.tick()
+    sent = sent_entries(app, queue)
+    assert sent
+    assert not set(sent) & set(store.released)
+    assert sorted([*sent, *store.released]) == NAMES
+
+
+def test_a_signal_during_the_next_claim_stops_the_publishing_thread(
+    clock: FakeClock, queue: str
+) -> None:
+    """SystemExit (Celery's SIGTERM handler) raised while the next round is claimed leaves
+    the tick at once; no publishing thread outlives it, and close() still works."""
+    app, store, scheduler = burst(queue, clock)
+    store.interrupt_at = store.ticks + 2  # the second round's claim
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+    assert not [t for t in threading.enumerate() if t.name == "safebeat-publish"]
+    assert len(set(sent_entries(app, queue))) <= 4
+    scheduler.close()
+
+
+def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
+    clock: FakeClock, queue: str
+) -> None:
+    """The store fails while the second round is claimed: the first round, already on
+    its way, is published and recorded; the tick backs off; nothing is sent twice."""
+    app, store, scheduler = burst(queue, clock)
+    store.interrupt_at = store.ticks + 2
+    store.interrupt = StoreUnavailable("connection refused")
+    scheduler.tick()
+    first = sent_entries(app, queue)
+    assert len(first) == 4
+    sent_rows = [r for name in first for r in store.history("unit", name) if r.sent_at]
+    assert len(sent_rows) == 4
+    assert scheduler._guard.backoff.failures == 1
