@@ -4,7 +4,7 @@ pruning old history."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 
 from safebeat._version import __version__
@@ -53,6 +53,25 @@ def prune(store: TickStore, config: Config, now: datetime) -> None:
         )
 
 
+class Digests(Mapping[str, str]):
+    """Entry name -> digest, read from the entries themselves: a heartbeat sends them, and
+    a dict of them would be one more entry of memory per entry."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = entries
+
+    def __getitem__(self, name: str) -> str:
+        return self._entries[name].digest
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class Housekeeper:
     """One replica's standing in the store: its entries registered, and its chores on their
     timers (monotonic): a heartbeat every `heartbeat_interval`, a prune every
@@ -76,8 +95,8 @@ class Housekeeper:
         # last (None: unknown, send them in full), so that an idle heartbeat costs the
         # same at any entry count.
         self._entries: Mapping[str, Entry] | None = None
-        self._digests: dict[str, str] = {}
-        self._stored: dict[str, str] | None = None
+        self._digests: Mapping[str, str] = {}
+        self._stored: Mapping[str, str] | None = None
 
     def register(self, entries: Mapping[str, Entry]) -> None:
         """Register `entries`' definitions; say which ones the store had otherwise. The
@@ -104,12 +123,12 @@ class Housekeeper:
         self._stored = digests
         self.next_heartbeat = self._monotonic() + interval
 
-    def _digests_of(self, entries: Mapping[str, Entry]) -> dict[str, str]:
-        """`entries`' digests, computed again only when beat runs other entries (a
-        scheduler replaces its entries, never changes them in place)."""
+    def _digests_of(self, entries: Mapping[str, Entry]) -> Mapping[str, str]:
+        """`entries`' digests, the same object until beat runs other entries (a scheduler
+        replaces its entries, never changes them in place)."""
         if entries is not self._entries:
             self._entries = entries
-            self._digests = {name: entry.digest for name, entry in entries.items()}
+            self._digests = Digests(entries)
         return self._digests
 
     def run_due(
