@@ -4,8 +4,9 @@ pruning old history."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import overload
 
 from safebeat._version import __version__
 from safebeat.beat.metrics import BeatMetrics
@@ -14,6 +15,7 @@ from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica
+from safebeat.records import Definition
 from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -72,6 +74,33 @@ class Digests(Mapping[str, str]):
         return len(self._entries)
 
 
+class Definitions(Sequence[Definition]):
+    """The entries' definitions, each made when the store reads it: a list of them all
+    would hold one more object per entry while registering (about 7 MiB at 100,000)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, entries: Sequence[Entry]) -> None:
+        self._entries = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Definition: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Definition]: ...
+
+    def __getitem__(self, index: int | slice) -> Definition | list[Definition]:
+        if isinstance(index, slice):
+            return [entry.definition for entry in self._entries[index]]
+        return self._entries[index].definition
+
+    def __iter__(self) -> Iterator[Definition]:
+        return (entry.definition for entry in self._entries)
+
+
 class Housekeeper:
     """One replica's standing in the store: its entries registered, and its chores on their
     timers (monotonic): a heartbeat every `heartbeat_interval`, a prune every
@@ -102,7 +131,7 @@ class Housekeeper:
         """Register `entries`' definitions; say which ones the store had otherwise. The
         next heartbeat sends their digests in full."""
         self._stored = None
-        definitions = [entry.definition for entry in entries.values()]
+        definitions = Definitions(list(entries.values()))
         registration = self._store().register(self._config.namespace, definitions, self._replica)
         report_registration(registration.changed, entries)
 
