@@ -224,7 +224,7 @@ def compile_runtime(
             )
         except EntryError as exc:
             broken[name] = exc
-    return Compiled(entries, broken, frozenset(specs.keys() & set(taken)))
+    return Compiled(entries, broken, frozenset(name for name in specs if name in taken))
 
 
 def with_runtime_entries(

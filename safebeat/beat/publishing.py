@@ -13,6 +13,7 @@ beat.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -84,7 +85,7 @@ def _transport(producer: Any) -> str | None:
     return driver if isinstance(driver, str) else None
 
 
-@dataclass
+@dataclass(slots=True)
 class _EntryPlan:
     """What the publisher worked out once for one compiled entry."""
 
@@ -102,11 +103,16 @@ class _EntryPlan:
 class Publisher:
     """Publishes windows for one scheduler, remembering which queues its connection declared."""
 
+    #: Most entries whose plan (and message template) is kept, the most recently sent: a
+    #: plan saves work only for an entry sent again while it is kept, and a large schedule's
+    #: entries are mostly sent far apart (100,000 plans held about 20 MiB).
+    plan_cache_size = 10_000
+
     def __init__(self, app: Any, *, direct: bool = True) -> None:
         self.app = app
         self.direct = direct
         self._declarations = QueueDeclarations()
-        self._plans: dict[str, _EntryPlan] = {}
+        self._plans: OrderedDict[str, _EntryPlan] = OrderedDict()
         self._shapes: dict[Hashable, MessageShape | None] = {}
         # Whether the app lets any entry's message be templated (protocol 2, no sent
         # events, static routes): worked out with the first entry.
@@ -180,12 +186,17 @@ class Publisher:
             self.app.send_task(plan.entry.task, args, kwargs, producer=producer, **options)
 
     def _plan(self, entry: Entry, task: Task | None) -> _EntryPlan:
-        plan = self._plans.get(entry.name)
-        if plan is None or plan.entry is not entry or plan.task is not task:
-            direct = self._can_go_direct(task, entry.options)
-            plan = self._plans[entry.name] = _EntryPlan(
-                entry, task, direct, templated=direct and self._can_template(entry)
-            )
+        plans = self._plans
+        plan = plans.get(entry.name)
+        if plan is not None and plan.entry is entry and plan.task is task:
+            plans.move_to_end(entry.name)
+            return plan
+        direct = self._can_go_direct(task, entry.options)
+        plan = _EntryPlan(entry, task, direct, templated=direct and self._can_template(entry))
+        plans[entry.name] = plan
+        plans.move_to_end(entry.name)
+        while len(plans) > self.plan_cache_size:
+            plans.popitem(last=False)
         return plan
 
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:

@@ -4,6 +4,7 @@ every so often, their definitions only when it moved, compiled beside the code's
 from __future__ import annotations
 
 import logging
+from collections import ChainMap
 from collections.abc import Mapping
 from datetime import tzinfo
 from typing import Any
@@ -60,7 +61,7 @@ class RuntimeWatch:
         entries, broken = compile_schedule(beat_schedule, app_timezone=app_timezone, config=config)
         runtime = compile_runtime(
             self.specs,
-            taken=entries.keys() | broken.keys(),
+            taken=ChainMap[str, Any](entries, broken),  # not a set of every name
             app_timezone=app_timezone,
             config=config,
         )
@@ -74,4 +75,10 @@ class RuntimeWatch:
             )
         self.clashes = runtime.clashes
         metrics.runtime_entries(len(runtime.entries))
-        return {**entries, **runtime.entries}, {**broken, **runtime.broken}
+        # The code's entries as they are when none were added at run time: at start-up
+        # a copy would hold every entry twice.
+        if runtime.entries:
+            entries = {**entries, **runtime.entries}
+        if runtime.broken:
+            broken = {**broken, **runtime.broken}
+        return entries, broken

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from celery import beat
@@ -174,7 +175,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         """
         report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
-        self.data = dict(self.entries)
+        # Celery's `schedule` (its `data`): a read-only view, not a copy of every entry.
+        self.data = MappingProxyType(entries)
         self._queue_timeouts = queue_timeouts(self.safebeat_config.overlap_timeout, entries)
         self._ready = False
 

@@ -245,15 +245,17 @@ def dcb(config: dict[str, Any]) -> None:
 
 def memory(config: dict[str, Any]) -> None:
     """Where one replica's memory goes after registering `count` hourly entries and planning
-    them once: tracemalloc's largest allocation sites, and the peak RSS without tracing."""
+    them once: the peak RSS (and the RSS before the scheduler is made), or with `trace`
+    tracemalloc's largest allocation sites (the RSS then counts tracemalloc's own)."""
     import tracemalloc
 
     if config.get("trace"):
         tracemalloc.start()
     app = bench_app(config, bench_schedule(config["count"], 0, 0))
+    base_rss = peak_rss()  # Python, Celery, kombu and the app's beat_schedule
     scheduler = safebeat.Scheduler(app, store=open_store(config["store"]))
     first_pass(scheduler)
-    figures: dict[str, Any] = {"rss": peak_rss()}
+    figures: dict[str, Any] = {"rss": peak_rss(), "base_rss": base_rss}
     if config.get("trace"):
         top = tracemalloc.take_snapshot().statistics("lineno")[: config.get("top", 15)]
         figures["top"] = [

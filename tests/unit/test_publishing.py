@@ -339,6 +339,30 @@ def test_a_changed_entry_definition_builds_its_message_again() -> None:
     assert [m["headers"]["argsrepr"] for m in got] == ["[1]", "[2]"]
 
 
+def test_plans_beyond_the_cache_size_are_dropped_and_built_again_alike() -> None:
+    """Only the most recently sent entries keep a plan; an entry whose plan was dropped
+    sends the same message as before."""
+    app = make_app()
+    publisher = Publisher(app)
+    publisher.plan_cache_size = 2
+    entries = [plain_entry(name, args=[i]) for i, name in enumerate("abc")]
+    sent = []
+    with app.producer_or_acquire() as producer:
+        for window in (WINDOW, WINDOW + timedelta(minutes=1)):
+            for entry in entries:
+                publisher.send(producer, entry, claim_for(entry.name, window), retry_policy=RETRY)
+            sent.append(receive_all(app))
+            assert list(publisher._plans) == ["b", "c"]
+    first, again = sent
+    for one, other in zip(first, again, strict=True):
+        assert json.loads(one["body"]) == json.loads(other["body"])
+        assert one["headers"]["argsrepr"] == other["headers"]["argsrepr"]
+        assert one["headers"]["task"] == other["headers"]["task"]
+    assert [m["headers"]["id"] for m in again] == [
+        claim_for(name, WINDOW + timedelta(minutes=1)).task_id for name in "abc"
+    ]
+
+
 def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> None:
     """A receiver connected later gets every later window: Celery publishes them again."""
     app = make_app()

@@ -78,6 +78,16 @@ def test_every_due_entry_is_sent_in_one_tick(clock: FakeClock, queue: str) -> No
     assert {w for _, w in sent} == {"2026-03-01T12:00:10Z"}
 
 
+def test_celerys_schedule_is_a_read_only_view_of_the_entries(clock: FakeClock, queue: str) -> None:
+    """Celery's `schedule` shows the compiled entries without a copy of them."""
+    app = make_app(queue, {f"e{i}": {"task": "t.run", "schedule": 10.0} for i in range(3)})
+    scheduler = memory_scheduler(app, clock)
+    assert scheduler.schedule == scheduler.entries
+    assert sorted(scheduler.schedule) == ["e0", "e1", "e2"]
+    with pytest.raises(TypeError):
+        scheduler.schedule["e3"] = scheduler.entries["e0"]
+
+
 def test_replicas_sharing_a_store_send_each_window_once(clock: FakeClock, queue: str) -> None:
     """Three schedulers on one store, ticking in turn, send every window exactly once."""
     app = make_app(
