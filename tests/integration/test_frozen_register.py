@@ -24,6 +24,7 @@ from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
 from tests import djangosite
+from tests.registering import registered
 
 LOCK_TIMEOUT = timedelta(seconds=1)
 LIVE = Replica("host-live", 1, "live01")
@@ -83,7 +84,7 @@ def test_a_replica_frozen_inside_register_holds_up_others_at_most_the_lock_timeo
     replica's tick of that entry commits its claim within the lock timeout (plus the
     time to notice), instead of waiting for the frozen one."""
     live = open_store()
-    state = live.register(namespace, [Definition("a", "every 1s", "d1")], LIVE).states["a"]
+    state = registered(live, namespace, [Definition("a", "every 1s", "d1")], LIVE)["a"]
     monkeypatch.setattr(tick_statements, "_load", tick_statements._load)  # restored after the test
     inside, thaw = threading.Event(), threading.Event()
     errors: list[BaseException] = []
