@@ -4,8 +4,9 @@ pruning old history."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import overload
 
 from safebeat._version import __version__
 from safebeat.beat.metrics import BeatMetrics
@@ -14,6 +15,7 @@ from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica
+from safebeat.records import Definition
 from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -41,6 +43,26 @@ def heartbeat(
         newest = max(r.heartbeat_at for r in replicas)
         alive_after = newest - timedelta(seconds=3 * interval)
         metrics.replicas_alive(sum(r.heartbeat_at >= alive_after for r in replicas))
+
+
+class Definitions(Sequence[Definition]):
+    """The definitions of some entries, made as a store reads them (it registers a slice
+    at a time): a replica of 1,000,000 entries never holds a definition of each at once."""
+
+    def __init__(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = list(entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @overload
+    def __getitem__(self, index: int) -> Definition: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Definition]: ...
+    def __getitem__(self, index: int | slice) -> Definition | list[Definition]:
+        if isinstance(index, slice):
+            return [entry.definition for entry in self._entries[index]]
+        return self._entries[index].definition
 
 
 def prune(store: TickStore, config: Config, now: datetime) -> None:
@@ -83,8 +105,9 @@ class Housekeeper:
         """Register `entries`' definitions; say which ones the store had otherwise. The
         next heartbeat sends their digests in full."""
         self._stored = None
-        definitions = [entry.definition for entry in entries.values()]
-        registration = self._store().register(self._config.namespace, definitions, self._replica)
+        registration = self._store().register(
+            self._config.namespace, Definitions(entries), self._replica
+        )
         report_registration(registration.changed, entries)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
