@@ -246,13 +246,15 @@ def session_of(admin: psycopg.Connection[Any], backend: int) -> tuple[str, str] 
 
 def stop_inside_register(process: subprocess.Popen[bytes], admin: Any, backend: int) -> None:
     """SIGSTOP `process` at a moment its session is idle inside register's transaction,
-    after the upsert: the replica is frozen holding whatever register locked."""
+    after reading the digests or the upsert: the replica is frozen holding whatever
+    register locked."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         os.kill(process.pid, signal.SIGSTOP)
         session = session_of(admin, backend)
         after_upsert = session is not None and (
-            "INSERT INTO safebeat_entry" in session[1] or "running_since" in session[1]
+            "INSERT INTO safebeat_entry" in session[1]
+            or "SELECT name, digest FROM safebeat_entry" in session[1]
         )
         if after_upsert and session is not None and session[0] == "idle in transaction":
             return
@@ -359,20 +361,3 @@ def test_array_literals_read_back_as_the_values_they_were_made_of(
             {"texts": array_literal(texts), "instants": array_literal(instants)},
         ).fetchone()
     assert row == (texts, instants)
-
-
-def test_states_registered_at_one_instant_share_their_instants_and_schedule_text(
-    pg_url: str, namespace: str
-) -> None:
-    """One anchor, one definition time and one schedule text for every state of entries
-    registered together, not a copy per row (about 150 bytes of every state)."""
-    store = PostgresStore(pg_url)
-    definitions = [Definition(f"e{i}", "every 1h", f"d{i}") for i in range(3)]
-    states = list(
-        registered(store, namespace, definitions, Replica("host-a", 1, "aaaaaa")).values()
-    )
-    store.close()
-    assert len(states) == 3
-    assert len({id(s.anchor) for s in states}) == 1
-    assert len({id(s.defined_at) for s in states}) == 1
-    assert len({id(s.schedule) for s in states}) == 1

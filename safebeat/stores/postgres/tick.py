@@ -97,6 +97,32 @@ def _tick(
     return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
 
 
+def _register_slice(
+    cursor: Cursor, namespace: str, part: Sequence[Definition], replica: Replica, now: datetime
+) -> dict[str, str]:
+    """Register `part`: read its stored digests, write what differs; return the changed
+    entries with their former digests."""
+    cursor.execute(
+        Q["registered_digests"],
+        {"namespace": namespace, "names": array_literal(d.name for d in part)},
+    )
+    before = dict(cursor.fetchall())
+    new = [d for d in part if before.get(d.name) != d.digest]
+    if new:
+        cursor.execute(
+            Q["register"],
+            {
+                "namespace": namespace,
+                "now": now,
+                "replica": replica.id,
+                "names": array_literal(d.name for d in new),
+                "schedules": array_literal(d.schedule for d in new),
+                "digests": array_literal(d.digest for d in new),
+            },
+        )
+    return {d.name: before[d.name] for d in new if d.name in before}
+
+
 def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
     """Send several statements as one message; return the rows of those that return rows."""
     cursor.execute(statements, params)
@@ -132,26 +158,7 @@ class TickStatements(TickAdapter, Statements):
             changed: dict[str, str] = {}
             for start in range(0, len(definitions), REGISTER_SLICE):
                 part = definitions[start : start + REGISTER_SLICE]
-                cursor.execute(
-                    Q["registered_digests"],
-                    {"namespace": namespace, "names": array_literal(d.name for d in part)},
-                )
-                before = dict(cursor.fetchall())
-                new = [d for d in part if before.get(d.name) != d.digest]
-                if not new:
-                    continue
-                cursor.execute(
-                    Q["register"],
-                    {
-                        "namespace": namespace,
-                        "now": now,
-                        "replica": replica.id,
-                        "names": array_literal(d.name for d in new),
-                        "schedules": array_literal(d.schedule for d in new),
-                        "digests": array_literal(d.digest for d in new),
-                    },
-                )
-                changed.update((d.name, before[d.name]) for d in new if d.name in before)
+                changed.update(_register_slice(cursor, namespace, part, replica, now))
             return Registration(changed)
 
     def _record_publish(
