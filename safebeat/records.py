@@ -189,9 +189,9 @@ class TickResult:
 
 @dataclass(frozen=True)
 class Registration:
-    """The shared states after registering, and the entries whose definition changed."""
+    """The entries whose definition this registration changed. Beat needs nothing more,
+    so a store reads back no entry's state: `states` gives them to whoever wants them."""
 
-    states: Mapping[str, EntryState]
     changed: Mapping[str, str]  # entry -> digest it had before this replica's definition
 
 

@@ -7,7 +7,8 @@ import dataclasses
 import sys
 import weakref
 from collections.abc import Mapping
-from datetime import tzinfo
+from dataclasses import dataclass
+from datetime import timedelta, tzinfo
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
@@ -27,7 +28,7 @@ from safebeat.entries.options import (
 from safebeat.entries.rules import compile_rule
 from safebeat.entries.text import describe
 from safebeat.errors import EntryError, shown
-from safebeat.windows import Policy, Rule
+from safebeat.windows import Overlap, Policy, Rule
 
 ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
 #: Options safebeat sets itself on every message, so an entry may not set them.
@@ -39,6 +40,28 @@ _SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary(
 #: The kwargs and options of every entry that has none: one read-only mapping, not an empty
 #: dict per entry (two of them are about 130 bytes of each entry).
 _NONE: Mapping[str, Any] = MappingProxyType({})
+#: The field names of each rule and policy class, as `_shared` reads them for every entry.
+_FIELDS: dict[type, tuple[str, ...]] = {}
+#: Schedules equal by value (`3600.0`, `timedelta(hours=1)`) give equal timings; any other
+#: schedule object is known by its identity.
+_BY_VALUE = frozenset({int, float, str, timedelta})
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When an entry's windows fall: what its schedule and safebeat options compile to,
+    the same for every entry of one schedule object and no safebeat option."""
+
+    rule: Rule
+    policy: Policy  # with its calendar, without a jitter (the jitter is the entry's own)
+    overlap: Overlap
+    pause_after: int | None
+    schedule_text: str
+
+
+#: The timings one `compile_schedule` worked out, by schedule (see `_known_timing`), each
+#: with the schedule object, which is held so that its identity is not reused.
+Timings = dict[tuple[object, ...], tuple[object, Timing]]
 
 
 def _shared(value: _Shared) -> _Shared:
@@ -46,7 +69,10 @@ def _shared(value: _Shared) -> _Shared:
 
     The key is the fields, not the object: a key holding the object would keep it alive.
     """
-    key = (type(value), *(getattr(value, f.name) for f in dataclasses.fields(value)))
+    names = _FIELDS.get(type(value))
+    if names is None:
+        names = _FIELDS[type(value)] = tuple(f.name for f in dataclasses.fields(value))
+    key = (type(value), *(getattr(value, name) for name in names))
     try:
         return cast(_Shared, _SHARED.setdefault(key, value))
     except TypeError:  # a field that cannot be hashed: the entry keeps its own
@@ -56,12 +82,16 @@ def _shared(value: _Shared) -> _Shared:
 def compile_schedule(
     beat_schedule: Mapping[str, Any], *, app_timezone: tzinfo, config: Config
 ) -> tuple[dict[str, Entry], dict[str, EntryError]]:
-    """Compile every entry; return (good entries, errors of the bad ones) by name."""
+    """Compile every entry; return (good entries, errors of the bad ones) by name. Entries
+    with one schedule and no safebeat option compile their timing once."""
     entries: dict[str, Entry] = {}
     errors: dict[str, EntryError] = {}
+    timings: Timings = {}
     for name, raw in beat_schedule.items():
         try:
-            entries[name] = compile_entry(name, raw, app_timezone=app_timezone, config=config)
+            entries[name] = compile_entry(
+                name, raw, app_timezone=app_timezone, config=config, timings=timings
+            )
         except EntryError as exc:
             errors[name] = exc
         except Exception as exc:  # noqa: BLE001 - one entry's surprise must not stop the rest
@@ -73,8 +103,18 @@ def compile_schedule(
     return entries, errors
 
 
-def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Config) -> Entry:
-    """Validate one `beat_schedule` item and compile its rule; raise EntryError on bad input."""
+def compile_entry(
+    name: str,
+    raw: object,
+    *,
+    app_timezone: tzinfo,
+    config: Config,
+    timings: Timings | None = None,
+) -> Entry:
+    """Validate one `beat_schedule` item and compile its rule; raise EntryError on bad input.
+
+    `timings`: those already worked out for other entries of the same schedule (and where
+    to add this one's)."""
     if not isinstance(name, str) or not name:
         raise EntryError(entry_name(name), "an entry name must be a non-empty string")
     if not isinstance(raw, Mapping):
@@ -100,20 +140,12 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         raise EntryError(name, f"options {sorted(reserved)} are set by safebeat per window")
     if "schedule" not in raw:
         raise EntryError(name, "'schedule' is missing")
-    policy, zone = entry_policy(name, safebeat_options, config, app_timezone)
-    overlap = entry_overlap(name, safebeat_options, config)
-    pause_after = entry_pause_after_failures(name, safebeat_options, config)
-    rule = entry_bounds(
-        name,
-        compile_rule(
-            name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone
-        ),
-        safebeat_options,
-    )
-    calendar = entry_calendar(name, safebeat_options, zone)
+    timing = _known_timing(name, raw, safebeat_options, app_timezone, config, timings=timings)
+    rule, policy, overlap = timing.rule, timing.policy, timing.overlap
+    pause_after, schedule_text, calendar = timing.pause_after, timing.schedule_text, policy.calendar
     jitter = entry_jitter(name, safebeat_options, f"{config.namespace}/{name}")
-    policy = dataclasses.replace(policy, calendar=calendar, jitter=jitter)
-    schedule_text = sys.intern(describe(rule))  # one string per distinct schedule
+    if jitter is not None:
+        policy = _shared(dataclasses.replace(policy, jitter=jitter))
     described: dict[str, object] = {
         "task": task,
         "schedule": schedule_text,
@@ -132,8 +164,8 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
     return Entry(
         name,
         task,
-        _shared(rule),
-        _shared(policy),
+        rule,
+        policy,
         schedule_text,
         digest,
         tuple(args),
@@ -141,6 +173,61 @@ def compile_entry(name: str, raw: object, *, app_timezone: tzinfo, config: Confi
         options or _NONE,
         overlap,
         pause_after_failures=pause_after,
+    )
+
+
+def _known_timing(
+    name: str,
+    raw: Mapping[str, Any],
+    options: Mapping[str, Any],
+    app_timezone: tzinfo,
+    config: Config,
+    *,
+    timings: Timings | None,
+) -> Timing:
+    """Entry `name`'s timing: one in `timings` if an entry of the same schedule (and no
+    safebeat option) compiled it already, else compiled here (and added to `timings`)."""
+    schedule, relative = raw["schedule"], raw.get("relative")
+    if timings is None or options or not (relative is None or isinstance(relative, bool)):
+        return _timing(name, raw, options, app_timezone, config)
+    # By value for a plain value; else by identity, valid while the object lives (the
+    # `timings` hold it).
+    key = (type(schedule), schedule if type(schedule) in _BY_VALUE else id(schedule), relative)
+    known = timings.get(key)
+    if known is None:
+        timing = _timing(name, raw, options, app_timezone, config)
+        timings[key] = (schedule, timing)
+        return timing
+    return known[1]
+
+
+def _timing(
+    name: str,
+    raw: Mapping[str, Any],
+    options: Mapping[str, Any],
+    app_timezone: tzinfo,
+    config: Config,
+) -> Timing:
+    """Compile the timing of entry `name`: its rule, policy, overlap and failure pause."""
+    policy, zone = entry_policy(name, options, config, app_timezone)
+    overlap = entry_overlap(name, options, config)
+    pause_after = entry_pause_after_failures(name, options, config)
+    rule = entry_bounds(
+        name,
+        compile_rule(
+            name, raw["schedule"], relative=_relative(name, raw.get("relative")), zone=zone
+        ),
+        options,
+    )
+    calendar = entry_calendar(name, options, zone)
+    if calendar is not None:
+        policy = dataclasses.replace(policy, calendar=calendar)
+    return Timing(
+        _shared(rule),
+        _shared(policy),
+        overlap,
+        pause_after,
+        sys.intern(describe(rule)),  # one string per distinct schedule
     )
 
 

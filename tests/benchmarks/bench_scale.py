@@ -9,7 +9,7 @@ of this run's own); the broker is the Redis the tests use, a queue of this run's
    replicas: seconds from that instant until LLEN shows every message on the broker,
    messages per replica, speed-up against one replica.
 2. big: one replica with `--big-sizes` entries (default 100,000 and 300,000; 1,000,000 with
-   `--big-sizes 1000000`, which takes long and does not fit a Redis register): compile,
+   `--big-sizes 1000000`, which takes long: start it early): compile,
    register on first start and on restart, the first pass (every entry planned once), an
    idle tick, min(N, 100,000) entries due at one instant, peak RSS (VmHWM); restart to
    first dispatch (a restart with one entry every second added: process start to its

@@ -135,8 +135,8 @@ def test_history_entries_and_replicas_pages_show_the_store(client: object, names
     from safebeat.stores.django import DjangoStore
 
     store = DjangoStore("django://default")
-    state = store.register(namespace, [Definition("nightly-report", "every 60s", "d1")], REPLICA)
-    window = state.states["nightly-report"].anchor + timedelta(seconds=60)
+    store.register(namespace, [Definition("nightly-report", "every 60s", "d1")], REPLICA)
+    window = store.states(namespace)["nightly-report"].anchor + timedelta(seconds=60)
     claim = NewClaim(
         "nightly-report", window, task_id_for(namespace, "nightly-report", window), "t"
     )

@@ -30,8 +30,8 @@ def registered(alias: str, app: Celery, namespace: str) -> tuple[Any, datetime]:
     from safebeat.stores.django import DjangoStore
 
     store = DjangoStore(f"django://{alias}")
-    state = store.register(namespace, [settings_definition(app)], REPLICA)
-    return store, state.states["nightly-report"].anchor
+    store.register(namespace, [settings_definition(app)], REPLICA)
+    return store, store.states(namespace)["nightly-report"].anchor
 
 
 def page(response: Any) -> str:

@@ -85,8 +85,8 @@ def test_history_page_names_its_columns_in_russian(
     from safebeat.stores.django import DjangoStore
 
     store = DjangoStore("django://default")
-    state = store.register(namespace, [settings_definition(celery_app)], REPLICA)
-    window = state.states["nightly-report"].anchor
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    window = store.states(namespace)["nightly-report"].anchor
     task_id = task_id_for(namespace, "nightly-report", window)
     store.claim_extra(
         namespace,

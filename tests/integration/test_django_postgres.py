@@ -22,6 +22,7 @@ from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Stat
 from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
 from tests import djangosite, pgconn
+from tests.registering import registered
 
 pytestmark = [pytest.mark.django, pytest.mark.postgres]
 
@@ -105,7 +106,7 @@ def test_round_trips_equal_the_postgres_stores_however_many_are_due(
         kind = store.display_url.split(":")[0]
         namespace = f"rt-{uuid.uuid4().hex[:8]}"
         definitions = [Definition(n, "every 1s", "d") for n in names]
-        states = store.register(namespace, definitions, REPLICA).states
+        states = registered(store, namespace, definitions, REPLICA)
         for size in (1, 2000):
             plan = claim_all(names[:size], states, size)
             raw = wire(store)
@@ -134,7 +135,7 @@ def test_the_connection_is_left_in_autocommit_whatever_ends_a_tick(
     (the same key) and a tick whose planner raised, Django's connection has no transaction
     open and nothing of the failed ticks was written."""
     store = DjangoStore(f"django://{connection.alias}")
-    state = store.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states["a"]
+    state = registered(store, namespace, [Definition("a", "every 1s", "d")], REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1)
     plan = TickPlan(
         claims=[NewClaim("a", window, task_id_for(namespace, "a", window), "t.run")],
@@ -184,7 +185,7 @@ def test_inside_the_callers_atomic_block_writes_commit_or_roll_back_with_it(
     from django.db import transaction
 
     store = DjangoStore(f"django://{connection.alias}")
-    state = store.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states["a"]
+    state = registered(store, namespace, [Definition("a", "every 1s", "d")], REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1)
     plan = TickPlan(
         claims=[NewClaim("a", window, task_id_for(namespace, "a", window), "t.run")],
@@ -226,7 +227,7 @@ def test_a_frozen_tick_loses_its_session_and_the_next_call_reconnects(
     while it holds the lock loses its session, another takes the lock within seconds, and
     the frozen one gets StoreUnavailable, then works again on Django's fresh connection."""
     frozen = DjangoStore(f"django://{alias}", lock_timeout=timedelta(seconds=1))
-    state = frozen.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states["a"]
+    state = registered(frozen, namespace, [Definition("a", "every 1s", "d")], REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1)
     plan = TickPlan(
         claims=[NewClaim("a", window, task_id_for(namespace, "a", window), "t.run")],
@@ -279,7 +280,7 @@ def test_server_side_binding_in_options_still_ticks(connection: Any, namespace: 
     connection.features.__dict__.pop("uses_server_side_binding", None)  # a cached_property
     try:
         store = DjangoStore(f"django://{connection.alias}")
-        state = store.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states
+        state = registered(store, namespace, [Definition("a", "every 1s", "d")], REPLICA)
         with connection.cursor() as cursor:
             assert not isinstance(cursor.cursor, psycopg.ClientCursor)
         result = store.tick(
@@ -303,9 +304,7 @@ def test_statements_go_through_djangos_cursor_and_keep_hostile_names_as_data(
 
     store = DjangoStore(f"django://{connection.alias}")
     names = ["x'); DROP TABLE safebeat_dispatch; --", 'a","b', "{x}", "%(namespace)s", "$$"]
-    states = store.register(
-        namespace, [Definition(n, "every 1s", "d") for n in names], REPLICA
-    ).states
+    states = registered(store, namespace, [Definition(n, "every 1s", "d") for n in names], REPLICA)
     with CaptureQueriesContext(connection) as queries:
         result = store.tick(
             namespace, names, lambda now, s: claim_all(names, states, 1), replica=REPLICA

@@ -24,6 +24,7 @@ from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
 from tests import djangosite
+from tests.registering import registered
 
 LOCK_TIMEOUT = timedelta(seconds=1)
 LIVE = Replica("host-live", 1, "live01")
@@ -59,21 +60,22 @@ def open_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
 
 def freeze_after_writing(store: Store, inside: threading.Event, thaw: threading.Event) -> None:
     """Make `store`'s register stop, in this thread only, after its writes and before its
-    commit: at the read of the states it returns, the last step of every backend's."""
+    commit: after its (only) slice, the last step of every backend's."""
 
     def frozen(load: Callable[..., Any]) -> Callable[..., Any]:
         def step(*args: Any, **kwargs: Any) -> Any:
+            written = load(*args, **kwargs)
             if threading.current_thread().name == "frozen-register":
                 inside.set()
                 thaw.wait(30)
-            return load(*args, **kwargs)
+            return written
 
         return step
 
-    if hasattr(store, "_load"):  # the Django ORM store reads the states itself
-        store._load = frozen(store._load)  # type: ignore[attr-defined]
+    if hasattr(store, "_register_slice"):  # the Django ORM store
+        store._register_slice = frozen(store._register_slice)  # type: ignore[attr-defined]
     else:
-        tick_statements._load = frozen(tick_statements._load)  # type: ignore[attr-defined]
+        tick_statements._register_slice = frozen(tick_statements._register_slice)  # type: ignore[attr-defined]
 
 
 def test_a_replica_frozen_inside_register_holds_up_others_at_most_the_lock_timeout(
@@ -83,8 +85,8 @@ def test_a_replica_frozen_inside_register_holds_up_others_at_most_the_lock_timeo
     replica's tick of that entry commits its claim within the lock timeout (plus the
     time to notice), instead of waiting for the frozen one."""
     live = open_store()
-    state = live.register(namespace, [Definition("a", "every 1s", "d1")], LIVE).states["a"]
-    monkeypatch.setattr(tick_statements, "_load", tick_statements._load)  # restored after the test
+    state = registered(live, namespace, [Definition("a", "every 1s", "d1")], LIVE)["a"]
+    monkeypatch.setattr(tick_statements, "_register_slice", tick_statements._register_slice)
     inside, thaw = threading.Event(), threading.Event()
     errors: list[BaseException] = []
 

@@ -26,6 +26,7 @@ from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Stat
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
 from safebeat.stores.sql_common import array_literal
 from tests import runscope, services
+from tests.registering import registered
 
 pytestmark = pytest.mark.postgres
 
@@ -55,7 +56,7 @@ def test_frozen_lock_holder_stalls_others_briefly_and_claims_nothing(
     """A replica frozen inside its tick loses the lock after lock_timeout; its claim never lands."""
     frozen = PostgresStore(pg_url, lock_timeout=timedelta(seconds=1))
     alive = PostgresStore(pg_url, lock_timeout=timedelta(seconds=1))
-    state = frozen.register(namespace, [Definition("a", "every 1s", "d")], FROZEN).states["a"]
+    state = registered(frozen, namespace, [Definition("a", "every 1s", "d")], FROZEN)["a"]
     window = state.anchor + timedelta(seconds=1)
     inside, wake = threading.Event(), threading.Event()
     outcome: dict[str, BaseException] = {}
@@ -161,9 +162,7 @@ def test_protocol_syncs_per_tick_do_not_grow_with_the_batch(
     """Claiming 1 or 2,000 windows sends the same number of protocol syncs: one batch, no loop."""
     store = PostgresStore(pg_url)
     names = [f"e{i}" for i in range(2000)]
-    states = store.register(
-        namespace, [Definition(n, "every 1s", "d") for n in names], ALIVE
-    ).states
+    states = registered(store, namespace, [Definition(n, "every 1s", "d") for n in names], ALIVE)
     syncs = []
     for size in (1, 2000):
         batch = names[:size]
@@ -201,6 +200,7 @@ def test_a_schedule_larger_than_one_register_slice_registers_whole_and_atomicall
     store = PostgresStore(pg_url)
     try:
         first = store.register(namespace, [Definition(n, "every 1s", "d1") for n in names], ALIVE)
+        states = store.states(namespace)
         again = store.register(
             namespace,
             [
@@ -209,13 +209,14 @@ def test_a_schedule_larger_than_one_register_slice_registers_whole_and_atomicall
             ],
             ALIVE,
         )
+        digests = {name: state.digest for name, state in store.states(namespace).items()}
     finally:
         store.close()
-    assert set(first.states) == set(names)
-    assert len({state.anchor for state in first.states.values()}) == 1
+    assert set(states) == set(names)
+    assert len({state.anchor for state in states.values()}) == 1
     assert first.changed == {}
     assert again.changed == {"e00000": "d1", names[-1]: "d1"}
-    assert set(again.states) == set(names)
+    assert digests == {n: "d2" if n in {"e00000", names[-1]} else "d1" for n in names}
 
 
 #: A replica that registers its entries over and over, until the test stops it mid-way.
@@ -245,13 +246,15 @@ def session_of(admin: psycopg.Connection[Any], backend: int) -> tuple[str, str] 
 
 def stop_inside_register(process: subprocess.Popen[bytes], admin: Any, backend: int) -> None:
     """SIGSTOP `process` at a moment its session is idle inside register's transaction,
-    after the upsert: the replica is frozen holding whatever register locked."""
+    after reading the digests or the upsert: the replica is frozen holding whatever
+    register locked."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         os.kill(process.pid, signal.SIGSTOP)
         session = session_of(admin, backend)
         after_upsert = session is not None and (
-            "INSERT INTO safebeat_entry" in session[1] or "running_since" in session[1]
+            "INSERT INTO safebeat_entry" in session[1]
+            or "SELECT name, digest FROM safebeat_entry" in session[1]
         )
         if after_upsert and session is not None and session[0] == "idle in transaction":
             return
@@ -267,7 +270,7 @@ def test_a_replica_frozen_inside_register_does_not_stop_the_others(
     so another replica's ticks go on at once, and the server ends the frozen session."""
     names = [f"e{i}" for i in range(20)]
     alive = PostgresStore(pg_url, lock_timeout=timedelta(seconds=1))
-    states = alive.register(namespace, [Definition(n, "every 1s", "d1") for n in names], ALIVE)
+    states = registered(alive, namespace, [Definition(n, "every 1s", "d1") for n in names], ALIVE)
     process = subprocess.Popen(
         # Frozen, it keeps its session for 5 s: long enough to see the ticks end meanwhile.
         [sys.executable, "-c", REGISTERING_REPLICA, pg_url, namespace, str(len(names)), "5"],
@@ -279,7 +282,7 @@ def test_a_replica_frozen_inside_register_does_not_stop_the_others(
         backend = int(process.stdout.readline())
         stop_inside_register(process, admin, backend)
         for second in (1, 2, 3):
-            window = states.states["e0"].anchor + timedelta(seconds=second)
+            window = states["e0"].anchor + timedelta(seconds=second)
             plan = TickPlan(
                 claims=[NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in names],
                 advances=dict.fromkeys(names, window),
@@ -358,20 +361,3 @@ def test_array_literals_read_back_as_the_values_they_were_made_of(
             {"texts": array_literal(texts), "instants": array_literal(instants)},
         ).fetchone()
     assert row == (texts, instants)
-
-
-def test_states_registered_at_one_instant_share_their_instants_and_schedule_text(
-    pg_url: str, namespace: str
-) -> None:
-    """One anchor, one definition time and one schedule text for every state of entries
-    registered together, not a copy per row (about 150 bytes of every state)."""
-    store = PostgresStore(pg_url)
-    definitions = [Definition(f"e{i}", "every 1h", f"d{i}") for i in range(3)]
-    states = list(
-        store.register(namespace, definitions, Replica("host-a", 1, "aaaaaa")).states.values()
-    )
-    store.close()
-    assert len(states) == 3
-    assert len({id(s.anchor) for s in states}) == 1
-    assert len({id(s.defined_at) for s in states}) == 1
-    assert len({id(s.schedule) for s in states}) == 1

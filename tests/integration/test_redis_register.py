@@ -27,6 +27,7 @@ from tests import services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, tick_until
 from tests.integration.test_redis_store import queue
+from tests.registering import registered
 
 __all__ = ["queue"]  # the fixture: a broker queue of this test's own
 
@@ -123,9 +124,11 @@ def test_registering_a_big_schedule_never_makes_redis_busy(
     store.close()
     assert not busy, "a register script ran past Redis's busy threshold"
     [registration] = registered
-    assert len(registration.states) == BIG
-    assert len({s.anchor for s in registration.states.values()}) == 1
-    assert len({s.defined_at for s in registration.states.values()}) == 1
+    assert registration.changed == {}
+    states = RedisStore(busy_redis.url).states(namespace)
+    assert len(states) == BIG
+    assert len({s.anchor for s in states.values()}) == 1
+    assert len({s.defined_at for s in states.values()}) == 1
 
 
 def test_reading_the_states_of_a_big_namespace_never_makes_redis_busy(
@@ -134,7 +137,7 @@ def test_reading_the_states_of_a_big_namespace_never_makes_redis_busy(
     """`states` (safebeat status, the console) reads in slices too: no other client is
     refused `BUSY` while it reads BIG (50,000) entries, and it returns every one of them."""
     store = RedisStore(busy_redis.url)
-    registered = store.register(namespace, big_schedule(), REPLICA).states
+    states = registered(store, namespace, big_schedule(), REPLICA)
     read: list[Any] = []
     thread = threading.Thread(target=lambda: read.append(store.states(namespace)))
     thread.start()
@@ -142,7 +145,7 @@ def test_reading_the_states_of_a_big_namespace_never_makes_redis_busy(
     thread.join(30)
     store.close()
     assert not busy, "a states script ran past Redis's busy threshold"
-    assert read == [registered]
+    assert read == [states]
 
 
 def test_a_registration_sent_again_after_a_timeout_changes_nothing(
@@ -150,7 +153,7 @@ def test_a_registration_sent_again_after_a_timeout_changes_nothing(
 ) -> None:
     """A replica whose client gives up on register (short reply timeout) and sends it again
     leaves every entry's anchor, defined_at and last window as the first call stored them."""
-    first = RedisStore(busy_redis.url).register(namespace, big_schedule(), REPLICA).states
+    first = registered(RedisStore(busy_redis.url), namespace, big_schedule(), REPLICA)
     impatient = RedisStore(busy_redis.url, timeouts=Timeouts(reply=0.2))
     for _ in range(3):
         assert register_until_done(impatient, namespace, big_schedule())

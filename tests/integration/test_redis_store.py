@@ -39,6 +39,7 @@ from safebeat.testing import FakeClock
 from tests import runscope, services
 from tests.acceptance.harness import redis_messages, safebeat_messages
 from tests.integration.beat import make_app, tick_until
+from tests.registering import registered
 
 pytestmark = pytest.mark.redis
 
@@ -149,7 +150,7 @@ def test_windows_this_replica_claimed_stay_claimed_when_redis_forgets_them(
     for.
     """
     store, other = RedisStore(own_redis.url), RedisStore(own_redis.url)
-    state = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    state = registered(store, namespace, [Definition("a", "every 1s", "d1")], REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1)
     plan = claim_plan(namespace, "a", window)
     first = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
@@ -180,9 +181,9 @@ def test_what_a_replica_remembers_claiming_is_kept_per_namespace(
     """A later window claimed for entry "a" in one namespace does not hold back an earlier
     one of the entry of the same name in another."""
     store, second = RedisStore(own_redis.url), f"{namespace}-second"
-    late = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    late = registered(store, namespace, [Definition("a", "every 1s", "d1")], REPLICA)["a"]
     late_window = late.anchor + timedelta(seconds=30)
-    early = store.register(second, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    early = registered(store, second, [Definition("a", "every 1s", "d1")], REPLICA)["a"]
     early_window = early.anchor + timedelta(seconds=1)
     assert early_window < late_window
     plan = claim_plan(namespace, "a", late_window)
@@ -266,7 +267,7 @@ def test_volatile_eviction_is_safe_because_only_the_lock_has_a_ttl(
     try:
         store = RedisStore(server.url, eviction="refuse")
         with caplog.at_level(logging.WARNING):
-            state = store.register("ns", [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+            state = registered(store, "ns", [Definition("a", "every 1s", "d1")], REPLICA)["a"]
             store.tick(
                 "ns",
                 ["a"],
@@ -294,7 +295,7 @@ def exercise(store: Store, namespace: str) -> None:
     """Use every part of the store protocol once, with claims, a reclaim and a prune."""
     assert store.migrate() >= 1
     store.clock()
-    state = store.register(namespace, [Definition("a", "every 1s", "d1")], REPLICA).states["a"]
+    state = registered(store, namespace, [Definition("a", "every 1s", "d1")], REPLICA)["a"]
     plan = claim_plan(namespace, "a", state.anchor + timedelta(seconds=1))
     result = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
     assert result is not None
@@ -337,8 +338,8 @@ def test_the_documented_acl_user_can_do_everything_beat_needs(namespace: str) ->
 
         admin.execute_command("ACL", "SETUSER", "safebeat", "-zadd")
         store = RedisStore(url)
-        state = store.register(namespace, [Definition("b", "every 1s", "d1")], REPLICA)
-        window = state.states["b"].anchor + timedelta(seconds=1)
+        state = registered(store, namespace, [Definition("b", "every 1s", "d1")], REPLICA)
+        window = state["b"].anchor + timedelta(seconds=1)
         with pytest.raises(StoreError, match="ACL user lacks a command"):
             store.tick(
                 namespace,
@@ -440,9 +441,7 @@ def test_a_tick_is_two_round_trips_however_many_windows_it_claims(
     """Claiming 1 or 2,000 windows costs the same two scripts: lock+load, then claim+commit."""
     store = RedisStore(own_redis.url)
     names = [f"e{i}" for i in range(due)]
-    states = store.register(
-        namespace, [Definition(n, "every 1s", "d1") for n in names], REPLICA
-    ).states
+    states = registered(store, namespace, [Definition(n, "every 1s", "d1") for n in names], REPLICA)
     window = next(iter(states.values())).anchor + timedelta(seconds=1)
     plan = TickPlan(
         claims=[NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in names],
@@ -474,7 +473,7 @@ def test_frozen_lock_holder_loses_the_lock_after_its_ttl_and_wakes_to_claim_noth
     """
     frozen = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
     alive = RedisStore(redis_url, lock_timeout=timedelta(seconds=1))
-    state = frozen.register(namespace, [Definition("a", "every 1s", "d")], REPLICA).states["a"]
+    state = registered(frozen, namespace, [Definition("a", "every 1s", "d")], REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1)
     inside, wake = threading.Event(), threading.Event()
     outcome: dict[str, object] = {}
@@ -527,7 +526,7 @@ def test_states_registered_at_one_instant_share_their_instants_and_schedule_text
     registered together, not a copy per entry (about 150 bytes of every state)."""
     store = RedisStore(own_redis.url)
     definitions = [Definition(f"e{i}", "every 1h", f"d{i}") for i in range(3)]
-    states = list(store.register(namespace, definitions, REPLICA).states.values())
+    states = list(registered(store, namespace, definitions, REPLICA).values())
     store.close()
     assert len(states) == 3
     assert len({id(s.anchor) for s in states}) == 1

@@ -38,6 +38,7 @@ from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import djangosite
+from tests.registering import registered
 
 REPLICA = Replica("host-a", 101, "aaaaaa")
 OTHER = Replica("host-b", 202, "bbbbbb")
@@ -135,9 +136,10 @@ def test_register_creates_state_anchored_to_the_second(store: Store, namespace: 
     """A new entry gets anchor = registration instant truncated to the second, no last window."""
     before = store.clock()
     registration = store.register(namespace, definitions("a", "b"), REPLICA)
-    assert set(registration.states) == {"a", "b"}
     assert registration.changed == {}
-    state = registration.states["a"]
+    states = store.states(namespace)
+    assert set(states) == {"a", "b"}
+    state = states["a"]
     assert state.last_window is None
     assert state.anchor == state.defined_at.replace(microsecond=0)
     assert state.defined_at >= before
@@ -146,28 +148,29 @@ def test_register_creates_state_anchored_to_the_second(store: Store, namespace: 
 
 def test_register_same_definition_changes_nothing(store: Store, namespace: str) -> None:
     """Registering an unchanged definition again (a restart) keeps the shared state."""
-    first = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    first = registered(store, namespace, definitions("a"), REPLICA)["a"]
     again = store.register(namespace, definitions("a"), OTHER)
     assert again.changed == {}
-    assert again.states["a"] == first
+    assert store.states(namespace)["a"] == first
 
 
 def test_changed_arguments_keep_windows_but_are_reported(store: Store, namespace: str) -> None:
     """A new digest with the same schedule is reported and keeps defined_at and the anchor."""
-    first = store.register(namespace, definitions("a", digest="d1"), REPLICA).states["a"]
+    first = registered(store, namespace, definitions("a", digest="d1"), REPLICA)["a"]
     again = store.register(namespace, definitions("a", digest="d2"), OTHER)
     assert again.changed == {"a": "d1"}
-    assert again.states["a"].digest == "d2"
-    assert again.states["a"].defined_at == first.defined_at
-    assert again.states["a"].anchor == first.anchor
+    state = store.states(namespace)["a"]
+    assert state.digest == "d2"
+    assert state.defined_at == first.defined_at
+    assert state.anchor == first.anchor
 
 
 def test_changed_schedule_moves_defined_at(store: Store, namespace: str) -> None:
     """A changed schedule text moves defined_at to now, so old windows cannot fire late."""
-    first = store.register(namespace, definitions("a", digest="d1"), REPLICA).states["a"]
-    changed = store.register(
-        namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER
-    ).states["a"]
+    first = registered(store, namespace, definitions("a", digest="d1"), REPLICA)["a"]
+    changed = registered(
+        store, namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER
+    )["a"]
     assert changed.schedule == "every 2s"
     assert changed.defined_at > first.defined_at
     assert changed.anchor == first.anchor
@@ -201,7 +204,7 @@ def test_registering_again_never_reopens_a_claimed_window(
     entry = every_tenth_of_a_second()
     planner = real_planner(entry, namespace)
     schedule = [entry.definition, *definitions(*(f"f{i}" for i in range(1500)))]
-    first = stores[0].register(namespace, schedule, REPLICA).states
+    first = registered(stores[0], namespace, schedule, REPLICA)
     assert len({(s.anchor, s.defined_at) for s in first.values()}) == 1
     tick_until_claimed(stores[0], namespace, planner)
     decided = stores[0].states(namespace)["e"]
@@ -221,10 +224,9 @@ def test_registering_again_never_reopens_a_claimed_window(
         thread.join(30)
     registration = stores[1].register(namespace, schedule, OTHER)  # a retry
     assert registration.changed == {}
-    assert {n: s.anchor for n, s in registration.states.items()} == {
-        n: s.anchor for n, s in first.items()
-    }
-    again = registration.states["e"]
+    states = stores[1].states(namespace)
+    assert {n: s.anchor for n, s in states.items()} == {n: s.anchor for n, s in first.items()}
+    again = states["e"]
     assert (again.anchor, again.defined_at, again.last_window) == (
         decided.anchor,
         decided.defined_at,
@@ -241,7 +243,7 @@ def test_a_claimed_window_is_never_claimed_again_whatever_the_state_says(
 ) -> None:
     """The unique key alone refuses a second claim: a plan that claims a window again
     without the last window having moved past it (no advance) claims nothing."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = window_after(state, 1)
     claim = NewClaim("a", window, task_id_for(namespace, "a", window), "tasks.run")
     plan = TickPlan(claims=[claim], advances={})
@@ -256,7 +258,7 @@ def test_a_claimed_window_is_never_claimed_again_whatever_the_state_says(
 
 def test_each_window_is_claimed_once(store: Store, namespace: str) -> None:
     """Claiming a window that is already claimed returns nothing and is not an error."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     plan = claim_plan("a", namespace, window_after(state, 1), window_after(state, 2))
     first = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
     again = store.tick(namespace, ["a"], lambda now, s: plan, replica=OTHER)
@@ -275,7 +277,7 @@ def test_a_tick_returns_the_plan_its_planner_made(store: Store, namespace: str) 
     """The tick result carries the planner's own plan object back, so whatever the planner
     decided besides the rows (the next windows, the entries that failed) reaches the
     scheduler after the commit."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     plan = claim_plan("a", namespace, window_after(state, 1))
     result = store.tick(namespace, ["a"], lambda now, s: plan, replica=REPLICA)
     assert result is not None
@@ -287,7 +289,7 @@ def test_concurrent_replicas_never_claim_a_window_twice(
 ) -> None:
     """Replicas racing over the same windows claim each exactly once between them."""
     stores = [open_store() for _ in range(3)]
-    state = stores[0].register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(stores[0], namespace, definitions("a"), REPLICA)["a"]
     windows = [window_after(state, k) for k in range(1, 41)]
     claimed: list[datetime] = []
     mutex = threading.Lock()
@@ -315,7 +317,7 @@ def test_concurrent_replicas_never_claim_a_window_twice(
 
 def test_a_skipped_window_cannot_be_claimed(store: Store, namespace: str) -> None:
     """A skip row occupies its window's key: no replica can claim that window afterwards."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = window_after(state, 3)
     skip = NewSkip("a", window, window_after(state, 1), 3, "missed")
     store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
@@ -334,7 +336,7 @@ def test_a_skipped_window_cannot_be_claimed(store: Store, namespace: str) -> Non
 
 def test_last_window_only_moves_forward(store: Store, namespace: str) -> None:
     """An advance to an older window never moves last_window back."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     newer, older = window_after(state, 5), window_after(state, 2)
     for window in (newer, older):
         result = store.tick(
@@ -425,7 +427,7 @@ def test_other_namespaces_do_not_share_the_tick_lock(
 
 def test_stale_claims_are_taken_over_once(store: Store, namespace: str) -> None:
     """An unsent claim past the timeout is handed to one replica, with attempts counted."""
-    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a", "b"), REPLICA)["a"]
     window = window_after(state, 1)
     store.tick(
         namespace,
@@ -473,7 +475,7 @@ def test_a_take_over_pass_finds_stale_claims_without_the_entry_list(
     `in defines` of their entries: what it costs follows the stale claims, never the entries
     a replica defines; a claim of an entry the replica does not define stays for another."""
     idle = [f"idle-{i}" for i in range(50)]
-    states = store.register(namespace, definitions("a", "b", "c", *idle), REPLICA).states
+    states = registered(store, namespace, definitions("a", "b", "c", *idle), REPLICA)
     for name in ("a", "b", "c"):  # handed back in this order: a is the oldest
         window = window_after(states[name], 1)
         result = store.tick(
@@ -505,7 +507,7 @@ def test_a_take_over_pass_finds_stale_claims_without_the_entry_list(
 
 def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     """Sent claims get sent_at, failed ones their error; neither is taken over again."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     result = store.tick(
         namespace,
         ["a"],
@@ -537,7 +539,7 @@ def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
     """A sent window whose run's lease expired without a finish is handed back to beat once
     (status claimed, attempts counted, same task id); the re-published delivery takes the
     run over. Live and finished runs are left alone."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     dead, live, done = (window_after(state, n) for n in (1, 2, 3))
     result = store.tick(
         namespace,
@@ -659,7 +661,7 @@ def test_a_heartbeat_without_definitions_never_recreates_a_lost_record(
 
 def test_history_is_newest_first_and_filters_by_entry(store: Store, namespace: str) -> None:
     """History lists the newest window first, and only the asked entry when given one."""
-    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a", "b"), REPLICA)["a"]
     for entry in ("a", "b"):
         store.tick(
             namespace,
@@ -678,7 +680,7 @@ def test_history_is_newest_first_and_filters_by_entry(store: Store, namespace: s
 
 def test_prune_removes_rows_claimed_before_the_cutoff(store: Store, namespace: str) -> None:
     """Prune deletes dispatch rows and replicas older than the cutoff and nothing newer."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     store.tick(
         namespace,
         ["a"],
@@ -696,7 +698,7 @@ def test_prune_removes_rows_claimed_before_the_cutoff(store: Store, namespace: s
 def test_namespaces_are_isolated(store: Store, namespace: str) -> None:
     """Entries, claims and replicas of one namespace are invisible to another."""
     other = namespace + "-other"
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     store.register(other, definitions("a"), REPLICA)
     window = window_after(state, 1)
     for ns in (namespace, other):
@@ -728,7 +730,7 @@ def test_failing_planner_claims_nothing(store: Store, namespace: str) -> None:
 
 def test_instants_round_trip_exactly(store: Store, namespace: str) -> None:
     """Windows with microseconds come back as the same UTC instants."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = state.anchor + timedelta(seconds=1, microseconds=123456)
     store.tick(
         namespace,
@@ -748,7 +750,7 @@ HOUR = timedelta(hours=1)
 
 def dispatched(store: Store, namespace: str, seconds: int = 1) -> datetime:
     """Register entry "a", claim its window `seconds` after the anchor; return the window."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = window_after(state, seconds)
     store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
     return window
@@ -878,7 +880,7 @@ def test_an_unfinished_run_whose_lease_expired_is_taken_over(store: Store, names
 
 def test_a_window_without_a_dispatch_is_unknown(store: Store, namespace: str) -> None:
     """Windows never claimed, or skipped, are UNKNOWN and nothing is written for them."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     skipped = window_after(state, 3)
     skip = NewSkip("a", skipped, skipped, 1, "missed")
     store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
@@ -1116,8 +1118,8 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
 
     other.tick(namespace, ["a", "b"], planner, replica=OTHER)
     assert seen == {"a": True, "b": False}
-    again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
-    assert again.states["a"].paused
+    again = registered(other, namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
+    assert again["a"].paused
     assert other.set_paused(namespace, "a", Pause(False))
     assert not store.states(namespace)["a"].paused
     assert not store.set_paused(namespace, "no-such-entry", Pause(True))
@@ -1146,8 +1148,8 @@ def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_
 
     other.tick(namespace, ["a", "b"], planner, replica=OTHER)
     assert seen == {"a": (until, "migrating the mailer"), "b": (None, None)}
-    again = other.register(namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
-    assert again.states["a"].paused_until == until
+    again = registered(other, namespace, definitions("a", schedule="every 2s", digest="d2"), OTHER)
+    assert again["a"].paused_until == until
     assert store.set_paused(namespace, "a", Pause(False, until=until, note="mailer moved"))
     resumed = other.states(namespace)["a"]
     assert (resumed.paused, resumed.paused_until, resumed.pause_note) == (False, None, None)
@@ -1222,7 +1224,7 @@ def test_forgetting_an_entry_drops_its_state_keeps_its_history_and_others(
     """forget_entry removes one entry's state for every replica; its dispatch rows stay, so
     its decided windows are never claimed again; registering it again starts it anew."""
     store, other = open_store(), open_store()
-    state = store.register(namespace, definitions("a", "b"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a", "b"), REPLICA)["a"]
     window = window_after(state, 1)
     store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
     store.set_paused(namespace, "a", Pause(True))
@@ -1231,7 +1233,7 @@ def test_forgetting_an_entry_drops_its_state_keeps_its_history_and_others(
     assert [r.window for r in store.history(namespace, "a")] == [window]
     assert not store.forget_entry(namespace, "a")
     assert not store.forget_entry(namespace, "no-such-entry")
-    again = store.register(namespace, definitions("a", digest="d2"), REPLICA).states["a"]
+    again = registered(store, namespace, definitions("a", digest="d2"), REPLICA)["a"]
     assert not again.paused
     assert again.digest == "d2"
     assert again.last_window is None
@@ -1248,7 +1250,7 @@ def test_extra_claims_share_the_unique_key_and_leave_last_window_alone(
     store: Store, namespace: str
 ) -> None:
     """claim_extra inserts only windows without a row, records why, and moves no state."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     first, second = window_after(state, 1), window_after(state, 2)
     store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, first), replica=REPLICA)
     extra = store.claim_extra(
@@ -1270,7 +1272,7 @@ def test_extra_claims_share_the_unique_key_and_leave_last_window_alone(
 
 def test_extra_claims_left_unsent_are_taken_over_by_a_tick(store: Store, namespace: str) -> None:
     """A triggered claim nobody published is re-published by the next reclaim, same task id."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = window_after(state, 1) + timedelta(microseconds=250)
     [claim] = store.claim_extra(
         namespace,
@@ -1332,12 +1334,12 @@ def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
 ) -> None:
     """Entry names and namespaces are compared byte for byte: lookalikes each keep their own
     state, stay registered, and each gets its own window claimed."""
-    registration = store.register(namespace, definitions(*LOOKALIKES), REPLICA)
-    assert sorted(registration.states) == sorted(LOOKALIKES)
+    registration = registered(store, namespace, definitions(*LOOKALIKES), REPLICA)
+    assert sorted(registration) == sorted(LOOKALIKES)
     again = store.register(namespace, definitions(*LOOKALIKES), OTHER)
     assert again.changed == {}
-    assert sorted(again.states) == sorted(LOOKALIKES)
-    anchor = registration.states[LOOKALIKES[0]].anchor
+    assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
+    anchor = registration[LOOKALIKES[0]].anchor
     window = anchor + SECOND
     claims = [NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in LOOKALIKES]
     plan = TickPlan(claims=claims, advances=dict.fromkeys(LOOKALIKES, window))
@@ -1351,8 +1353,8 @@ def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
     # Two namespaces differing only in case, both carrying the run's tag as it is (so the
     # end-of-run sweep finds their Redis keys; `namespace.upper()` would hide them).
     lower, upper = f"{namespace}-case", f"{namespace}-CASE"
-    assert sorted(store.register(lower, definitions("nightly"), REPLICA).states) == ["nightly"]
-    assert sorted(store.register(upper, definitions("Nightly"), REPLICA).states) == ["Nightly"]
+    assert sorted(registered(store, lower, definitions("nightly"), REPLICA)) == ["nightly"]
+    assert sorted(registered(store, upper, definitions("Nightly"), REPLICA)) == ["Nightly"]
     assert sorted(store.states(lower)) == ["nightly"]
     assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
 
@@ -1464,7 +1466,7 @@ def test_a_plan_is_fenced_by_the_last_window_stored_at_write_time(
 ) -> None:
     """A claim or skip at or before the entry's last window as stored when the tick writes
     is not written, whatever the planner saw: the rest of the plan is."""
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     store.tick(
         namespace,
         ["a"],
@@ -1519,7 +1521,7 @@ def test_runtime_entries_leave_entry_state_and_history_alone(store: Store, names
     """Deleting an entry added at run time keeps its registered state and its dispatch rows,
     so a window it decided is never claimed again if it is added back."""
     store.save_runtime_entry(namespace, "a", "{}", replace=False)
-    state = store.register(namespace, definitions("a"), REPLICA).states["a"]
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
     window = window_after(state, 1)
     store.tick(namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA)
     assert store.delete_runtime_entry(namespace, "a")
@@ -1553,7 +1555,7 @@ def test_concurrent_adds_of_one_runtime_entry_have_one_winner(
 
 def claimed(store: Store, namespace: str, entry: str, *seconds: int) -> list[Claim]:
     """REPLICA claims windows `seconds` after `entry`'s anchor; returns them in window order."""
-    state = store.register(namespace, definitions(entry), REPLICA).states[entry]
+    state = registered(store, namespace, definitions(entry), REPLICA)[entry]
     windows = [window_after(state, s) for s in seconds]
     result = store.tick(
         namespace, [entry], lambda now, s: claim_plan(entry, namespace, *windows), replica=REPLICA

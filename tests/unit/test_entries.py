@@ -247,6 +247,58 @@ def test_entries_share_equal_rules_and_policies_and_let_them_go() -> None:
     assert len(entries_module._SHARED) < shared
 
 
+def test_a_schedule_compiles_each_timing_once_and_every_entry_as_if_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000,000 entries on a few schedules: the rule, policy and text of a schedule (one
+    object, or one plain value) with no safebeat option are worked out once, and every
+    entry is the one `compile_entry` gives for it alone."""
+    rules: list[object] = []
+    compile_rule = entries_module.compile_rule
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        rules.append(args[1])
+        return compile_rule(*args, **kwargs)
+
+    monkeypatch.setattr(entries_module, "compile_rule", counted)
+    hourly = crontab(minute=0)
+    schedule = {
+        "a": {"task": "t", "schedule": hourly, "args": (1,)},
+        "b": {"task": "t", "schedule": hourly, "args": (2,)},
+        "c": {"task": "t", "schedule": timedelta(hours=1)},
+        "d": {"task": "t", "schedule": timedelta(hours=1), "relative": True},
+        "e": {"task": "t", "schedule": 3600},
+        "f": {"task": "t", "schedule": 3600.0},
+        "g": {"task": "t", "schedule": 3600.0},
+        "h": {"task": "t", "schedule": hourly, "options": {"safebeat": {"jitter": 30}}},
+        "i": {"task": "t", "schedule": hourly, "options": {"safebeat": {"timezone": "Asia/Tokyo"}}},
+        "j": {"task": "t", "schedule": crontab(minute=0)},  # equal, another object
+        "k": {"task": "t", "schedule": hourly, "relative": "yes"},  # an error, not a timing
+    }
+    entries, errors = compile_schedule(schedule, app_timezone=UTC, config=CONFIG)
+    assert set(errors) == {"k"}
+    assert len(rules) == 8  # a+b, c, d, e, f+g, h, i, j, and none for k
+    for name, entry in entries.items():
+        assert entry == compile_entry(name, schedule[name], app_timezone=UTC, config=CONFIG)
+    assert entries["h"].policy.jitter is not None
+    assert entries["a"].policy.jitter is None
+
+
+def test_a_schedule_made_as_it_is_read_gets_each_entry_its_own_timing() -> None:
+    """A source that builds each item as it is read (a database's rows) may give a new
+    schedule object where a dropped one was: each entry still gets its own schedule."""
+
+    class Rows(dict[str, Any]):
+        def items(self) -> Any:
+            for i in range(120):
+                yield f"e{i}", {"task": "t", "schedule": crontab(minute=i % 60)}
+
+    entries, _ = compile_schedule(Rows(), app_timezone=UTC, config=CONFIG)
+    assert len(entries) == 120
+    for i in range(120):
+        assert entries[f"e{i}"].schedule_text == f"crontab {i % 60} * * * * in UTC"
+
+
 def test_entries_without_kwargs_or_options_share_one_empty_mapping() -> None:
     """No empty dict per entry: they cost about 130 bytes of each of 100,000 entries. The
     digest is computed from the dicts as before, and the mapping compares equal to {}."""

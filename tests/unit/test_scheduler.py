@@ -428,6 +428,37 @@ def test_changed_definition_is_reported(
     assert "rolling deploy" in caplog.text
 
 
+def test_a_restart_registers_only_what_changed_and_reads_no_state(
+    clock: FakeClock, queue: str
+) -> None:
+    """Registering is handed the definitions a slice at a time as the store reads them;
+    a restart with one entry changed and one added reports only the changed one, and
+    writes the new definition before the first tick claims anything."""
+    store = MemoryStore(clock=clock.now)
+    schedule = {f"e{i}": {"task": "t.run", "schedule": 5.0, "args": [i]} for i in range(3)}
+    memory_scheduler(make_app(queue, schedule), clock, store)
+    seen: list[Any] = []
+    register = store.register
+
+    def recorded(namespace: str, definitions: Any, replica: Any) -> Any:
+        seen.append((len(definitions), definitions[1:], definitions[0]))
+        registration = register(namespace, definitions, replica)
+        seen.append(registration)
+        return registration
+
+    store.register = recorded  # type: ignore[method-assign]
+    changed = {**schedule, "e1": {"task": "t.run", "schedule": 5.0, "args": ["new"]}}
+    beat = memory_scheduler(
+        make_app(queue, {**changed, "e3": {"task": "t.run", "schedule": 9}}), clock, store
+    )
+    (count, rest, first), registration = seen
+    assert count == 4
+    assert [d.name for d in rest] == ["e1", "e2", "e3"]
+    assert first == beat.entries["e0"].definition
+    assert set(registration.changed) == {"e1"}
+    assert store.states(beat.safebeat_config.namespace)["e1"].digest == beat.entries["e1"].digest
+
+
 def test_crontab_fires_in_the_entry_time_zone(clock: FakeClock, queue: str) -> None:
     """A per-entry timezone decides the wall clock of a crontab slot."""
     app = make_app(

@@ -78,9 +78,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                         schedule=definition.schedule,
                         defined_at=now if moved else state.defined_at,
                     )
-            names = {d.name for d in definitions}
-            states = {n: s for n, s in ns.entries.items() if n in names}
-            return Registration(states, changed)
+            return Registration(changed)
 
     @contextmanager
     def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:

@@ -80,7 +80,7 @@ WHERE namespace = %(namespace)s;
 
 -- name: registered_digests
 SELECT name, digest FROM safebeat_entry
-WHERE namespace = %(namespace)s AND name = ANY(%(names)s);
+WHERE namespace = %(namespace)s AND name = ANY(%(names)s::text[]);
 
 -- name: register
 -- New entries are inserted and changed ones updated; an entry whose digest is unchanged

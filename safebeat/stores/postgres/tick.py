@@ -28,7 +28,6 @@ from safebeat.records import (
     states_after,
 )
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
-from safebeat.stores.sharing import Sharing
 from safebeat.stores.sql_common import (
     advisory_key,
     array_literal,
@@ -41,21 +40,6 @@ from safebeat.stores.ticking import Heartbeat, Release, TickAdapter, TickCall
 #: Definitions per statement when registering: a schedule of 100,000 entries is sent in
 #: slices, so neither side builds every parameter of it at once.
 REGISTER_SLICE = 5000
-
-
-def _load(cursor: Cursor, namespace: str, names: Sequence[str]) -> dict[str, EntryState]:
-    cursor.execute(Q["load_states"], {"namespace": namespace, "names": list(names)})
-    sharing = Sharing()
-    return {row[0]: _state(row, sharing) for row in cursor.fetchall()}
-
-
-def _state(row: Sequence[Any], sharing: Sharing) -> EntryState:
-    """A `load_states` row; its instants and schedule text shared with equal ones."""
-    name, anchor, defined_at, last_window, digest, schedule, *rest = row
-    share = sharing.shared
-    return EntryState(
-        name, share(anchor), share(defined_at), share(last_window), digest, share(schedule), *rest
-    )
 
 
 def _tick(
@@ -127,6 +111,32 @@ def _take_over(
     return [Claim(*row) for row in cursor.fetchall()]
 
 
+def _register_slice(
+    cursor: Cursor, namespace: str, part: Sequence[Definition], replica: Replica, now: datetime
+) -> dict[str, str]:
+    """Register `part`: read its stored digests, write what differs; return the changed
+    entries with their former digests."""
+    cursor.execute(
+        Q["registered_digests"],
+        {"namespace": namespace, "names": array_literal(d.name for d in part)},
+    )
+    before = dict(cursor.fetchall())
+    new = [d for d in part if before.get(d.name) != d.digest]
+    if new:
+        cursor.execute(
+            Q["register"],
+            {
+                "namespace": namespace,
+                "now": now,
+                "replica": replica.id,
+                "names": array_literal(d.name for d in new),
+                "schedules": array_literal(d.schedule for d in new),
+                "digests": array_literal(d.digest for d in new),
+            },
+        )
+    return {d.name: before[d.name] for d in new if d.name in before}
+
+
 def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
     """Send several statements as one message; return the rows of those that return rows."""
     cursor.execute(statements, params)
@@ -154,34 +164,16 @@ class TickStatements(TickAdapter, Statements):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
-        """Insert new entries, update changed ones; inside the caller's transaction."""
+        """Insert new entries, update changed ones; inside the caller's transaction. Each
+        slice reads its stored digests first and writes only what differs, so a restart
+        with unchanged entries is one read per slice."""
         with self._cursors.transaction("register entries") as cursor:
             now = now_of(cursor)
-            states: dict[str, EntryState] = {}
             changed: dict[str, str] = {}
-            for start in range(0, len(definitions), REGISTER_SLICE) or [0]:
+            for start in range(0, len(definitions), REGISTER_SLICE):
                 part = definitions[start : start + REGISTER_SLICE]
-                names = [d.name for d in part]
-                cursor.execute(Q["registered_digests"], {"namespace": namespace, "names": names})
-                before = dict(cursor.fetchall())
-                cursor.execute(
-                    Q["register"],
-                    {
-                        "namespace": namespace,
-                        "now": now,
-                        "replica": replica.id,
-                        "names": names,
-                        "schedules": [d.schedule for d in part],
-                        "digests": [d.digest for d in part],
-                    },
-                )
-                states.update(_load(cursor, namespace, names))
-                changed.update(
-                    (d.name, before[d.name])
-                    for d in part
-                    if d.name in before and before[d.name] != d.digest
-                )
-            return Registration(states, changed)
+                changed.update(_register_slice(cursor, namespace, part, replica, now))
+            return Registration(changed)
 
     def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]

@@ -35,7 +35,6 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
-    EntryState,
     Reclaim,
     Registration,
     TickPlan,
@@ -125,19 +124,17 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         on it); every slice anchors its new entries at the instant the first one read."""
         prefix = key_prefix(namespace)
         instant = ""
-        states: dict[str, EntryState] = {}
         changed: dict[str, str] = {}
         with self._boundary("register entries") as client:
-            for start in range(0, len(definitions), SLICE) or [0]:
+            for start in range(0, len(definitions), SLICE):
                 part = definitions[start : start + SLICE]
                 args: list[object] = [prefix, instant]
                 for definition in part:
                     args += [definition.name, definition.digest, definition.schedule]
-                instant, pairs, *columns = self._run("register", [f"{prefix}:digest"], args)
-                states.update(_states([d.name for d in part], columns))
+                instant, pairs = self._run("register", [f"{prefix}:digest"], args)
                 changed.update(zip(pairs[::2], pairs[1::2], strict=True))
             self._migrate_leases(client, prefix)
-        return Registration(states, changed)
+        return Registration(changed)
 
     def _migrate_leases(self, client: Client, prefix: str) -> None:
         """Once per namespace, in slices of entries: the leases of runs an earlier release

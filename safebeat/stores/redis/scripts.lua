@@ -200,10 +200,9 @@ end
 -- ARGV: prefix, the registration's instant (us; '' for Redis TIME now), then (name,
 -- digest, schedule) triples: one slice of a registration, whose slices all pass the
 -- instant the first one returned, so every entry of one registration gets one anchor.
--- Returns {now (the instant used), changed (name, old digest pairs), anchors, defined,
--- lasts, digests, schedules, running_since, paused, queued_since} (the state columns: see
--- load_states). Writes only new or changed entries, never an anchor or last window of a
--- stored one: a registration sent again (a retry, another replica) changes nothing.
+-- Returns {now (the instant used), changed (name, old digest pairs)}; no state is read
+-- back. Writes only new or changed entries, never an anchor or last window of a stored
+-- one: a registration sent again (a retry, another replica) changes nothing.
 local p = ARGV[1]
 local now = ARGV[2]
 if now == '' then
@@ -211,10 +210,8 @@ if now == '' then
 end
 local anchor = now:sub(1, -7) .. '000000'
 local changed = {}
-local names = {}
 for i = 3, #ARGV, 3 do
     local name, digest, schedule = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    names[#names + 1] = name
     local old = redis.call('HGET', p .. ':digest', name)
     if not old then
         redis.call('HSET', p .. ':anchor', name, anchor)
@@ -231,7 +228,7 @@ for i = 3, #ARGV, 3 do
         redis.call('HSET', p .. ':digest', name, digest)
     end
 end
-return load_states(p, names, {now, changed})
+return {now, changed}
 
 -- name: states
 -- ARGV: prefix, then entry names (one slice of them: see RedisAdmin.states). Returns the

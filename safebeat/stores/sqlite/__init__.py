@@ -9,6 +9,7 @@ host's clock, which every replica on the host shares. `sqlite:///relative/path` 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,6 +40,9 @@ from safebeat.stores.sqlite.executions import SqliteExecutions
 from safebeat.stores.ticking import Heartbeat, Release, SteppedTick, TickLockBusy, TickSteps
 
 MIGRATIONS = load_migrations(__name__)
+
+#: Definitions per digest read when registering: the names go as one JSON parameter.
+REGISTER_SLICE = 5000
 
 
 class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
@@ -75,32 +79,35 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
-        names = [d.name for d in definitions]
+        """Read the stored digests, then write only the new and changed entries."""
+        changed: dict[str, str] = {}
         with self._write("register entries") as conn:
             now = self.clock()
-            before = {n: s.digest for n, s in self._load(conn, namespace, names).items()}
-            conn.executemany(
-                Q["register"],
-                [
-                    {
-                        "namespace": namespace,
-                        "name": d.name,
-                        "schedule": d.schedule,
-                        "digest": d.digest,
-                        "anchor": _us(now.replace(microsecond=0)),
-                        "now": _us(now),
-                        "replica": replica.id,
-                    }
-                    for d in definitions
-                ],
-            )
-            states = self._load(conn, namespace, names)
-        changed = {
-            d.name: before[d.name]
-            for d in definitions
-            if d.name in before and before[d.name] != d.digest
-        }
-        return Registration(states, changed)
+            for start in range(0, len(definitions), REGISTER_SLICE):
+                part = definitions[start : start + REGISTER_SLICE]
+                names = json.dumps([d.name for d in part])
+                rows = conn.execute(
+                    Q["registered_digests"], {"namespace": namespace, "names": names}
+                )
+                before = dict(rows.fetchall())
+                new = [d for d in part if before.get(d.name) != d.digest]
+                conn.executemany(
+                    Q["register"],
+                    [
+                        {
+                            "namespace": namespace,
+                            "name": d.name,
+                            "schedule": d.schedule,
+                            "digest": d.digest,
+                            "anchor": _us(now.replace(microsecond=0)),
+                            "now": _us(now),
+                            "replica": replica.id,
+                        }
+                        for d in new
+                    ],
+                )
+                changed.update((d.name, before[d.name]) for d in new if d.name in before)
+        return Registration(changed)
 
     @contextmanager
     def _tick_transaction(self, namespace: str, replica: Replica) -> Iterator[TickSteps]:

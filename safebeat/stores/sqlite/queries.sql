@@ -47,6 +47,10 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
 FROM safebeat_entry
 WHERE namespace = :namespace;
 
+-- name: registered_digests
+SELECT name, digest FROM safebeat_entry
+WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
+
 -- name: register
 INSERT INTO safebeat_entry
     (namespace, name, schedule, digest, anchor, defined_at, registered_by)

@@ -24,6 +24,9 @@ from safebeat.stores.django.setup import django_models
 from safebeat.stores.sql_common import replica_columns
 from safebeat.stores.ticking import Heartbeat, Release
 
+#: Definitions per digest read when registering: within any database's parameter limit.
+REGISTER_SLICE = 1000
+
 
 class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
     """Implements `safebeat.stores.base.Store` with Django's ORM on one database alias:
@@ -38,56 +41,60 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
+        """Read the stored digests a slice at a time, then write only what differs."""
+        self._check_lengths(namespace, [d.name for d in definitions])
+        changed: dict[str, str] = {}
+        with self._write("register entries") as connection:
+            now = vendors.clock(connection)
+            for start in range(0, len(definitions), REGISTER_SLICE):
+                part = definitions[start : start + REGISTER_SLICE]
+                changed.update(self._register_slice(namespace, part, replica, now))
+        return Registration(changed)
+
+    def _register_slice(
+        self, namespace: str, part: Sequence[Definition], replica: Replica, now: datetime
+    ) -> dict[str, str]:
+        """Register `part`; return its changed entries with their former digests."""
         from django.db.models import Case, F, Q, Value, When  # noqa: PLC0415
 
         m = django_models(self.alias)
-        names = [d.name for d in definitions]
-        self._check_lengths(namespace, names)
-        with self._write("register entries") as connection:
-            now = vendors.clock(connection)
-            before = dict(
-                m.Entry.objects.using(self.alias)
-                .filter(namespace=namespace, name__in=names)
-                .values_list("name", "digest")
+        entries = m.Entry.objects.using(self.alias)
+        before = dict(
+            entries.filter(namespace=namespace, name__in=[d.name for d in part]).values_list(
+                "name", "digest"
             )
-            m.Entry.objects.using(self.alias).bulk_create(
-                [
-                    m.Entry(
-                        namespace=namespace,
-                        name=d.name,
-                        schedule=d.schedule,
-                        digest=d.digest,
-                        anchor=now.replace(microsecond=0),
-                        defined_at=now,
-                        registered_by=replica.id,
-                    )
-                    for d in definitions
-                    if d.name not in before
-                ],
-                ignore_conflicts=True,
-            )
-            for d in definitions:
-                if d.name in before and before[d.name] != d.digest:
-                    # Conditional on the stored row, as a concurrent register may have won.
-                    m.Entry.objects.using(self.alias).filter(
-                        Q(namespace=namespace, name=d.name) & ~Q(digest=d.digest)
-                    ).update(
-                        # First: MySQL assigns left to right, seeing the new schedule after.
-                        defined_at=Case(
-                            When(~Q(schedule=d.schedule), then=Value(now)),
-                            default=F("defined_at"),
-                        ),
-                        schedule=d.schedule,
-                        digest=d.digest,
-                        registered_by=replica.id,
-                    )
-            states = self._load(namespace, names)
-        changed = {
-            d.name: before[d.name]
-            for d in definitions
-            if d.name in before and before[d.name] != d.digest
-        }
-        return Registration(states, changed)
+        )
+        entries.bulk_create(
+            [
+                m.Entry(
+                    namespace=namespace,
+                    name=d.name,
+                    schedule=d.schedule,
+                    digest=d.digest,
+                    anchor=now.replace(microsecond=0),
+                    defined_at=now,
+                    registered_by=replica.id,
+                )
+                for d in part
+                if d.name not in before
+            ],
+            ignore_conflicts=True,
+        )
+        changed = {d.name: before[d.name] for d in part if before.get(d.name, d.digest) != d.digest}
+        for d in part:
+            if d.name in changed:
+                # Conditional on the stored row, as a concurrent register may have won.
+                entries.filter(Q(namespace=namespace, name=d.name) & ~Q(digest=d.digest)).update(
+                    # First: MySQL assigns left to right, seeing the new schedule after.
+                    defined_at=Case(
+                        When(~Q(schedule=d.schedule), then=Value(now)),
+                        default=F("defined_at"),
+                    ),
+                    schedule=d.schedule,
+                    digest=d.digest,
+                    registered_by=replica.id,
+                )
+        return changed
 
     def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]
