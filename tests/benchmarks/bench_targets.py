@@ -65,11 +65,17 @@ def load(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text())) if path.exists() else {}
 
 
-def verdict(met: bool | None) -> str:
-    return {True: "met", False: "MISSED", None: "not measured"}[met]
+#: A figure's verdict: met, missed, not measured, or "measured" (a target with no figure to meet).
+Verdict = bool | None | str
 
 
-def burst_targets(peers: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+def verdict(met: Verdict) -> str:
+    return (
+        met if isinstance(met, str) else {True: "met", False: "MISSED", None: "not measured"}[met]
+    )
+
+
+def burst_targets(peers: dict[str, Any]) -> list[tuple[str, str, Verdict]]:
     return [
         (t["target"], t["figure"], t["met"])
         for t in peers.get("targets", [])
@@ -77,7 +83,7 @@ def burst_targets(peers: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     ] or [("10,000 due within 1.25x raw kombu", "no figure", None)]
 
 
-def replica_targets(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+def replica_targets(scale: dict[str, Any]) -> list[tuple[str, str, Verdict]]:
     rows = scale.get("replicas", [])
     found = []
     for store in sorted({r["store"] for r in rows}):
@@ -97,8 +103,8 @@ def replica_targets(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]
     return found
 
 
-def big_targets(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    found: list[tuple[str, str, bool | None]] = []
+def big_targets(scale: dict[str, Any]) -> list[tuple[str, str, Verdict]]:
+    found: list[tuple[str, str, Verdict]] = []
     for r in scale.get("big", []):
         peak = max(r["first"].get("rss", 0), r["restart"].get("rss", 0)) / MIB
         limit = (
@@ -150,7 +156,7 @@ def big_targets(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     return found
 
 
-def recovery_target(backlog: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+def recovery_target(backlog: dict[str, Any]) -> list[tuple[str, str, Verdict]]:
     today = backlog.get("recovery", {}).get("today")
     target = (
         f"{backlog.get('entries', 5000):,} minutely crontabs after {backlog.get('rewind', '12h')} "
@@ -167,7 +173,7 @@ def recovery_target(backlog: dict[str, Any]) -> list[tuple[str, str, bool | None
     return [(target, figure, seconds is not None and seconds <= RECOVERY_SECONDS)]
 
 
-def dcb_target(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
+def dcb_target(scale: dict[str, Any]) -> list[tuple[str, str, Verdict]]:
     rows = scale.get("dcb", [])
     sizes = sorted({r["size"] for r in rows})
     figure = ", ".join(f"{n:,} rows" for n in sizes) or "not measured"
@@ -175,7 +181,7 @@ def dcb_target(scale: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
         (
             "django-celery-beat rows: start-up, edit pick-up, RSS beside its own scheduler",
             figure,
-            bool(rows) or None,
+            "measured" if rows else None,
         )
     ]
 
