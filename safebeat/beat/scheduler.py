@@ -348,7 +348,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 stop=stop,
             )
 
-        publishing = BackgroundPublish(send) if self.pipelined else PublishedAlready(send)
+        publishing = BackgroundPublish(send) if self._pipelining() else PublishedAlready(send)
         try:
             following = self._next_round(deadline, rounds_before, looked_at)
         except Exception:
@@ -377,6 +377,14 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             )
             return None
         return following
+
+    def _pipelining(self) -> bool:
+        """Whether to claim the next round while this one is published. A round claimed
+        meanwhile waits up to `max_interval` for its own publish, and nothing is handed to
+        the broker past half the claim timeout: with a claim timeout that short, claiming
+        ahead would only age claims into take-overs, so the rounds go one after the other."""
+        half_timeout = self.safebeat_config.claim_timeout.total_seconds() / 2
+        return self.pipelined and half_timeout > self.max_interval
 
     def _next_round(
         self, deadline: float, rounds_before: int, looked_at: set[str]

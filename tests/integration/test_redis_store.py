@@ -542,8 +542,13 @@ def test_dead_runs_and_unsent_claims_of_an_earlier_release_are_still_taken_over(
     pass finds both the dead run and the unsent claim left before the upgrade."""
     store = RedisStore(redis_url)
     store.migrate()
-    states = store.register(namespace, [Definition(n, "every 1s", "d1") for n in "ab"], REPLICA)
-    windows = {n: states.states[n].anchor + timedelta(seconds=1) for n in "ab"}
+    states = registered(
+        namespace=namespace,
+        store=store,
+        definitions=[Definition(n, "every 1s", "d1") for n in "ab"],
+        replica=REPLICA,
+    )
+    windows = {n: states[n].anchor + timedelta(seconds=1) for n in "ab"}
     claims = {}
     for name, window in windows.items():
         result = store.tick(
