@@ -1,14 +1,13 @@
 """One claim round of beat: the store's tick run with the planner, a tick the store ended for
 outlasting `safebeat_lock_timeout` turned into `TickTooLong` (and a smaller batch next time),
 a result that lacks its plan made safe, each planned entry paced to its next window; then
-the claims published through the dispatcher, and counted."""
+the outcome of publishing the claims (`Dispatcher.send`) recorded in the store, and counted."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.dispatch import Dispatcher, Sending
@@ -18,7 +17,6 @@ from safebeat.beat.planning import Planned
 from safebeat.beat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.config import Config
 from safebeat.contrib import opentelemetry
-from safebeat.entries import Entry
 from safebeat.errors import StoreUnavailable, TickTooLong
 from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState, Reclaim, TickResult
@@ -111,43 +109,6 @@ class ClaimRounds:
         if takeover is not None:
             self._pacing.reclaimed(started, takeover.timeout)
         return result
-
-    def publish(
-        self,
-        claims: Sequence[Claim],
-        *,
-        entries: Mapping[str, Entry],
-        connection: Any,
-        producer: Callable[[], Any],
-        claimed_at: float,
-        store_now: datetime | None,
-    ) -> Sequence[Claim]:
-        """Publish claimed windows (claimed at monotonic `claimed_at`, store time `store_now`)
-        through the dispatcher; count and log what happened; return the claims sent."""
-        sending = self.send(
-            claims, entries=entries, connection=connection, producer=producer, claimed_at=claimed_at
-        )
-        return self.settle(claims, sending, claimed_at=claimed_at, store_now=store_now)
-
-    def send(
-        self,
-        claims: Sequence[Claim],
-        *,
-        entries: Mapping[str, Entry],
-        connection: Any,
-        producer: Callable[[], Any],
-        claimed_at: float,
-        stop: Callable[[], bool] = lambda: False,
-    ) -> Sending:
-        """Hand `claims` to the broker (no store call: see `Dispatcher.send`)."""
-        return self._dispatcher.send(
-            claims,
-            entries=entries,
-            connection=connection,
-            producer=producer,
-            claimed_at=claimed_at,
-            stop=stop,
-        )
 
     def settle(
         self,

@@ -339,7 +339,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         claims = current.claims
 
         def send(stop: Callable[[], bool]) -> Sending:
-            return self._rounds.send(
+            return self.dispatcher.send(
                 claims,
                 entries=self.entries,
                 connection=self.connection,
