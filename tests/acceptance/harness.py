@@ -138,6 +138,32 @@ class Cluster:
         return "\n".join(parts)
 
 
+def safebeat_cluster(
+    workdir: Path,
+    *,
+    broker_url: str,
+    queue: str,
+    schedule: Mapping[str, float],
+    store_url: str,
+    namespace: str,
+    claim_timeout: float,
+    lock_timeout: float = 1.0,
+) -> Cluster:
+    """Beats on `store_url` in `namespace`, with the short timeouts the tests run on."""
+    return Cluster(
+        workdir=workdir,
+        broker_url=broker_url,
+        queue=queue,
+        schedule=schedule,
+        env={
+            "SAFEBEAT_URL": store_url,
+            "SAFEBEAT_NAMESPACE": namespace,
+            "SAFEBEAT_CLAIM_TIMEOUT": f"{claim_timeout:g}",
+            "SAFEBEAT_LOCK_TIMEOUT": f"{lock_timeout:g}",
+        },
+    )
+
+
 def redis_messages(broker_url: str, queue: str) -> list[dict[str, Any]]:
     """Every message on a Redis broker queue (left in place), as its headers."""
     client = redis.Redis.from_url(broker_url)

@@ -22,7 +22,12 @@ from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from tests import runscope
-from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages, verify
+from tests.acceptance.harness import (
+    redis_messages,
+    safebeat_cluster,
+    safebeat_messages,
+    verify,
+)
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
 
@@ -66,17 +71,15 @@ def test_three_replicas_claiming_in_rounds_send_each_window_once(
     store: Store = (
         PostgresStore(store_url) if store_url.startswith("postgres") else RedisStore(store_url)
     )
-    beats = Cluster(
-        workdir=tmp_path,
+    beats = safebeat_cluster(
+        tmp_path,
         broker_url=redis_url,
         queue=queue,
         schedule=SCHEDULE,
-        env={
-            "SAFEBEAT_URL": store_url,
-            "SAFEBEAT_NAMESPACE": namespace,
-            "SAFEBEAT_CLAIM_TIMEOUT": str(CLAIM_TIMEOUT),
-            "SAFEBEAT_LOCK_TIMEOUT": "2",
-        },
+        store_url=store_url,
+        namespace=namespace,
+        claim_timeout=CLAIM_TIMEOUT,
+        lock_timeout=2,
     )
     beats.start(3, scheduler="tests.acceptance.smallrounds.Scheduler")
     try:

@@ -29,6 +29,7 @@ from tests.acceptance.harness import (
     Verdict,
     amqp_messages,
     redis_messages,
+    safebeat_cluster,
     safebeat_messages,
     verify,
 )
@@ -47,17 +48,14 @@ def queue(redis_url: str) -> Iterator[str]:
 
 
 def cluster(tmp_path: Path, broker_url: str, queue: str, store_url: str, namespace: str) -> Cluster:
-    return Cluster(
-        workdir=tmp_path,
+    return safebeat_cluster(
+        tmp_path,
         broker_url=broker_url,
         queue=queue,
         schedule=SCHEDULE,
-        env={
-            "SAFEBEAT_URL": store_url,
-            "SAFEBEAT_NAMESPACE": namespace,
-            "SAFEBEAT_CLAIM_TIMEOUT": str(CLAIM_TIMEOUT),
-            "SAFEBEAT_LOCK_TIMEOUT": "1",
-        },
+        store_url=store_url,
+        namespace=namespace,
+        claim_timeout=CLAIM_TIMEOUT,
     )
 
 

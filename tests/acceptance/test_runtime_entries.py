@@ -24,7 +24,7 @@ import safebeat.schedules
 from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
 from tests import runscope
-from tests.acceptance.harness import Cluster, redis_messages, safebeat_messages, verify
+from tests.acceptance.harness import redis_messages, safebeat_cluster, safebeat_messages, verify
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
 
@@ -71,17 +71,14 @@ def test_entries_added_and_removed_under_three_replicas_send_each_window_once(
         beat_scheduler="safebeat.Scheduler",  # no django-celery-beat rows, whatever Django
         beat_schedule={"every-2s": {"task": "acceptance.every-2s", "schedule": 2.0}},
     )
-    beats = Cluster(
-        workdir=tmp_path,
+    beats = safebeat_cluster(
+        tmp_path,
         broker_url=redis_url,
         queue=queue,
         schedule=SCHEDULE,
-        env={
-            "SAFEBEAT_URL": pg_url,
-            "SAFEBEAT_NAMESPACE": namespace,
-            "SAFEBEAT_CLAIM_TIMEOUT": str(CLAIM_TIMEOUT),
-            "SAFEBEAT_LOCK_TIMEOUT": "1",
-        },
+        store_url=pg_url,
+        namespace=namespace,
+        claim_timeout=CLAIM_TIMEOUT,
     )
     beats.start(3)
     try:
