@@ -120,20 +120,25 @@ end
 -- whose row is no longer unsent (P:unsent) or running (P:leases) is dropped from that set
 -- on the way.
 local function stale_claims(p, now, stale_before, after_at, after_id, page)
-    local found, seen = {}, {}
+    -- Rows found, ids found, and ids looked at per set (the page's last instant is read
+    -- again, whole).
+    local found, seen, looked = {}, {}, {[':unsent'] = {}, [':leases'] = {}}
     local function look(set, ids, member)
         for _, id in ipairs(ids) do
-            local row = p .. ':row:' .. id
-            if is_stale(p, id, now, stale_before) then
-                if not seen[id] then
-                    seen[id] = true
-                    local f = redis.call('HMGET', row, 'entry', 'claimed_at')
-                    if after_place(f[2], id, after_at, after_id) then
-                        found[#found + 1] = {id, f[1], f[2]}
+            if not looked[set][id] then
+                looked[set][id] = true
+                local row = p .. ':row:' .. id
+                if is_stale(p, id, now, stale_before) then
+                    if not seen[id] then
+                        seen[id] = true
+                        local f = redis.call('HMGET', row, 'entry', 'claimed_at')
+                        if after_place(f[2], id, after_at, after_id) then
+                            found[#found + 1] = {id, f[1], f[2]}
+                        end
                     end
+                elseif not member(row) then
+                    redis.call('ZREM', p .. set, id)
                 end
-            elseif not member(row) then
-                redis.call('ZREM', p .. set, id)
             end
         end
     end
