@@ -593,6 +593,45 @@ def test_a_take_over_pass_that_reaches_its_limit_leaves_the_rest_of_its_page_to_
     assert passes == [windows[0:2], windows[2:4], windows[4:6]]
 
 
+def test_a_dead_run_claimed_before_the_place_the_passes_reached_is_taken_when_they_come_round(
+    store: Store, namespace: str
+) -> None:
+    """A run whose lease expired after the passes went past its claim time is not in the
+    pages after their place; the pass after a short page starts from the oldest again
+    and takes it over."""
+    states = registered(store, namespace, definitions("a", "gone"), REPLICA)
+    window = window_after(states["a"], 1)
+    result = store.tick(
+        namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA
+    )
+    assert result is not None
+    store.record_publish(namespace, [c.id for c in result.claimed], {})
+    gone = [window_after(states["gone"], n) for n in range(1, 7)]
+    store.tick(
+        namespace, ["gone"], lambda now, s: claim_plan("gone", namespace, *gone), replica=REPLICA
+    )
+    after = None
+
+    def take_over() -> tuple[list[datetime], int]:
+        nonlocal after
+        result = store.tick(
+            namespace,
+            [],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim({"a"}, timedelta(0), limit=2, page=5, after=after),
+        )
+        assert result is not None
+        assert result.reclaim_page is not None
+        after = result.reclaim_page.resume
+        return [claim.window for claim in result.reclaimed], result.reclaim_page.read
+
+    assert take_over() == ([], 5)  # five of the six unsent claims nobody defines
+    start(store, namespace, window, lease=timedelta(0))  # its run dies at once
+    assert take_over() == ([], 1)  # the sixth: a short page, so the passes come round
+    assert take_over() == ([window], 5)  # the dead run first, claimed before the others
+
+
 def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     """Sent claims get sent_at, failed ones their error; neither is taken over again."""
     state = registered(store, namespace, definitions("a"), REPLICA)["a"]
