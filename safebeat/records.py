@@ -157,10 +157,10 @@ class Reclaim:
     """Ask a tick to take over the namespace's claims left unsent for longer than `timeout`
     (and runs whose lease expired), oldest first, at most `limit`, of entries in `defines`.
 
-    The store finds those claims itself, through an index by claim time, so a pass costs
-    what the stale claims cost, never what the entries do. It only asks `entry in defines`
-    of each stale claim it finds (never iterates, sizes or sends `defines`): a claim of an
-    entry this replica does not define is left alone, for a replica that defines it.
+    The store finds those claims itself, through an index by claim time, so a pass never
+    costs what the entries do. It only asks `entry in defines` of each stale claim it
+    finds (never iterates, sizes or sends `defines`): a claim of an entry this replica
+    does not define is left alone, for a replica that defines it.
 
     One pass reads at most `page` stale claims, in the order (claim time, row id), the
     first after `after` (None: from the oldest), so the work inside the tick's lock never

@@ -151,8 +151,6 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
         stale = sorted(
             (r for r in ns.dispatches.values() if lost(r)), key=lambda r: (r.claimed_at, r.id)
         )[: reclaim.page]
-        if not stale:
-            return [], ReclaimPage(0, None)
         chosen, page = take_over_page(
             reclaim, [StaleClaim(r.id, r.entry, r.claimed_at) for r in stale]
         )

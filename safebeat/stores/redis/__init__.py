@@ -192,7 +192,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         _now, inserted, stale = finished
         claimed = [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in inserted]
         reclaimed: list[Claim] = []
-        page = None
+        page: ReclaimPage | None = None
         if reclaim is not None:
             reclaimed, page = self._take_over(prefix, replica, reclaim, stale)
         until = self._claimed_until.setdefault(namespace, {})
