@@ -88,15 +88,17 @@ end
 
 -- Whether row `id` is for the take-over at `now`: unsent and claimed before
 -- `stale_before`, or a run whose lease expired without a finish; it has a task id.
+-- Returns the row's {status, claimed_at, lease_until, finished_at, task_id, entry} if it
+-- is, else false.
 local function is_stale(p, id, now, stale_before)
     local f = redis.call('HMGET', p .. ':row:' .. id, 'status', 'claimed_at', 'lease_until',
-        'finished_at', 'task_id')
+        'finished_at', 'task_id', 'entry')
     if not f[5] then
         return false
     end
     local unsent = f[1] == 'claimed' and tonumber(f[2]) < tonumber(stale_before)
     local dead = f[3] and not f[4] and tonumber(f[3]) <= tonumber(now)
-    return unsent or dead
+    return (unsent or dead) and f
 end
 
 -- Whether a row claimed at `claimed_at` with id `id` comes after the place (`after_at`,
@@ -127,16 +129,14 @@ local function stale_claims(p, now, stale_before, after_at, after_id, page)
         for _, id in ipairs(ids) do
             if not looked[set][id] then
                 looked[set][id] = true
-                local row = p .. ':row:' .. id
-                if is_stale(p, id, now, stale_before) then
-                    if not seen[id] then
-                        seen[id] = true
-                        local f = redis.call('HMGET', row, 'entry', 'claimed_at')
-                        if after_place(f[2], id, after_at, after_id) then
-                            found[#found + 1] = {id, f[1], f[2]}
-                        end
+                local f = is_stale(p, id, now, stale_before)
+                if f then
+                    if not seen[id] and after_place(f[2], id, after_at, after_id) then
+                        -- {id, entry, claimed_at}, then the order's keys as numbers
+                        found[#found + 1] = {id, f[6], f[2], tonumber(f[2]), tonumber(id)}
                     end
-                elseif not member(row) then
+                    seen[id] = true
+                elseif not member(p .. ':row:' .. id) then
                     redis.call('ZREM', p .. set, id)
                 end
             end
@@ -166,12 +166,11 @@ local function stale_claims(p, now, stale_before, after_at, after_id, page)
         return f[1] and not f[2]
     end)
     table.sort(found, function(a, b)
-        local at_a, at_b = tonumber(a[3]), tonumber(b[3])
-        return at_a < at_b or (at_a == at_b and tonumber(a[1]) < tonumber(b[1]))
+        return a[4] < b[4] or (a[4] == b[4] and a[5] < b[5])
     end)
     local first = {}
     for i = 1, math.min(page, #found) do
-        first[i] = found[i]
+        first[i] = {found[i][1], found[i][2], found[i][3]}
     end
     return first
 end
