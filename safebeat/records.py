@@ -143,19 +143,86 @@ class TickPlan:
     advances: Mapping[str, datetime] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class StaleMark:
+    """A place in the order a take-over pass reads stale claims in: claim time, then row
+    id (`Reclaim.after`, `ReclaimPage.resume`)."""
+
+    claimed_at: datetime
+    id: int
+
+
 @dataclass(frozen=True)
 class Reclaim:
     """Ask a tick to take over the namespace's claims left unsent for longer than `timeout`
     (and runs whose lease expired), oldest first, at most `limit`, of entries in `defines`.
 
-    The store finds those claims itself, through an index by claim time, so a pass costs
-    what the stale claims cost, never what the entries do. It only asks `entry in defines`
-    of each stale claim it finds (never iterates, sizes or sends `defines`): a claim of an
-    entry this replica does not define is left alone, for a replica that defines it."""
+    The store finds those claims itself, through an index by claim time, so a pass never
+    costs what the entries do. It only asks `entry in defines` of each stale claim it
+    finds (never iterates, sizes or sends `defines`): a claim of an entry this replica
+    does not define is left alone, for a replica that defines it.
+
+    One pass reads at most `page` stale claims, in the order (claim time, row id), the
+    first after `after` (None: from the oldest), so the work inside the tick's lock never
+    grows with how many claims went stale (an outage of the broker can leave 100,000).
+    Where the pass ended comes back as the tick's `ReclaimPage`; beat passes its `resume`
+    as the next pass's `after`, so claims behind a page of other replicas' entries (or of
+    entries nobody defines any more) are reached a page per pass, and a pass that reads to
+    the end starts the next one from the oldest again."""
 
     defines: Container[str]
     timeout: timedelta
     limit: int = 1000
+    page: int = 4000
+    after: StaleMark | None = None
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.page < 1:
+            raise ValueError(
+                f"Reclaim needs a limit and a page of at least 1 claim "
+                f"(got limit={self.limit}, page={self.page})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StaleClaim:
+    """One stale claim a take-over pass read: its row, entry and claim time."""
+
+    id: int
+    entry: str
+    claimed_at: datetime
+
+    @property
+    def mark(self) -> StaleMark:
+        return StaleMark(self.claimed_at, self.id)
+
+
+@dataclass(frozen=True)
+class ReclaimPage:
+    """What one take-over pass read: `read` stale claims (at most `Reclaim.page`), and
+    where the next pass goes on (`resume`, its `Reclaim.after`): after the last claim this
+    pass looked at, or None when it read to the end, so the next starts from the oldest."""
+
+    read: int
+    resume: StaleMark | None
+
+
+def take_over_page(reclaim: Reclaim, page: Sequence[StaleClaim]) -> tuple[list[int], ReclaimPage]:
+    """The rows to take over of `page` (the stale claims a pass read after `reclaim.after`,
+    at most `reclaim.page`, oldest first in the store's order) and where the pass ends.
+
+    Taken: those whose entry is `in reclaim.defines`, the first `reclaim.limit` of them.
+    The pass ends at the claim that made the limit, or at the last one read if the page is
+    full; a short page read to the end (`resume` None). Every store chooses by this rule.
+    """
+    chosen: list[int] = []
+    for row in page:
+        if row.entry in reclaim.defines:
+            chosen.append(row.id)
+            if len(chosen) >= reclaim.limit:
+                return chosen, ReclaimPage(len(page), row.mark)
+    full = len(page) >= reclaim.page
+    return chosen, ReclaimPage(len(page), page[-1].mark if full else None)
 
 
 def released_age(timeout: timedelta) -> timedelta:
@@ -178,13 +245,15 @@ class Claim:
 
 @dataclass(frozen=True)
 class TickResult:
-    """The outcome of one locked tick: `states` after the plan, and the plan itself."""
+    """The outcome of one locked tick: `states` after the plan, and the plan itself; with
+    a take-over pass, the page of stale claims it read (`Reclaim`)."""
 
     now: datetime
     states: Mapping[str, EntryState]
     claimed: Sequence[Claim]
     reclaimed: Sequence[Claim]
     plan: TickPlan = field(default_factory=TickPlan)
+    reclaim_page: ReclaimPage | None = None  # what the take-over pass read, if one ran
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from safebeat.config import Config
 from safebeat.contrib import opentelemetry
 from safebeat.errors import StoreUnavailable, TickTooLong
 from safebeat.identity import Replica
-from safebeat.records import Claim, EntryState, Reclaim, TickResult
+from safebeat.records import Claim, EntryState, Reclaim, StaleMark, TickResult
 from safebeat.stores import Store
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -48,6 +48,9 @@ class ClaimRounds:
         self._pacing, self._dispatcher = pacing, dispatcher
         self._metrics, self._monotonic = metrics, monotonic
         self.batch = batch
+        # Where the last take-over pass ended in the store's stale claims: the next one
+        # reads the page after it (None: from the oldest).
+        self._reclaim_after: StaleMark | None = None
 
     def batch_size(self, ceiling: int, floor: int) -> int:
         """How many due entries the next round claims, at most `ceiling` (a scheduler may
@@ -63,17 +66,23 @@ class ClaimRounds:
         *,
         reclaim: Container[str] | None,
         reclaim_limit: int,
+        reclaim_page: int,
         started: float,
         retry_after: timedelta,
     ) -> TickResult | None:
         """Run one store tick for `due` (begun at monotonic `started`), taking over the stale
-        claims of the entries in `reclaim` if set (the store only tests membership); None
-        if another replica holds the tick lock. Each of `due` is paced to the next window
-        it planned."""
+        claims of the entries in `reclaim` if set (the store only tests membership): up to
+        `reclaim_limit` of the page of `reclaim_page` stale claims after the one where the
+        last pass ended. None if another replica holds the tick lock. Each of `due` is
+        paced to the next window it planned."""
         store, config = self._store(), self._config
         limit = config.lock_timeout.total_seconds()
         takeover = (
-            None if reclaim is None else Reclaim(reclaim, config.claim_timeout, reclaim_limit)
+            None
+            if reclaim is None
+            else Reclaim(
+                reclaim, config.claim_timeout, reclaim_limit, reclaim_page, self._reclaim_after
+            )
         )
         planned_once = False
 
@@ -107,8 +116,17 @@ class ClaimRounds:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)
         if takeover is not None:
-            self._pacing.reclaimed(started, takeover.timeout)
+            self._took_over(started, takeover, result)
         return result
+
+    def _took_over(self, started: float, takeover: Reclaim, result: TickResult) -> None:
+        """Remember where the take-over pass ended and pace the next: sooner while the
+        passes read through pages of claims they leave (other replicas' entries, or
+        entries nobody defines), so a claim behind them is not a page per pass late."""
+        page = result.reclaim_page  # None from a store outside the contract: from the oldest
+        self._reclaim_after = None if page is None else page.resume
+        reading_on = self._reclaim_after is not None and len(result.reclaimed) < takeover.limit
+        self._pacing.reclaimed(started, takeover.timeout, reading_on=reading_on)
 
     def settle(
         self,

@@ -14,6 +14,12 @@ from safebeat.beat.due_times import DueTimes
 
 logger = logging.getLogger("safebeat.scheduler")
 
+#: Seconds between take-over passes that read a full page of stale claims and took fewer
+#: than their limit (the rest belong to other replicas' entries, or to entries nobody
+#: defines): the next page is read soon, with the tick lock free in between, so 100,000
+#: such claims are read through in about 25 passes of 4,000, not 25 claim timeouts.
+READ_ON_PAUSE = 1.0
+
 
 class Pacing:
     """The monotonic instant each entry is due to be planned again (`due_at`) and the next
@@ -33,9 +39,12 @@ class Pacing:
         of the ones still waiting."""
         return self.due_at.due(now, limit)
 
-    def reclaimed(self, started: float, claim_timeout: timedelta) -> None:
-        """Stale claims were taken over by the tick that started at `started`."""
-        self.next_reclaim = started + claim_timeout.total_seconds() / 2
+    def reclaimed(self, started: float, claim_timeout: timedelta, *, reading_on: bool) -> None:
+        """Stale claims were taken over by the tick that started at `started`. The next pass
+        comes after half the claim timeout, or, while the passes are `reading_on` through
+        pages of stale claims they leave to others, after `READ_ON_PAUSE` at most."""
+        half = claim_timeout.total_seconds() / 2
+        self.next_reclaim = started + (min(half, READ_ON_PAUSE) if reading_on else half)
 
     def schedule_next(
         self, name: str, upcoming: datetime | None, store_now: datetime, started: float

@@ -80,6 +80,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     prune_interval = 3600.0
     #: Most stale claims one tick takes over for re-publishing.
     reclaim_limit = 1000
+    #: Most stale claims one take-over pass reads inside the tick's lock (a page, oldest
+    #: first): the next pass reads the page after it, so the work under the lock stays the
+    #: same however many claims went stale.
+    reclaim_page = 4000
     #: Whether this scheduler runs the entries added at run time (`safebeat.schedules`).
     runs_runtime_entries = True
     #: Seconds between two looks at the version of the entries added at run time.
@@ -419,6 +423,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._planner,
             reclaim=self.entries if reclaim else None,
             reclaim_limit=self.reclaim_limit,
+            reclaim_page=self.reclaim_page,
             started=started,
             retry_after=timedelta(seconds=self.max_interval),
         )

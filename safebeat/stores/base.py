@@ -36,15 +36,19 @@ from safebeat.records import (
     Pause,
     Planner,
     Reclaim,
+    ReclaimPage,
     Registration,
     ReplicaRecord,
     RunEnd,
+    StaleClaim,
+    StaleMark,
     Start,
     Status,
     TickPlan,
     TickResult,
     decide_start,
     system_clock,
+    take_over_page,
 )
 
 __all__ = [
@@ -65,10 +69,13 @@ __all__ = [
     "Pause",
     "Planner",
     "Reclaim",
+    "ReclaimPage",
     "Registration",
     "ReplicaRecord",
     "RunEnd",
     "RuntimeEntryStore",
+    "StaleClaim",
+    "StaleMark",
     "Start",
     "Status",
     "Store",
@@ -79,6 +86,7 @@ __all__ = [
     "TickStore",
     "decide_start",
     "system_clock",
+    "take_over_page",
 ]
 
 
@@ -162,14 +170,18 @@ class TickStore(StoreConnection, Protocol):
           tick lock was lost while planning writes nothing and raises
           `StoreUnavailable` (`TickTooLong` where it can tell the lock expired);
         - set `last_window` to the later of the stored value and each advance;
-        - if `reclaim` is given, take over for `replica` up to `reclaim.limit` rows of the
-          namespace that stayed `claimed` for longer than `reclaim.timeout`, or whose
-          run's lease expired without a finish (its worker died, and no broker may
-          deliver it again), oldest first, skipping rows whose entry is not
-          `in reclaim.defines` (left for a replica that defines it). The store finds
-          these rows through an index (by claim time, and of unfinished runs), so the
-          pass costs what the stale rows cost, not what the entries do: it only tests
-          membership in `reclaim.defines`, never iterates or sends it. Each row taken
+        - if `reclaim` is given, read a page of the namespace's stale rows: those that
+          stayed `claimed` for longer than `reclaim.timeout`, or whose run's lease
+          expired without a finish (its worker died, and no broker may deliver it
+          again), at most `reclaim.page` of them, ordered by (`claimed_at`, id), the
+          first after `reclaim.after` (from the oldest if None). Of these, take over for
+          `replica` those `records.take_over_page` chooses (up to `reclaim.limit`, oldest
+          first, skipping rows whose entry is not `in reclaim.defines`: left for a
+          replica that defines it), and return what it says of the page as the result's
+          `reclaim_page`. The store finds these rows through an index (by claim time,
+          and of unfinished runs), so the pass costs at most a page, not what the stale
+          rows or the entries do: it only tests membership in `reclaim.defines`, never
+          iterates or sends it. Each row taken
           over: its `attempts` grows by one, `claimed_at` becomes now and its status
           `claimed`, so no other replica takes it too, and `lease_until` is cleared, so
           a dead run is taken once (the delivery of the re-published message takes the

@@ -6,17 +6,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeAlias
 
 from safebeat.identity import Replica, format_window
-from safebeat.records import AuditAction, AuditEvent, AuditRecord, TickPlan
+from safebeat.records import AuditAction, AuditEvent, AuditRecord, StaleMark, TickPlan
 
 
 def advisory_key(*parts: str) -> int:
     """Return a stable signed 64-bit key for PostgreSQL advisory locks."""
     digest = hashlib.sha256("\x1f".join(("safebeat", *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+#: Where a take-over pass without `Reclaim.after` starts reading: before every claim.
+FIRST_STALE = StaleMark(datetime(1970, 1, 1, tzinfo=timezone.utc), 0)
 
 
 def replica_columns(replica: Replica) -> dict[str, object]:

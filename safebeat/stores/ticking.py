@@ -25,6 +25,7 @@ from safebeat.records import (
     EntryState,
     Planner,
     Reclaim,
+    ReclaimPage,
     TickPlan,
     TickResult,
     released_age,
@@ -153,7 +154,8 @@ class TickSteps:
     load: Callable[[Collection[str]], Mapping[str, EntryState]]
     insert: Callable[[TickPlan], list[Claim]]  # returns the claims this call inserted
     advance: Callable[[Mapping[str, datetime]], None]  # the later window wins
-    reclaim: Callable[[Reclaim], list[Claim]]
+    # the claims taken over, and what the pass read (see `records.take_over_page`)
+    reclaim: Callable[[Reclaim], tuple[list[Claim], ReclaimPage]]
 
 
 class _SteppedStore(Protocol):
@@ -175,7 +177,10 @@ class SteppedTick(TickAdapter):
                 plan = call.planner(steps.now, states)
                 claimed = steps.insert(plan)
                 steps.advance(plan.advances)
-                reclaimed = [] if call.reclaim is None else steps.reclaim(call.reclaim)
+                reclaimed: list[Claim] = []
+                page: ReclaimPage | None = None
+                if call.reclaim is not None:
+                    reclaimed, page = steps.reclaim(call.reclaim)
         except TickLockBusy:
             return None
-        return TickResult(steps.now, states_after(states, plan), claimed, reclaimed, plan)
+        return TickResult(steps.now, states_after(states, plan), claimed, reclaimed, plan, page)

@@ -24,6 +24,7 @@ from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
+from safebeat.stores.postgres.cursors import Q
 from safebeat.stores.sql_common import array_literal
 from tests import runscope, services
 from tests.registering import registered
@@ -187,6 +188,48 @@ def test_protocol_syncs_per_tick_do_not_grow_with_the_batch(
         syncs.append(len(re.findall(r"\tF\t\d+\t(?:Sync|Query)\b", trace.read_text())))
     store.close()
     assert syncs[0] == syncs[1] <= 4
+
+
+def scan_rows(plan: dict[str, Any]) -> int:
+    """Rows the scans of an EXPLAIN (ANALYZE, FORMAT JSON) plan read: kept and filtered out."""
+    own = 0
+    if "Scan" in plan["Node Type"]:
+        own = plan["Actual Rows"] + plan.get("Rows Removed by Filter", 0)
+    return own + sum(scan_rows(child) for child in plan.get("Plans", []))
+
+
+def test_a_take_over_page_reads_a_page_whatever_plan_a_table_without_statistics_gets(
+    fresh_db: str, namespace: str
+) -> None:
+    """With three pages of stale claims among sent rows, in a table never analyzed, the
+    stale-claims statement reads about two pages of index rows (the claim time of the
+    page's last row, then the page), from the oldest or from a place: never every stale
+    claim."""
+    PostgresStore(fresh_db).migrate()
+    page = 200
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        conn.execute(
+            """INSERT INTO safebeat_dispatch (namespace, entry, window_at, status, task_id,
+                   task_name, replica, host, pid, claimed_at)
+               SELECT %(namespace)s, 'e' || g, now() - g * interval '1 second',
+                      CASE WHEN g %% 50 = 0 THEN 'claimed' ELSE 'sent' END, 't' || g, 't',
+                      'r', 'h', 1, now() - interval '1 hour' - g * interval '1 second'
+               FROM generate_series(1, 3 * %(page)s * 50) AS g""",
+            {"namespace": namespace, "page": page},
+        )
+        cursor = psycopg.ClientCursor(conn)
+        now = cursor.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        params = {"namespace": namespace, "now": now, "stale_before": now, "page": page}
+        oldest = datetime(1970, 1, 1, tzinfo=timezone.utc)
+        first = cursor.execute(Q["stale_claims"], {**params, "after_at": oldest, "after_id": 0})
+        last_id, _, last_at = first.fetchall()[-1]
+        for after_at, after_id in ((oldest, 0), (last_at, last_id)):
+            args = {**params, "after_at": after_at, "after_id": after_id}
+            [[[explained]]] = cursor.execute(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + Q["stale_claims"], args
+            ).fetchall()
+            assert explained["Plan"]["Actual Rows"] == page
+            assert scan_rows(explained["Plan"]) <= 2 * page + 2
 
 
 def test_a_schedule_larger_than_one_register_slice_registers_whole_and_atomically(

@@ -505,6 +505,133 @@ def test_a_take_over_pass_finds_stale_claims_without_the_entry_list(
     assert take_over(OnlyMembership(["b"])) == ["b"]  # left for a replica defining it
 
 
+def stale_claims_of(
+    store: Store, namespace: str, state: EntryState, windows: int, *, timeout: timedelta
+) -> list[Claim]:
+    """Claim `windows` windows of `state`'s entry in one tick and hand them back: stale for
+    a take-over with `timeout`, all claimed at one instant (as a tick's claims are)."""
+    name = state.name
+    plan = claim_plan(name, namespace, *(window_after(state, n) for n in range(1, windows + 1)))
+    result = store.tick(namespace, [name], lambda now, s: plan, replica=REPLICA)
+    assert result is not None
+    assert len(result.claimed) == windows
+    store.release_claims(namespace, result.claimed, replica=REPLICA, timeout=timeout)
+    return list(result.claimed)
+
+
+def test_a_take_over_pass_reads_a_page_and_the_next_goes_on_after_it(
+    store: Store, namespace: str
+) -> None:
+    """A pass reads at most `page` stale claims and takes at most `limit`; passes that go
+    on from where the last ended (`ReclaimPage.resume`) reach a stale claim of an entry
+    the replica defines behind more stale claims of entries nobody defines than a page
+    holds, within the pages needed plus one, then start from the oldest again."""
+    gone = [f"gone-{i}" for i in range(3)]
+    states = registered(store, namespace, definitions("mine", *gone), REPLICA)
+    for name in gone:  # 12 stale claims nobody takes, in 3 instants of 4 claims
+        stale_claims_of(store, namespace, states[name], 4, timeout=HOUR)
+    [mine] = stale_claims_of(store, namespace, states["mine"], 1, timeout=HOUR)
+    page, limit = 5, 2
+    after = None
+    reads: list[int] = []
+    taken: list[Claim] = []
+    for _ in range(12 // page + 1 + 1):
+        result = store.tick(
+            namespace,
+            [],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim({"mine"}, HOUR, limit, page, after),
+        )
+        assert result is not None
+        assert result.reclaim_page is not None
+        assert result.reclaim_page.read <= page
+        assert len(result.reclaimed) <= limit
+        reads.append(result.reclaim_page.read)
+        taken.extend(result.reclaimed)
+        after = result.reclaim_page.resume
+        if taken:
+            break
+    assert [(c.id, c.entry, c.attempts) for c in taken] == [(mine.id, "mine", 2)]
+    assert reads == [5, 5, 3]  # the gone claims a page at a time, then the rest and mine
+    assert after is None  # read to the end: the next pass starts from the oldest again
+    again = store.tick(
+        namespace,
+        [],
+        lambda now, s: TickPlan(),
+        replica=OTHER,
+        reclaim=Reclaim({"mine"}, HOUR, limit, page, after),
+    )
+    assert again is not None
+    assert again.reclaim_page is not None
+    assert (again.reclaimed, again.reclaim_page.read) == ([], 5)
+
+
+def test_a_take_over_pass_that_reaches_its_limit_leaves_the_rest_of_its_page_to_the_next(
+    store: Store, namespace: str
+) -> None:
+    """A pass that takes `limit` claims ends at the last one it took, so the next pass
+    takes the stale claims after it in the same page, oldest first: none waits for the
+    passes to come round again."""
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
+    stale = stale_claims_of(store, namespace, state, 6, timeout=HOUR)
+    after = None
+    passes: list[list[datetime]] = []
+    for _ in range(3):
+        result = store.tick(
+            namespace,
+            [],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim({"a"}, HOUR, limit=2, page=5, after=after),
+        )
+        assert result is not None
+        assert result.reclaim_page is not None
+        passes.append([claim.window for claim in result.reclaimed])
+        after = result.reclaim_page.resume
+    windows = sorted(claim.window for claim in stale)
+    assert passes == [windows[0:2], windows[2:4], windows[4:6]]
+
+
+def test_a_dead_run_claimed_before_the_place_the_passes_reached_is_taken_when_they_come_round(
+    store: Store, namespace: str
+) -> None:
+    """A run whose lease expired after the passes went past its claim time is not in the
+    pages after their place; the pass after a short page starts from the oldest again
+    and takes it over."""
+    states = registered(store, namespace, definitions("a", "gone"), REPLICA)
+    window = window_after(states["a"], 1)
+    result = store.tick(
+        namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA
+    )
+    assert result is not None
+    store.record_publish(namespace, [c.id for c in result.claimed], {})
+    gone = [window_after(states["gone"], n) for n in range(1, 7)]
+    store.tick(
+        namespace, ["gone"], lambda now, s: claim_plan("gone", namespace, *gone), replica=REPLICA
+    )
+    after = None
+
+    def take_over() -> tuple[list[datetime], int]:
+        nonlocal after
+        result = store.tick(
+            namespace,
+            [],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim({"a"}, timedelta(0), limit=2, page=5, after=after),
+        )
+        assert result is not None
+        assert result.reclaim_page is not None
+        after = result.reclaim_page.resume
+        return [claim.window for claim in result.reclaimed], result.reclaim_page.read
+
+    assert take_over() == ([], 5)  # five of the six unsent claims nobody defines
+    start(store, namespace, window, lease=timedelta(0))  # its run dies at once
+    assert take_over() == ([], 1)  # the sixth: a short page, so the passes come round
+    assert take_over() == ([window], 5)  # the dead run first, claimed before the others
+
+
 def test_publish_outcomes_are_recorded(store: Store, namespace: str) -> None:
     """Sent claims get sent_at, failed ones their error; neither is taken over again."""
     state = registered(store, namespace, definitions("a"), REPLICA)["a"]

@@ -12,9 +12,14 @@ from safebeat.records import (
     EntryState,
     NewClaim,
     NewSkip,
+    Reclaim,
+    ReclaimPage,
+    StaleClaim,
+    StaleMark,
     Start,
     decide_start,
     lease_alive,
+    take_over_page,
 )
 
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=timezone.utc)
@@ -100,3 +105,40 @@ def test_records_held_per_entry_and_per_window_carry_no_dict() -> None:
         Claim(1, "a", NOW, "id", 1),
     ]
     assert [r for r in records if hasattr(r, "__dict__")] == []
+
+
+def stale_page(*entries: str) -> list[StaleClaim]:
+    """Stale claims of `entries`, ids 1, 2, ..., one second apart, oldest first."""
+    return [StaleClaim(i, entry, NOW + i * S) for i, entry in enumerate(entries, start=1)]
+
+
+def test_a_full_page_taken_below_the_limit_goes_on_after_its_last_claim() -> None:
+    """Of a full page, those of entries beat defines are taken; the next pass reads after
+    the page's last claim, taken or not."""
+    reclaim = Reclaim({"a"}, S, limit=3, page=4)
+    ids, page = take_over_page(reclaim, stale_page("b", "a", "b", "b"))
+    assert ids == [2]
+    assert page == ReclaimPage(4, StaleMark(NOW + 4 * S, 4))
+
+
+def test_a_pass_that_reaches_its_limit_goes_on_after_the_claim_that_made_it() -> None:
+    """The claims after the one that made the limit are not skipped: the next pass reads
+    from there, whether or not the page was full."""
+    reclaim = Reclaim({"a"}, S, limit=2, page=5)
+    ids, page = take_over_page(reclaim, stale_page("a", "b", "a", "a"))
+    assert ids == [1, 3]
+    assert page == ReclaimPage(4, StaleMark(NOW + 3 * S, 3))
+
+
+def test_a_short_page_was_read_to_the_end_and_the_next_pass_starts_from_the_oldest() -> None:
+    """A page with fewer claims than it could hold (or none) ends the round: no place."""
+    reclaim = Reclaim({"a"}, S, limit=2, page=5)
+    assert take_over_page(reclaim, stale_page("b", "a")) == ([2], ReclaimPage(2, None))
+    assert take_over_page(reclaim, []) == ([], ReclaimPage(0, None))
+
+
+@pytest.mark.parametrize(("limit", "page"), [(0, 10), (10, 0)])
+def test_a_take_over_without_room_for_one_claim_is_refused(limit: int, page: int) -> None:
+    """A limit or page below one could never make progress: an error naming both."""
+    with pytest.raises(ValueError, match=f"limit={limit}, page={page}"):
+        Reclaim({"a"}, S, limit=limit, page=page)

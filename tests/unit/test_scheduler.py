@@ -396,6 +396,40 @@ def test_stale_claim_is_republished_with_the_same_task_id(clock: FakeClock, queu
     assert (row.status, row.attempts, row.replica) == (Status.SENT, 2, scheduler.replica.id)
 
 
+def test_a_stale_claim_behind_pages_of_claims_nobody_defines_is_republished_soon(
+    clock: FakeClock, queue: str
+) -> None:
+    """Take-over passes read a page each; while they read full pages of claims they leave
+    (of an entry no replica defines), the next comes within a second, not half a claim
+    timeout later: the claim of an entry beat defines behind them goes out seconds late."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}}, safebeat_claim_timeout=30)
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    scheduler.reclaim_page = 5
+    scheduler.tick()
+    anchor = store.states("unit")["a"].anchor
+    from safebeat.identity import Replica
+
+    dead = Replica("dead-host", 1, "dead00")
+    gone = [anchor + timedelta(seconds=n) for n in range(1, 13)]
+    window = anchor + timedelta(hours=1)
+    for entry, windows in (("gone", gone), ("a", [window])):
+        store.tick(
+            "unit",
+            [],
+            lambda now, s, e=entry, w=windows: TickPlan(
+                claims=[NewClaim(e, x, task_id_for("unit", e, x), "t.run") for x in w]
+            ),
+            replica=dead,
+        )
+        clock.advance(1)
+    clock.advance(30)  # every claim is stale now, "a"'s the newest
+    run(scheduler, clock, 3)
+    [headers] = drain(app, queue)
+    assert headers["id"] == task_id_for("unit", "a", window)
+    assert all(r.attempts == 1 for r in store.history("unit", "gone"))
+
+
 def test_sleep_is_until_the_next_window_capped(clock: FakeClock, queue: str) -> None:
     """tick() returns the time to the next window, never more than max_interval, nor more
     than the time to the next look at the entries added at run time."""

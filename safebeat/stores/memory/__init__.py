@@ -19,11 +19,14 @@ from safebeat.records import (
     DispatchRecord,
     EntryState,
     Reclaim,
+    ReclaimPage,
     Registration,
     ReplicaRecord,
+    StaleClaim,
     Status,
     TickPlan,
     fence,
+    take_over_page,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
@@ -134,21 +137,28 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
 
     def _reclaim(
         self, ns: _Namespace, reclaim: Reclaim, replica: Replica, now: datetime
-    ) -> list[Claim]:
-        reclaimed: list[Claim] = []
+    ) -> tuple[list[Claim], ReclaimPage]:
         stale_before = now - reclaim.timeout
+        after = reclaim.after
 
         def lost(r: DispatchRecord) -> bool:
             # Unsent past the timeout, or a run whose lease expired without a finish.
             unsent = r.status is Status.CLAIMED and r.claimed_at < stale_before
             dead = r.finished_at is None and r.lease_until is not None and r.lease_until <= now
-            return r.task_id is not None and (unsent or dead)
+            later = after is None or (r.claimed_at, r.id) > (after.claimed_at, after.id)
+            return r.task_id is not None and (unsent or dead) and later
 
         stale = sorted(
-            (r for r in ns.dispatches.values() if lost(r) and r.entry in reclaim.defines),
-            key=lambda r: r.claimed_at,
+            (r for r in ns.dispatches.values() if lost(r)), key=lambda r: (r.claimed_at, r.id)
+        )[: reclaim.page]
+        chosen, page = take_over_page(
+            reclaim, [StaleClaim(r.id, r.entry, r.claimed_at) for r in stale]
         )
-        for record in stale[: reclaim.limit]:
+        wanted = set(chosen)
+        reclaimed: list[Claim] = []
+        for record in stale:
+            if record.id not in wanted:
+                continue
             taken = replace(
                 record,
                 status=Status.CLAIMED,
@@ -164,7 +174,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
             reclaimed.append(
                 Claim(taken.id, taken.entry, taken.window, taken.task_id, taken.attempts)
             )
-        return reclaimed
+        return reclaimed, page
 
     def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]

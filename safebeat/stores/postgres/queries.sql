@@ -140,16 +140,42 @@ FROM unnest(%(advance_names)s::text[], %(advance_windows)s::timestamptz[])
 WHERE e.namespace = %(namespace)s AND e.name = u.name;
 
 -- name: stale_claims
--- Claims left unsent past the timeout, and runs whose lease expired without a finish
--- (their worker died, and no broker may deliver them again), of every entry, oldest
--- first: through the partial indexes of unsent claims and of running rows, so the cost
--- follows these rows, never the entries. Beat keeps those of the entries it defines
--- (a claim of another replica's entry stays for it) and takes them over (take_over).
-SELECT id, entry FROM safebeat_dispatch
-WHERE namespace = %(namespace)s AND task_id IS NOT NULL
-  AND ((status = 'claimed' AND claimed_at < %(stale_before)s)
-       OR (started_at IS NOT NULL AND finished_at IS NULL AND lease_until <= %(now)s))
-ORDER BY claimed_at, id;
+-- A page of the claims left unsent past the timeout, and of the runs whose lease expired
+-- without a finish (their worker died, and no broker may deliver them again), of every
+-- entry: at most `page` of them, the first after (`after_at`, `after_id`) in the order
+-- (claimed_at, id). The unsent ones come through the partial index of unsent claims, by
+-- claim time from that place on: first the claim time of the page's last row (a scan in
+-- the index's own order that stops after a page), then the rows up to it, sorted. So
+-- whatever plan is chosen, a page reads a page, plus the rows claimed at the same
+-- instant as its first or last row (one tick's claims); the dead runs come through the
+-- partial index of running rows. Never what the stale claims or the entries cost. Beat
+-- keeps those of the entries it defines (a claim of another replica's entry stays for
+-- it) and takes them over (take_over).
+SELECT id, entry, claimed_at FROM (
+    (SELECT id, entry, claimed_at FROM safebeat_dispatch
+     WHERE namespace = %(namespace)s AND status = 'claimed' AND task_id IS NOT NULL
+       AND claimed_at < %(stale_before)s AND claimed_at >= %(after_at)s
+       AND (claimed_at > %(after_at)s OR id > %(after_id)s)
+       AND claimed_at <= coalesce(
+           (SELECT claimed_at FROM safebeat_dispatch
+            WHERE namespace = %(namespace)s AND status = 'claimed' AND task_id IS NOT NULL
+              AND claimed_at < %(stale_before)s AND claimed_at >= %(after_at)s
+              AND (claimed_at > %(after_at)s OR id > %(after_id)s)
+            ORDER BY claimed_at
+            OFFSET %(page)s - 1 LIMIT 1),
+           %(stale_before)s)
+     ORDER BY claimed_at, id
+     LIMIT %(page)s)
+    UNION
+    (SELECT id, entry, claimed_at FROM safebeat_dispatch
+     WHERE namespace = %(namespace)s AND task_id IS NOT NULL
+       AND started_at IS NOT NULL AND finished_at IS NULL AND lease_until <= %(now)s
+       AND claimed_at >= %(after_at)s AND (claimed_at > %(after_at)s OR id > %(after_id)s)
+     ORDER BY claimed_at, id
+     LIMIT %(page)s)
+) AS stale
+ORDER BY claimed_at, id
+LIMIT %(page)s;
 
 -- name: take_over
 -- The stale claims beat chose (stale_claims), claimed again, to be re-published with

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from itertools import islice
 from typing import Any
 
 from safebeat.identity import Replica
@@ -22,13 +21,17 @@ from safebeat.records import (
     Definition,
     EntryState,
     Reclaim,
+    ReclaimPage,
     Registration,
+    StaleClaim,
     Status,
     TickResult,
     states_after,
+    take_over_page,
 )
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
 from safebeat.stores.sql_common import (
+    FIRST_STALE,
     advisory_key,
     array_literal,
     as_array_literals,
@@ -84,7 +87,13 @@ def _tick(
     reclaim = call.reclaim
     if reclaim is not None:
         parts.append(Q["stale_claims"])
-        params["stale_before"] = now - reclaim.timeout
+        after = reclaim.after or FIRST_STALE
+        params.update(
+            stale_before=now - reclaim.timeout,
+            after_at=after.claimed_at,
+            after_id=after.id,
+            page=reclaim.page,
+        )
     if own_transaction:
         parts.append("COMMIT")
     returned = _result_sets(cursor, ";\n".join(parts), params) if parts else []
@@ -94,21 +103,23 @@ def _tick(
         for row in inserted
         if row[4] == Status.CLAIMED.value
     ]
-    reclaimed = [] if reclaim is None else _take_over(cursor, reclaim, returned.pop(0), params)
-    return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+    if reclaim is None:
+        return TickResult(now, states_after(states, plan), claimed, [], plan)
+    reclaimed, page = _take_over(cursor, reclaim, returned.pop(0), params)
+    return TickResult(now, states_after(states, plan), claimed, reclaimed, plan, page)
 
 
 def _take_over(
     cursor: Cursor, reclaim: Reclaim, stale: Sequence[Any], params: Mapping[str, Any]
-) -> list[Claim]:
-    """Take over the oldest `reclaim.limit` of the `stale` claims (id, entry) whose entry
-    beat defines; one statement, and none when there are none."""
-    ids = [row[0] for row in islice((r for r in stale if r[1] in reclaim.defines), reclaim.limit)]
+) -> tuple[list[Claim], ReclaimPage]:
+    """Take over those of the page of `stale` claims (id, entry, claimed_at) that
+    `take_over_page` chooses; one statement, and none when there are none."""
+    ids, page = take_over_page(reclaim, [StaleClaim(*row) for row in stale])
     if not ids:
-        return []
+        return [], page
     names = ("now", "stale_before", "replica", "host", "pid")
     cursor.execute(Q["take_over"], {"ids": ids, **{name: params[name] for name in names}})
-    return [Claim(*row) for row in cursor.fetchall()]
+    return [Claim(*row) for row in cursor.fetchall()], page
 
 
 def _register_slice(

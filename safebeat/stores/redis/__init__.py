@@ -36,10 +36,13 @@ from safebeat.records import (
     Claim,
     Definition,
     Reclaim,
+    ReclaimPage,
     Registration,
+    StaleClaim,
     TickPlan,
     TickResult,
     states_after,
+    take_over_page,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.redis.admin import RedisAdmin
@@ -188,26 +191,29 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             )
         _now, inserted, stale = finished
         claimed = [Claim(int(row[0]), row[1], _instant(row[2]), row[3], 1) for row in inserted]
-        reclaimed = [] if reclaim is None else self._take_over(prefix, replica, reclaim, stale)
+        reclaimed: list[Claim] = []
+        page: ReclaimPage | None = None
+        if reclaim is not None:
+            reclaimed, page = self._take_over(prefix, replica, reclaim, stale)
         until = self._claimed_until.setdefault(namespace, {})
         for claim in claimed:
             if claim.entry not in until or claim.window > until[claim.entry]:
                 until[claim.entry] = claim.window
-        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan)
+        return TickResult(now, states_after(states, plan), claimed, reclaimed, plan, page)
 
     def _take_over(
         self, prefix: str, replica: Replica, reclaim: Reclaim, stale: list[list[Any]]
-    ) -> list[Claim]:
-        """Take over the oldest `reclaim.limit` of the `stale` claims (id, entry,
-        claimed_at) whose entry beat defines: one script, each row only while still stale."""
-        oldest = sorted(stale, key=lambda row: (int(row[2]), int(row[0])))
-        ids = [row[0] for row in oldest if row[1] in reclaim.defines][: reclaim.limit]
+    ) -> tuple[list[Claim], ReclaimPage]:
+        """Take over those of the page of `stale` claims (id, entry, claimed_at; oldest
+        first) that `take_over_page` chooses: one script, each row only while still stale."""
+        rows = [StaleClaim(int(row[0]), row[1], _instant(row[2])) for row in stale]
+        ids, page = take_over_page(reclaim, rows)
         if not ids:
-            return []
+            return [], page
         who = [replica.id, replica.host, replica.pid, _micros(reclaim.timeout)]
         with self._boundary("take over stale claims"):
             taken = self._run("take_over", [f"{prefix}:unsent"], [prefix, *who, *ids])
-        return [Claim(int(r[0]), r[1], _instant(r[2]), r[3], int(r[4])) for r in taken]
+        return [Claim(int(r[0]), r[1], _instant(r[2]), r[3], int(r[4])) for r in taken], page
 
     def _unclaimed_by_us(self, namespace: str, plan: TickPlan) -> TickPlan:
         until = self._claimed_until.get(namespace, {})
@@ -242,6 +248,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             len(plan.skips),
             len(plan.advances),
             "" if reclaim is None else _micros(reclaim.timeout),
+            *_page_args(reclaim),
         ]
         for claim in plan.claims:
             args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
@@ -311,6 +318,16 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
                         break
             self._run("prune_replicas", [f"{prefix}:heartbeats"], [prefix, _us(before)])
         return deleted
+
+
+def _page_args(reclaim: Reclaim | None) -> list[object]:
+    """The take-over page of `finish_tick`: where it starts (claimed_at in us, '' for the
+    oldest; id) and how many stale claims it reads."""
+    if reclaim is None:
+        return ["", 0, 0]
+    if reclaim.after is None:
+        return ["", 0, reclaim.page]
+    return [_us(reclaim.after.claimed_at), reclaim.after.id, reclaim.page]
 
 
 __all__ = ["LAYOUT_VERSION", "SCRIPTS", "SLICE", "RedisStore", "key_prefix"]

@@ -88,45 +88,91 @@ end
 
 -- Whether row `id` is for the take-over at `now`: unsent and claimed before
 -- `stale_before`, or a run whose lease expired without a finish; it has a task id.
+-- Returns the row's {status, claimed_at, lease_until, finished_at, task_id, entry} if it
+-- is, else false.
 local function is_stale(p, id, now, stale_before)
     local f = redis.call('HMGET', p .. ':row:' .. id, 'status', 'claimed_at', 'lease_until',
-        'finished_at', 'task_id')
+        'finished_at', 'task_id', 'entry')
     if not f[5] then
         return false
     end
     local unsent = f[1] == 'claimed' and tonumber(f[2]) < tonumber(stale_before)
     local dead = f[3] and not f[4] and tonumber(f[3]) <= tonumber(now)
-    return unsent or dead
+    return (unsent or dead) and f
 end
 
--- The claims of every entry left unsent since before `stale_before` (P:unsent) and the runs
--- whose lease expired by `now` without a finish (P:leases), as {id, entry, claimed_at}:
--- the cost follows these rows, never the entries. A member whose row is no longer unsent
--- (P:unsent) or running (P:leases) is dropped from that set on the way.
-local function stale_claims(p, now, stale_before)
-    local found, seen = {}, {}
-    local function look(set, upto, member)
-        for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. set, '-inf', upto)) do
-            local row = p .. ':row:' .. id
-            if is_stale(p, id, now, stale_before) then
-                if not seen[id] then
+-- Whether a row claimed at `claimed_at` with id `id` comes after the place (`after_at`,
+-- `after_id`) in the take-over's order (claim time, then id, as numbers); every row does
+-- when `after_at` is ''.
+local function after_place(claimed_at, id, after_at, after_id)
+    if after_at == '' then
+        return true
+    end
+    local at, place = tonumber(claimed_at), tonumber(after_at)
+    return at > place or (at == place and tonumber(id) > tonumber(after_id))
+end
+
+-- A page of the claims of every entry left unsent since before `stale_before` (P:unsent)
+-- and of the runs whose lease expired by `now` without a finish (P:leases), as {id, entry,
+-- claimed_at}: at most `page`, the first after the place (`after_at`, `after_id`; see
+-- after_place), in that order. P:unsent is read from the place on and stops after a page
+-- (plus the rows of the place's instant and of the page's last one, which one tick wrote
+-- each: a set orders the members of one score as text, not as ids); P:leases up to now.
+-- So the cost follows a page, never how many claims went stale nor the entries. A member
+-- whose row is no longer unsent (P:unsent) or running (P:leases) is dropped from that set
+-- on the way.
+local function stale_claims(p, now, stale_before, after_at, after_id, page)
+    -- Rows found, ids found, and ids looked at per set (the page's last instant is read
+    -- again, whole).
+    local found, seen, looked = {}, {}, {[':unsent'] = {}, [':leases'] = {}}
+    local function look(set, ids, member)
+        for _, id in ipairs(ids) do
+            if not looked[set][id] then
+                looked[set][id] = true
+                local f = is_stale(p, id, now, stale_before)
+                if f then
+                    if not seen[id] and after_place(f[2], id, after_at, after_id) then
+                        -- {id, entry, claimed_at}, then the order's keys as numbers
+                        found[#found + 1] = {id, f[6], f[2], tonumber(f[2]), tonumber(id)}
+                    end
                     seen[id] = true
-                    local f = redis.call('HMGET', row, 'entry', 'claimed_at')
-                    found[#found + 1] = {id, f[1], f[2]}
+                elseif not member(p .. ':row:' .. id) then
+                    redis.call('ZREM', p .. set, id)
                 end
-            elseif not member(row) then
-                redis.call('ZREM', p .. set, id)
             end
         end
     end
-    look(':unsent', '(' .. stale_before, function(row)
+    local function unsent(row)
         return redis.call('HGET', row, 'status') == 'claimed'
-    end)
-    look(':leases', now, function(row)
+    end
+    local index, from = p .. ':unsent', '-inf'
+    if after_at ~= '' then
+        look(':unsent', redis.call('ZRANGEBYSCORE', index, after_at, after_at), unsent)
+        from = '(' .. after_at
+    end
+    local scored = redis.call('ZRANGEBYSCORE', index, from, '(' .. stale_before,
+        'WITHSCORES', 'LIMIT', 0, page)
+    local ids = {}
+    for i = 1, #scored, 2 do
+        ids[#ids + 1] = scored[i]
+    end
+    look(':unsent', ids, unsent)
+    if #ids >= page then
+        local last = scored[#scored]
+        look(':unsent', redis.call('ZRANGEBYSCORE', index, last, last), unsent)
+    end
+    look(':leases', redis.call('ZRANGEBYSCORE', p .. ':leases', '-inf', now), function(row)
         local f = redis.call('HMGET', row, 'lease_until', 'finished_at')
         return f[1] and not f[2]
     end)
-    return found
+    table.sort(found, function(a, b)
+        return a[4] < b[4] or (a[4] == b[4] and a[5] < b[5])
+    end)
+    local first = {}
+    for i = 1, math.min(page, #found) do
+        first[i] = {found[i][1], found[i][2], found[i][3]}
+    end
+    return first
 end
 
 -- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
@@ -272,13 +318,14 @@ return 0
 
 -- name: finish_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, replica, host, pid, then the counts
--- n_claims, n_skips, n_advances, then reclaim timeout (us, '' for none), then claims
--- (entry, window, task_id, task_name), skips (entry, window, reason, first, count or
--- ''), advances (entry, window).
+-- n_claims, n_skips, n_advances, then the take-over: reclaim timeout (us, '' for none),
+-- the place the page starts after (claimed_at in us, '' for the oldest; id) and the page
+-- size, then claims (entry, window, task_id, task_name), skips (entry, window, reason,
+-- first, count or ''), advances (entry, window).
 -- Writes only while this token holds the lock: a replica whose lock expired while it
 -- planned writes nothing and gets false. Otherwise inserts rows whose marker is new and
 -- whose window is after the entry's stored last window (the fence,
--- safebeat.records.fenced), advances last windows, finds the stale claims (see
+-- safebeat.records.fenced), advances last windows, finds a page of the stale claims (see
 -- stale_claims), releases the lock. Returns {now, claimed, stale}.
 local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if redis.call('GET', KEYS[1]) ~= token then
@@ -286,8 +333,9 @@ if redis.call('GET', KEYS[1]) ~= token then
 end
 local n_claims, n_skips = tonumber(ARGV[6]), tonumber(ARGV[7])
 local n_advances, timeout = tonumber(ARGV[8]), ARGV[9]
+local after_at, after_id, page = ARGV[10], ARGV[11], tonumber(ARGV[12])
 local now = now_us()
-local at = 10
+local at = 13
 
 -- The rows the plan inserts: {entry, window, fields, task_id (nil for a skip)}.
 local rows = {}
@@ -372,7 +420,8 @@ in_slices('HSET', {p .. ':last'}, advanced)
 
 local stale = {}
 if timeout ~= '' then
-    stale = stale_claims(p, now, string.format('%d', tonumber(now) - tonumber(timeout)))
+    local stale_before = string.format('%d', tonumber(now) - tonumber(timeout))
+    stale = stale_claims(p, now, stale_before, after_at, after_id, page)
 end
 
 redis.call('DEL', KEYS[1])  -- still ours: checked above, and a script runs alone

@@ -14,18 +14,20 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import islice
 
 from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
     Reclaim,
+    ReclaimPage,
     Registration,
+    StaleClaim,
     TickPlan,
+    take_over_page,
 )
 from safebeat.stores.base import StoreCheck
-from safebeat.stores.sql_common import dispatch_rows, replica_columns
+from safebeat.stores.sql_common import FIRST_STALE, dispatch_rows, replica_columns
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.stores.sqlite.admin import SqliteAdmin
 from safebeat.stores.sqlite.connection import (
@@ -160,14 +162,26 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         reclaim: Reclaim,
         now: datetime,
         who: Mapping[str, object],
-    ) -> list[Claim]:
+    ) -> tuple[list[Claim], ReclaimPage]:
+        after = reclaim.after or FIRST_STALE
         found = conn.execute(
             Q["stale_claims"],
-            {"namespace": namespace, "stale_before": _us(now - reclaim.timeout), "now": _us(now)},
+            {
+                "namespace": namespace,
+                "stale_before": _us(now - reclaim.timeout),
+                "now": _us(now),
+                "after_at": _us(after.claimed_at),
+                "after_id": after.id,
+                "page": reclaim.page,
+            },
+        ).fetchall()
+        chosen, page = take_over_page(
+            reclaim, [StaleClaim(row[0], row[1], _instant(row[5])) for row in found]
         )
-        stale = list(islice((row for row in found if row[1] in reclaim.defines), reclaim.limit))
+        wanted = set(chosen)
+        stale = [row for row in found if row[0] in wanted]
         conn.executemany(Q["reclaim"], [{"id": row[0], "now": _us(now), **who} for row in stale])
-        return [Claim(r[0], r[1], _instant(r[2]), r[3], r[4]) for r in stale]
+        return [Claim(r[0], r[1], _instant(r[2]), r[3], r[4]) for r in stale], page
 
     def _record_publish(
         self, namespace: str, sent: Sequence[int], failed: Mapping[int, str]

@@ -86,19 +86,35 @@ SET last_window = max(coalesce(last_window, :window), :window)
 WHERE namespace = :namespace AND name = :name;
 
 -- name: stale_claims
--- Claims left unsent past the timeout, and runs whose lease expired without a finish
--- (see the PostgreSQL store's stale_claims), of every entry: beat keeps those of the
--- entries it defines. Found through the indexes of unsent claims and of running rows.
-SELECT id, entry, window_at, task_id, attempts + 1, claimed_at
-FROM safebeat_dispatch
-WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
-  AND task_id IS NOT NULL
+-- A page of the claims left unsent past the timeout, and runs whose lease expired without
+-- a finish (see the PostgreSQL store's stale_claims), of every entry: at most :page, the
+-- first after (:after_at, :after_id) in the order (claimed_at, id). The unsent ones come
+-- through the index of unsent claims, which holds the rowid, so it is in that order: the
+-- scan starts at the place and stops after :page rows, however many claims went stale.
+-- The dead runs come through the index of running rows. Both are named (INDEXED BY):
+-- without statistics SQLite would rather walk the index of every row by claim time, sent
+-- ones too. Beat keeps those of the entries it defines.
+SELECT id, entry, window_at, task_id, attempts + 1, claimed_at FROM (
+    SELECT id, entry, window_at, task_id, attempts, claimed_at
+    FROM safebeat_dispatch INDEXED BY safebeat_dispatch_unsent
+    WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
+      AND claimed_at >= :after_at AND (claimed_at > :after_at OR id > :after_id)
+      AND task_id IS NOT NULL
+    ORDER BY claimed_at, id
+    LIMIT :page
+)
 UNION
-SELECT id, entry, window_at, task_id, attempts + 1, claimed_at
-FROM safebeat_dispatch
-WHERE namespace = :namespace AND started_at IS NOT NULL AND finished_at IS NULL
-  AND lease_until <= :now AND task_id IS NOT NULL
-ORDER BY claimed_at, id;
+SELECT id, entry, window_at, task_id, attempts + 1, claimed_at FROM (
+    SELECT id, entry, window_at, task_id, attempts, claimed_at
+    FROM safebeat_dispatch INDEXED BY safebeat_dispatch_running
+    WHERE namespace = :namespace AND started_at IS NOT NULL AND finished_at IS NULL
+      AND lease_until <= :now AND task_id IS NOT NULL
+      AND claimed_at >= :after_at AND (claimed_at > :after_at OR id > :after_id)
+    ORDER BY claimed_at, id
+    LIMIT :page
+)
+ORDER BY claimed_at, id
+LIMIT :page;
 
 -- name: reclaim
 UPDATE safebeat_dispatch

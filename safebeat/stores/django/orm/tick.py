@@ -7,10 +7,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import islice
 
 from safebeat.identity import Replica
-from safebeat.records import Claim, Reclaim, TickPlan, fence
+from safebeat.records import (
+    Claim,
+    Reclaim,
+    ReclaimPage,
+    StaleClaim,
+    TickPlan,
+    fence,
+    take_over_page,
+)
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
@@ -136,35 +143,62 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
 
     def _reclaim(
         self, namespace: str, reclaim: Reclaim, now: datetime, replica: Replica
-    ) -> list[Claim]:
-        from django.db import connections  # noqa: PLC0415
-        from django.db.models import F, Q  # noqa: PLC0415
+    ) -> tuple[list[Claim], ReclaimPage]:
+        from django.db.models import F  # noqa: PLC0415
 
-        m = django_models(self.alias)
         # Claims left unsent past the timeout, and runs whose lease expired without a
-        # finish (see the PostgreSQL store's stale_claims), of every entry, through the
-        # indexes of unsent claims and of running rows; kept: those of entries beat defines.
-        unsent = Q(status="claimed", claimed_at__lt=now - reclaim.timeout)
-        dead = Q(started_at__isnull=False, finished_at__isnull=True, lease_until__lte=now)
-        stale_rows = (
-            m.Dispatch.objects.using(self.alias)
-            .filter(unsent | dead, namespace=namespace, task_id__isnull=False)
-            .order_by("claimed_at", "id")
-        )
-        if connections[self.alias].features.has_select_for_update_skip_locked:
-            stale_rows = stale_rows.select_for_update(skip_locked=True)
-        found = stale_rows.values_list("id", "entry", "window_at", "task_id", "attempts")
-        stale = list(islice((row for row in found if row[1] in reclaim.defines), reclaim.limit))
-        if not stale:
-            return []
-        m.Dispatch.objects.using(self.alias).filter(id__in=[row[0] for row in stale]).update(
+        # finish (see the PostgreSQL store's stale_claims), of every entry, a page of them
+        # after `reclaim.after`: each kind through its index (of unsent claims, of running
+        # rows), at most a page each, then the first page of both.
+        found = sorted(
+            {row[0]: row for row in self._stale_rows(namespace, reclaim, now)}.values(),
+            key=lambda row: (row[5], row[0]),
+        )[: reclaim.page]
+        ids, page = take_over_page(reclaim, [StaleClaim(r[0], r[1], r[5]) for r in found])
+        if not ids:
+            return [], page
+        m = django_models(self.alias)
+        m.Dispatch.objects.using(self.alias).filter(id__in=ids).update(
             status="claimed",
             lease_until=None,
             claimed_at=now,
             attempts=F("attempts") + 1,
             **replica_columns(replica),
         )
+        chosen = set(ids)
         return [
             Claim(i, entry, window, task_id, attempts + 1)
-            for i, entry, window, task_id, attempts in stale
-        ]
+            for i, entry, window, task_id, attempts, _ in found
+            if i in chosen
+        ], page
+
+    def _stale_rows(
+        self, namespace: str, reclaim: Reclaim, now: datetime
+    ) -> list[tuple[int, str, datetime, str, int, datetime]]:
+        """Up to a page of unsent claims and a page of dead runs after `reclaim.after`,
+        (id, entry, window, task id, attempts, claimed_at) each, locked for this tick
+        (skipping rows another transaction holds) where the database can."""
+        from django.db import connections  # noqa: PLC0415
+        from django.db.models import Q  # noqa: PLC0415
+
+        m = django_models(self.alias)
+        after = Q()
+        if reclaim.after is not None:
+            at, row_id = reclaim.after.claimed_at, reclaim.after.id
+            after = Q(claimed_at__gte=at) & (Q(claimed_at__gt=at) | Q(id__gt=row_id))
+        kinds = (
+            Q(status="claimed", claimed_at__lt=now - reclaim.timeout),
+            Q(started_at__isnull=False, finished_at__isnull=True, lease_until__lte=now),
+        )
+        rows: list[tuple[int, str, datetime, str, int, datetime]] = []
+        for kind in kinds:
+            stale = (
+                m.Dispatch.objects.using(self.alias)
+                .filter(kind, after, namespace=namespace, task_id__isnull=False)
+                .order_by("claimed_at", "id")
+            )
+            if connections[self.alias].features.has_select_for_update_skip_locked:
+                stale = stale.select_for_update(skip_locked=True)
+            columns = ("id", "entry", "window_at", "task_id", "attempts", "claimed_at")
+            rows.extend(stale.values_list(*columns)[: reclaim.page])
+        return rows
