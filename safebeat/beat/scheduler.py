@@ -386,22 +386,38 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self._settle(current, sending)
             self._hand_back(following)
             return None, None
-        publishing_next = None if following is None else self._publish(following)
+        if following is None or not self._pipelining():
+            # One after the other: a round waits for no publish but its own before it is
+            # recorded, however short the claim timeout.
+            try:
+                self._settle(current, sending)
+            except Exception:
+                if following is not None:
+                    self._hand_back_after_error(following)
+                raise
+            return following, None if following is None else self._publish(following)
+        publishing_next = self._publish(following)
         try:
             self._settle(current, sending)
         except Exception:
-            if following is not None and publishing_next is not None:
-                self._settle_after_error(following, publishing_next)
+            self._settle_after_error(following, publishing_next)
             raise
         except BaseException:
-            if publishing_next is not None:
-                publishing_next.result(stop=True)
+            publishing_next.result(stop=True)
             raise
         return following, publishing_next
 
     def _hand_back(self, claimed: _Round) -> None:
         """Give `claimed`'s claims back to the store, never handed to the broker."""
         self._rounds.settle(claimed.claims, Sending(), claimed_at=claimed.started, store_now=None)
+
+    def _hand_back_after_error(self, claimed: _Round) -> None:
+        """Hand `claimed` back while an error from recording the round before it is on its
+        way out of the tick; if that fails too, its claims wait the claim timeout."""
+        try:
+            self._hand_back(claimed)
+        except Exception:  # noqa: BLE001 - the error on its way out says what went wrong
+            logger.debug("safebeat: handing back %d claim(s) failed", len(claimed.claims))
 
     def _settle_after_error(self, claimed: _Round, publishing: Publishing) -> None:
         """Record `claimed` once its publish ends, while an error from recording the round

@@ -241,3 +241,19 @@ def test_a_store_error_recording_a_round_still_publishes_and_records_the_next(
     recorded = {name for name in NAMES for r in store.history("unit", name) if r.sent_at}
     assert len(recorded) == 8
     assert scheduler._guard.backoff.failures == 1
+
+
+def test_rounds_one_after_the_other_hand_back_the_next_round_when_a_record_fails(
+    clock: FakeClock, queue: str
+) -> None:
+    """Without pipelining (a claim timeout too short for it), a round is recorded before
+    the next one is published; when that record fails, the next round was never handed
+    to the broker, so its claims go back to the store at once."""
+    app, store, scheduler = recording_burst(queue, clock)
+    scheduler.pipelined = False
+    store.fail_record = 1
+    scheduler.tick()
+    assert len(sent_entries(app, queue)) == 4
+    assert sum(len(ids) for ids in store.records) == 4  # only the first round was sent
+    assert len(store.released) == 8
+    assert scheduler._guard.backoff.failures == 1
