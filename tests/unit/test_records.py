@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -13,8 +14,10 @@ from safebeat.records import (
     NewClaim,
     NewSkip,
     Start,
+    TickPlan,
     decide_start,
     lease_alive,
+    states_after,
 )
 
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=timezone.utc)
@@ -100,3 +103,26 @@ def test_records_held_per_entry_and_per_window_carry_no_dict() -> None:
         Claim(1, "a", NOW, "id", 1),
     ]
     assert [r for r in records if hasattr(r, "__dict__")] == []
+
+
+def test_states_after_keeps_every_other_field_of_the_state() -> None:
+    """The plan's advance changes `last_window` only: every field of EntryState, set to a
+    value other than its default, comes through (a field added later included)."""
+    values = {
+        "name": "e",
+        "anchor": NOW - 9 * S,
+        "defined_at": NOW - 8 * S,
+        "last_window": NOW - 7 * S,
+        "digest": "d",
+        "schedule": "every 5s",
+        "running_since": NOW - 6 * S,
+        "paused": True,
+        "paused_until": NOW + S,
+        "pause_note": "maintenance",
+        "queued_since": NOW - 5 * S,
+    }
+    assert {f.name for f in fields(EntryState)} == set(values), "new field: add it here"
+    state = EntryState(**values)  # type: ignore[arg-type]
+    plan = TickPlan(advances={"e": NOW})
+    assert states_after({"e": state}, plan) == {"e": replace(state, last_window=NOW)}
+    assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
