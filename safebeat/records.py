@@ -492,8 +492,25 @@ def states_after(states: Mapping[str, EntryState], plan: TickPlan) -> dict[str, 
     for name, window in plan.advances.items():
         state = result.get(name)
         if state is not None and (state.last_window is None or window > state.last_window):
-            result[name] = replace(state, last_window=window)
+            result[name] = _with_last_window(state, window)
     return result
+
+
+def _with_last_window(state: EntryState, window: datetime) -> EntryState:
+    """`replace(state, last_window=window)`, several times faster: a burst makes thousands."""
+    return EntryState(
+        state.name,
+        state.anchor,
+        state.defined_at,
+        window,
+        state.digest,
+        state.schedule,
+        state.running_since,
+        state.paused,
+        state.paused_until,
+        state.pause_note,
+        state.queued_since,
+    )
 
 
 def consecutive_failures(history: Sequence[DispatchRecord]) -> int:

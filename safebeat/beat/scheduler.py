@@ -50,6 +50,9 @@ from safebeat.urls import redact
 logger = logging.getLogger("safebeat.scheduler")
 
 
+Publishing = BackgroundPublish[Sending] | PublishedAlready[Sending]
+
+
 @dataclass(frozen=True)
 class _Round:
     """One claim round of a tick: the store's result, the claims to publish (new and
@@ -319,8 +322,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
     def _claim_and_publish(self, due: Sequence[str], *, reclaim: bool) -> list[TickResult] | None:
         """Claim `due` (and take over stale claims if `reclaim`), then publish round after
         round while more entries are due, for up to `max_interval`: each round's messages go
-        to the broker on a thread of their own while this thread claims the next round.
-        None if another replica held the tick lock for the first round."""
+        to the broker on a thread of their own while this thread records the round before
+        as sent and claims the next. None if another replica held the tick lock for the
+        first round."""
         started = self._monotonic()
         current = self._claim(due, reclaim=reclaim, started=started)
         if current is None:
@@ -328,31 +332,41 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         results = [current.result]
         deadline = started + self.max_interval
         looked_at = set(due)
-        while current is not None:
-            following = self._publish_while_claiming(current, deadline, len(results), looked_at)
-            if following is not None:
-                results.append(following.result)
-            current = following
+        publishing: Publishing | None = self._publish(current)
+        while current is not None and publishing is not None:
+            current, publishing = self._publish_while_claiming(
+                current, publishing, deadline, len(results), looked_at
+            )
+            if current is not None:
+                results.append(current.result)
         return results
 
-    def _publish_while_claiming(
-        self, current: _Round, deadline: float, rounds_before: int, looked_at: set[str]
-    ) -> _Round | None:
-        """Publish `current` while claiming the next round (if entries are due and the tick
-        has time left); record `current`; return the next round, if it is to be published."""
-        claims = current.claims
+    def _publish(self, claimed: _Round) -> Publishing:
+        """Start publishing `claimed`: on a thread of its own when pipelining, else now."""
 
         def send(stop: Callable[[], bool]) -> Sending:
             return self.dispatcher.send(
-                claims,
+                claimed.claims,
                 entries=self.entries,
                 connection=self.connection,
                 producer=lambda: self.producer,
-                claimed_at=current.started,
+                claimed_at=claimed.started,
                 stop=stop,
             )
 
-        publishing = BackgroundPublish(send) if self._pipelining() else PublishedAlready(send)
+        return BackgroundPublish(send) if self._pipelining() else PublishedAlready(send)
+
+    def _publish_while_claiming(
+        self,
+        current: _Round,
+        publishing: Publishing,
+        deadline: float,
+        rounds_before: int,
+        looked_at: set[str],
+    ) -> tuple[_Round | None, Publishing | None]:
+        """While `current` is published, claim the next round (if entries are due and the
+        tick has time left); once `current` is on the broker, start publishing the next
+        round and record `current` meanwhile. Return the next round and its publishing."""
         try:
             following = self._next_round(deadline, rounds_before, looked_at)
         except Exception:
@@ -368,19 +382,61 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             sending = publishing.result()
         except BaseException:
             if following is not None:
-                self._rounds.settle(
-                    following.claims, Sending(), claimed_at=following.started, store_now=None
-                )
+                self._hand_back(following)
             raise
-        self._settle(current, sending)
         if following is not None and sending.broker_error is not None:
             # The broker is down: the next round is never handed to it, so its claims
             # go back to the store at once.
-            self._rounds.settle(
-                following.claims, Sending(), claimed_at=following.started, store_now=None
+            self._settle(current, sending)
+            self._hand_back(following)
+            return None, None
+        if following is None or not self._pipelining():
+            # One after the other: a round waits for no publish but its own before it is
+            # recorded, however short the claim timeout.
+            try:
+                self._settle(current, sending)
+            except Exception:
+                if following is not None:
+                    self._hand_back_after_error(following)
+                raise
+            return following, None if following is None else self._publish(following)
+        publishing_next = self._publish(following)
+        try:
+            self._settle(current, sending)
+        except Exception:
+            self._settle_after_error(following, publishing_next)
+            raise
+        except BaseException:
+            publishing_next.result(stop=True)
+            raise
+        return following, publishing_next
+
+    def _hand_back(self, claimed: _Round) -> None:
+        """Give `claimed`'s claims back to the store, never handed to the broker."""
+        self._rounds.settle(claimed.claims, Sending(), claimed_at=claimed.started, store_now=None)
+
+    def _hand_back_after_error(self, claimed: _Round) -> None:
+        """Hand `claimed` back while an error from recording the round before it is on its
+        way out of the tick; if that fails too, its claims wait the claim timeout."""
+        try:
+            self._hand_back(claimed)
+        except Exception:  # noqa: BLE001 - the error on its way out says what went wrong
+            logger.debug("safebeat: handing back %d claim(s) failed", len(claimed.claims))
+
+    def _settle_after_error(self, claimed: _Round, publishing: Publishing) -> None:
+        """Record `claimed` once its publish ends, while an error from recording the round
+        before it is on its way out of the tick; a second error is only logged (the claims
+        then wait the claim timeout, and are re-published with the same task ids)."""
+        sending = publishing.result()
+        try:
+            self._settle(claimed, sending)
+        except Exception:
+            logger.warning(
+                "safebeat: could not record %d published claim(s) either; they are "
+                "re-published with the same task ids after safebeat_claim_timeout",
+                len(claimed.claims),
+                exc_info=True,
             )
-            return None
-        return following
 
     def _pipelining(self) -> bool:
         """Whether to claim the next round while this one is published. A round claimed

@@ -6,6 +6,7 @@ publishing thread. On a memory store and a controlled clock."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -118,9 +119,15 @@ def test_claims_grown_too_old_in_a_pipelined_tick_are_handed_back(
     app, store, scheduler = burst(queue, clock)
     real_send = scheduler.publisher.send
     stall = scheduler.safebeat_config.claim_timeout.total_seconds() / 2 + 1
+    second_round = store.ticks + 2
 
     def stalling_send(producer: Any, entry: Any, claim: Claim, **options: Any) -> None:
         real_send(producer, entry, claim, **options)
+        # The stall starts once the second round's claim began: before it, the stalled
+        # clock would end the tick before that round is claimed at all.
+        waited = time.monotonic() + 10
+        while store.ticks < second_round and time.monotonic() < waited:
+            time.sleep(0.001)
         clock.advance(stall)
 
     monkeypatch.setattr(scheduler.publisher, "send", stalling_send)
@@ -158,4 +165,95 @@ def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
     assert len(first) == 4
     sent_rows = [r for name in first for r in store.history("unit", name) if r.sent_at]
     assert len(sent_rows) == 4
+    assert scheduler._guard.backoff.failures == 1
+
+
+class RecordingStore(WatchedStore):
+    """A watched store whose `record_publish` can wait for something, or fail once."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.records: list[list[int]] = []
+        self.before_record: Any = None
+        self.fail_record: int | None = None
+
+    def record_publish(self, namespace: str, sent: Sequence[int], failed: Any) -> None:
+        self.records.append(list(sent))
+        if self.before_record is not None:
+            self.before_record()
+        if len(self.records) == self.fail_record:
+            raise StoreUnavailable("connection reset while recording")
+        super().record_publish(namespace, sent, failed)
+
+
+def recording_burst(queue: str, clock: FakeClock) -> tuple[Celery, RecordingStore, Scheduler]:
+    app = make_app(queue, {name: {"task": "t.run", "schedule": 60.0} for name in NAMES})
+    store = RecordingStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    scheduler.first_round = 4
+    scheduler.tick()
+    drain(app, queue)
+    clock.advance(60)
+    return app, store, scheduler
+
+
+def test_a_round_is_recorded_sent_while_the_next_one_is_published(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first round's record waits for the second round's first message: it comes,
+    because the second round goes to the broker as soon as the first is on it, and the
+    first is recorded meanwhile. Nothing is sent twice, every claim is recorded sent."""
+    app, store, scheduler = recording_burst(queue, clock)
+    real_send = scheduler.publisher.send
+    second_round_sending = threading.Event()
+    first_round: set[str] = set()
+
+    def send(producer: Any, entry: Any, claim: Claim, **options: Any) -> None:
+        if len(first_round) < 4:
+            first_round.add(claim.entry)
+        elif claim.entry not in first_round:
+            second_round_sending.set()
+        real_send(producer, entry, claim, **options)
+
+    waited: list[bool] = []
+    store.before_record = lambda: waited.append(second_round_sending.wait(10))
+    monkeypatch.setattr(scheduler.publisher, "send", send)
+    scheduler.tick()
+    assert waited[0], "the first round was recorded before the second was published"
+    assert sent_entries(app, queue) == NAMES
+    assert [len(ids) for ids in store.records] == [4, 8]
+    assert all(r.sent_at for name in NAMES for r in store.history("unit", name))
+
+
+def test_a_store_error_recording_a_round_still_publishes_and_records_the_next(
+    clock: FakeClock, queue: str
+) -> None:
+    """Recording the first round fails while the second is on its way to the broker: the
+    tick waits for that publish and records it, leaves no publishing thread behind, and
+    backs off; nothing is sent twice. The first round's claims stay unsent, for the
+    take-over after the claim timeout (same task ids)."""
+    app, store, scheduler = recording_burst(queue, clock)
+    store.fail_record = 1
+    scheduler.tick()
+    assert sent_entries(app, queue) == NAMES
+    assert not [t for t in threading.enumerate() if t.name == "safebeat-publish"]
+    assert [len(ids) for ids in store.records] == [4, 8]
+    recorded = {name for name in NAMES for r in store.history("unit", name) if r.sent_at}
+    assert len(recorded) == 8
+    assert scheduler._guard.backoff.failures == 1
+
+
+def test_rounds_one_after_the_other_hand_back_the_next_round_when_a_record_fails(
+    clock: FakeClock, queue: str
+) -> None:
+    """Without pipelining (a claim timeout too short for it), a round is recorded before
+    the next one is published; when that record fails, the next round was never handed
+    to the broker, so its claims go back to the store at once."""
+    app, store, scheduler = recording_burst(queue, clock)
+    scheduler.pipelined = False
+    store.fail_record = 1
+    scheduler.tick()
+    assert len(sent_entries(app, queue)) == 4
+    assert sum(len(ids) for ids in store.records) == 4  # only the first round was sent
+    assert len(store.released) == 8
     assert scheduler._guard.backoff.failures == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -17,8 +18,10 @@ from safebeat.records import (
     StaleClaim,
     StaleMark,
     Start,
+    TickPlan,
     decide_start,
     lease_alive,
+    states_after,
     take_over_page,
 )
 
@@ -142,3 +145,26 @@ def test_a_take_over_without_room_for_one_claim_is_refused(limit: int, page: int
     """A limit or page below one could never make progress: an error naming both."""
     with pytest.raises(ValueError, match=f"limit={limit}, page={page}"):
         Reclaim({"a"}, S, limit=limit, page=page)
+
+
+def test_states_after_keeps_every_other_field_of_the_state() -> None:
+    """The plan's advance changes `last_window` only: every field of EntryState, set to a
+    value other than its default, comes through (a field added later included)."""
+    values = {
+        "name": "e",
+        "anchor": NOW - 9 * S,
+        "defined_at": NOW - 8 * S,
+        "last_window": NOW - 7 * S,
+        "digest": "d",
+        "schedule": "every 5s",
+        "running_since": NOW - 6 * S,
+        "paused": True,
+        "paused_until": NOW + S,
+        "pause_note": "maintenance",
+        "queued_since": NOW - 5 * S,
+    }
+    assert {f.name for f in fields(EntryState)} == set(values), "new field: add it here"
+    state = EntryState(**values)  # type: ignore[arg-type]
+    plan = TickPlan(advances={"e": NOW})
+    assert states_after({"e": state}, plan) == {"e": replace(state, last_window=NOW)}
+    assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
