@@ -27,7 +27,7 @@ from safebeat.app_schedule import settings_source
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.claim_round import traced
 from safebeat.beat.dispatch import Sending
-from safebeat.beat.pipeline import BackgroundPublish, PublishedAlready
+from safebeat.beat.pipeline import BackgroundPublish, PublishedAlready, PublishThread
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
@@ -124,6 +124,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._ready = False
         self._last_store_now: datetime | None = None
         self._queue_timeouts: dict[str, timedelta] = {}
+        self._publish_thread = PublishThread()
         parts = wire_parts(
             app,
             self.safebeat_config,
@@ -243,6 +244,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         try:
             super().close()
         finally:
+            if not self._guard.running:
+                self._publish_thread.close()
             if self._store is not None and not self._guard.running:
                 self._chores.forget_replica()
                 self._store.close()
@@ -354,7 +357,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
                 stop=stop,
             )
 
-        return BackgroundPublish(send) if self._pipelining() else PublishedAlready(send)
+        if not claimed.claims or not self._pipelining():
+            return PublishedAlready(send)
+        return BackgroundPublish(send, self._publish_thread)
 
     def _publish_while_claiming(
         self,

@@ -77,6 +77,32 @@ def sent_entries(app: Celery, queue: str) -> list[str]:
     return sorted(entry for entry, _ in counts)
 
 
+def publishing_thread(scheduler: Scheduler) -> threading.Thread | None:
+    return scheduler._publish_thread.thread
+
+
+def test_one_publishing_thread_serves_every_round_until_close(clock: FakeClock, queue: str) -> None:
+    """Rounds of several ticks go out on one thread (none is started per round); close()
+    ends it, and a later tick starts one again."""
+    app, _store, scheduler = burst(queue, clock)
+    assert publishing_thread(scheduler) is None  # nothing to publish yet: no thread
+    scheduler.tick()
+    first = publishing_thread(scheduler)
+    clock.advance(60)
+    scheduler.tick()
+    assert len(sent_entries(app, queue)) == 2 * len(NAMES)
+    assert first is not None
+    assert publishing_thread(scheduler) is first
+    scheduler._publish_thread.close()
+    assert not first.is_alive()
+    clock.advance(60)
+    scheduler.tick()
+    assert len(sent_entries(app, queue)) == len(NAMES)
+    assert publishing_thread(scheduler) not in (None, first)
+    scheduler.close()
+    assert publishing_thread(scheduler) is None
+
+
 def test_every_round_of_a_burst_is_sent_once_in_one_tick(clock: FakeClock, queue: str) -> None:
     app, store, scheduler = burst(queue, clock)
     ticks_before = store.ticks
@@ -142,14 +168,15 @@ def test_a_signal_during_the_next_claim_stops_the_publishing_thread(
     clock: FakeClock, queue: str
 ) -> None:
     """SystemExit (Celery's SIGTERM handler) raised while the next round is claimed leaves
-    the tick at once; no publishing thread outlives it, and close() still works."""
+    the tick at once, the first round's publish stopped; close() still works and ends the
+    publishing thread."""
     app, store, scheduler = burst(queue, clock)
     store.interrupt_at = store.ticks + 2  # the second round's claim
     with pytest.raises(SystemExit):
         scheduler.tick()
-    assert not [t for t in threading.enumerate() if t.name == "safebeat-publish"]
     assert len(set(sent_entries(app, queue))) <= 4
     scheduler.close()
+    assert publishing_thread(scheduler) is None
 
 
 def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
@@ -229,18 +256,19 @@ def test_a_store_error_recording_a_round_still_publishes_and_records_the_next(
     clock: FakeClock, queue: str
 ) -> None:
     """Recording the first round fails while the second is on its way to the broker: the
-    tick waits for that publish and records it, leaves no publishing thread behind, and
-    backs off; nothing is sent twice. The first round's claims stay unsent, for the
-    take-over after the claim timeout (same task ids)."""
+    tick waits for that publish and records it, and backs off; nothing is sent twice.
+    The first round's claims stay unsent, for the take-over after the claim timeout
+    (same task ids)."""
     app, store, scheduler = recording_burst(queue, clock)
     store.fail_record = 1
     scheduler.tick()
     assert sent_entries(app, queue) == NAMES
-    assert not [t for t in threading.enumerate() if t.name == "safebeat-publish"]
     assert [len(ids) for ids in store.records] == [4, 8]
     recorded = {name for name in NAMES for r in store.history("unit", name) if r.sent_at}
     assert len(recorded) == 8
     assert scheduler._guard.backoff.failures == 1
+    scheduler.close()
+    assert publishing_thread(scheduler) is None
 
 
 def test_rounds_one_after_the_other_hand_back_the_next_round_when_a_record_fails(
