@@ -404,3 +404,44 @@ def test_array_literals_read_back_as_the_values_they_were_made_of(
             {"texts": array_literal(texts), "instants": array_literal(instants)},
         ).fetchone()
     assert row == (texts, instants)
+
+
+def entry_scans(plan: dict[str, Any]) -> list[str]:
+    """The node types of a JSON plan (and its subplans) that read safebeat_entry."""
+    found = [plan["Node Type"]] if plan.get("Relation Name") == "safebeat_entry" else []
+    for child in plan.get("Plans", []):
+        found.extend(entry_scans(child))
+    return found
+
+
+@pytest.mark.parametrize("statement", ["registered_digests", "load_states"])
+def test_reading_a_slice_of_entries_probes_the_key_and_compiles_nothing(
+    pg_url: str, namespace: str, statement: str
+) -> None:
+    """A slice of 5,000 names (a register slice, a claim round) is read by one key probe per
+    name, not by a scan of the namespace, which the planner prefers for `name = ANY(...)`
+    and which made each slice cost what the whole namespace does; and inside safebeat's
+    bounded transaction the server does not JIT-compile it (rated above jit_above_cost,
+    compiling cost more than running)."""
+    from safebeat.stores.postgres.statements import REGISTER_SLICE, Q, tick_limits
+
+    with psycopg.connect(pg_url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        conn.execute(
+            "INSERT INTO safebeat_entry (namespace, name, schedule, digest, anchor, defined_at,"
+            " registered_by) SELECT %(namespace)s, 'e' || lpad(i::text, 6, '0'), 'every 1s',"
+            " 'd', now(), now(), 'r' FROM generate_series(1, 20000) AS i",
+            {"namespace": namespace},
+        )
+        conn.execute("ANALYZE safebeat_entry")
+        names = [f"e{i:06d}" for i in range(1, 20000, 4)][:REGISTER_SLICE]
+        limits = tick_limits(timedelta(seconds=5), timedelta(seconds=60))
+        with conn.transaction():
+            conn.execute(Q["bound_transaction"], limits)
+            row = conn.execute(
+                f"EXPLAIN (FORMAT JSON) {Q[statement]}",
+                {"namespace": namespace, "names": array_literal(names)},
+            ).fetchone()
+    assert row is not None
+    (explained,) = row[0]
+    assert set(entry_scans(explained["Plan"])) == {"Index Scan"}, explained["Plan"]
+    assert "JIT" not in explained
