@@ -11,11 +11,13 @@ import os
 from celery import Celery
 
 import safebeat.worker
+from tests.acceptance.brokerkeys import redis_transport_options
 
 app = Celery("failing", broker=os.environ["SB_BROKER_URL"])
 safebeat.worker.install(app)
 app.conf.update(
     task_default_queue=os.environ["SB_QUEUE"],
+    broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),
     beat_schedule={
         "always-fails": {
             "task": "failing.explode",

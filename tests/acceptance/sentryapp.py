@@ -16,6 +16,7 @@ from celery.schedules import crontab
 from sentry_sdk.integrations.celery import CeleryIntegration
 
 import safebeat.worker
+from tests.acceptance.brokerkeys import redis_transport_options
 from tests.sentrycapture import DSN, FileCheckIns
 
 sentry_sdk.init(
@@ -29,6 +30,7 @@ app = Celery("sentry", broker=os.environ["SB_BROKER_URL"])
 safebeat.worker.install(app)
 app.conf.update(
     task_default_queue=os.environ["SB_QUEUE"],
+    broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),
     beat_schedule={
         "every-minute": {"task": "sentry.ok", "schedule": 60.0},
         "cron-moscow": {

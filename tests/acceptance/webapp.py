@@ -13,11 +13,13 @@ from celery import Celery
 from celery.schedules import crontab
 
 import safebeat.worker
+from tests.acceptance.brokerkeys import redis_transport_options
 
 app = Celery("shop", broker=os.environ["SB_BROKER_URL"])
 safebeat.worker.install(app)
 app.conf.update(
     task_default_queue=os.environ["SB_QUEUE"],
+    broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),
     beat_schedule={
         "send-invoices": {"task": "shop.send_invoices", "schedule": 2.0},
         "sync-crm": {"task": "shop.sync_crm", "schedule": 3.0},

@@ -20,11 +20,13 @@ from celery import Celery
 import safebeat
 import safebeat.worker
 from safebeat.identity import format_window
+from tests.acceptance.brokerkeys import redis_transport_options
 
 app = Celery("workers", broker=os.environ["SB_BROKER_URL"])
 safebeat.worker.install(app)
 app.conf.update(
     task_default_queue=os.environ["SB_QUEUE"],
+    broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),
     beat_schedule={
         name: {
             "task": "workers.record",

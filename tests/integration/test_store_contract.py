@@ -301,6 +301,9 @@ def test_concurrent_replicas_never_claim_a_window_twice(
                 result = store.tick(namespace, ["a"], lambda now, s, p=plan: p, replica=who)
                 if result is not None:
                     break
+                # Lock busy: yield the interpreter to the holder, as beat's busy retry does
+                # (three threads spinning kept it from finishing within 60 s on a loaded machine).
+                time.sleep(0.001)
             with mutex:
                 claimed.extend(c.window for c in result.claimed)
 
@@ -311,7 +314,8 @@ def test_concurrent_replicas_never_claim_a_window_twice(
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(60)
+        thread.join(120)
+    assert not [t for t in threads if t.is_alive()], "a replica was still ticking after 120 s"
     assert sorted(claimed) == windows
 
 
