@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Container, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -26,6 +27,7 @@ from safebeat.stores.base import (
     NewSkip,
     Outcome,
     Reclaim,
+    ReclaimPage,
     RunEnd,
     Start,
     Status,
@@ -509,6 +511,22 @@ def test_a_take_over_pass_finds_stale_claims_without_the_entry_list(
     assert take_over(OnlyMembership(["b"])) == ["b"]  # left for a replica defining it
 
 
+@dataclass(frozen=True)
+class TakeOverPass:
+    """What one take-over pass did: the claims it took over and the page it read."""
+
+    reclaimed: list[Claim]
+    reclaim_page: ReclaimPage
+
+
+def take_over_pass(store: Store, namespace: str, reclaim: Reclaim) -> TakeOverPass:
+    """One tick of another replica that claims nothing and takes over per `reclaim`."""
+    result = store.tick(namespace, [], lambda now, s: TickPlan(), replica=OTHER, reclaim=reclaim)
+    assert result is not None
+    assert result.reclaim_page is not None
+    return TakeOverPass(list(result.reclaimed), result.reclaim_page)
+
+
 def stale_claims_of(
     store: Store, namespace: str, state: EntryState, windows: int, *, timeout: timedelta
 ) -> list[Claim]:
@@ -540,15 +558,7 @@ def test_a_take_over_pass_reads_a_page_and_the_next_goes_on_after_it(
     reads: list[int] = []
     taken: list[Claim] = []
     for _ in range(12 // page + 1 + 1):
-        result = store.tick(
-            namespace,
-            [],
-            lambda now, s: TickPlan(),
-            replica=OTHER,
-            reclaim=Reclaim({"mine"}, HOUR, limit, page, after),
-        )
-        assert result is not None
-        assert result.reclaim_page is not None
+        result = take_over_pass(store, namespace, Reclaim({"mine"}, HOUR, limit, page, after))
         assert result.reclaim_page.read <= page
         assert len(result.reclaimed) <= limit
         reads.append(result.reclaim_page.read)
@@ -559,15 +569,7 @@ def test_a_take_over_pass_reads_a_page_and_the_next_goes_on_after_it(
     assert [(c.id, c.entry, c.attempts) for c in taken] == [(mine.id, "mine", 2)]
     assert reads == [5, 5, 3]  # the gone claims a page at a time, then the rest and mine
     assert after is None  # read to the end: the next pass starts from the oldest again
-    again = store.tick(
-        namespace,
-        [],
-        lambda now, s: TickPlan(),
-        replica=OTHER,
-        reclaim=Reclaim({"mine"}, HOUR, limit, page, after),
-    )
-    assert again is not None
-    assert again.reclaim_page is not None
+    again = take_over_pass(store, namespace, Reclaim({"mine"}, HOUR, limit, page, after))
     assert (again.reclaimed, again.reclaim_page.read) == ([], 5)
 
 
