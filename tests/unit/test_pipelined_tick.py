@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -26,8 +26,9 @@ NAMES = [f"e{i:02}" for i in range(12)]
 
 
 class WatchedStore(MemoryStore):
-    """A memory store that remembers the claims handed back to it, and raises `interrupt`
-    from its tick number `interrupt_at`."""
+    """A memory store that remembers the claims handed back to it and the ids each
+    `record_publish` was given, raises `interrupt` from its tick number `interrupt_at`,
+    calls `before_record` before each record and fails record number `fail_record`."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -35,6 +36,9 @@ class WatchedStore(MemoryStore):
         self.ticks = 0
         self.interrupt_at: int | None = None
         self.interrupt: BaseException = SystemExit(0)
+        self.records: list[list[int]] = []
+        self.before_record: Callable[[], object] | None = None
+        self.fail_record: int | None = None
 
     def tick(self, *args: Any, **kwargs: Any) -> Any:
         self.ticks += 1
@@ -47,6 +51,14 @@ class WatchedStore(MemoryStore):
     ) -> None:
         self.released.extend(claim.entry for claim in claims)
         super().release_claims(namespace, claims, replica=replica, timeout=timeout)
+
+    def record_publish(self, namespace: str, sent: Sequence[int], failed: Any) -> None:
+        self.records.append(list(sent))
+        if self.before_record is not None:
+            self.before_record()
+        if len(self.records) == self.fail_record:
+            raise StoreUnavailable("connection reset while recording")
+        super().record_publish(namespace, sent, failed)
 
 
 @pytest.fixture
@@ -195,42 +207,13 @@ def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
     assert scheduler._guard.backoff.failures == 1
 
 
-class RecordingStore(WatchedStore):
-    """A watched store whose `record_publish` can wait for something, or fail once."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.records: list[list[int]] = []
-        self.before_record: Any = None
-        self.fail_record: int | None = None
-
-    def record_publish(self, namespace: str, sent: Sequence[int], failed: Any) -> None:
-        self.records.append(list(sent))
-        if self.before_record is not None:
-            self.before_record()
-        if len(self.records) == self.fail_record:
-            raise StoreUnavailable("connection reset while recording")
-        super().record_publish(namespace, sent, failed)
-
-
-def recording_burst(queue: str, clock: FakeClock) -> tuple[Celery, RecordingStore, Scheduler]:
-    app = make_app(queue, {name: {"task": "t.run", "schedule": 60.0} for name in NAMES})
-    store = RecordingStore(clock=clock.now)
-    scheduler = memory_scheduler(app, clock, store)
-    scheduler.first_round = 4
-    scheduler.tick()
-    drain(app, queue)
-    clock.advance(60)
-    return app, store, scheduler
-
-
 def test_a_round_is_recorded_sent_while_the_next_one_is_published(
     clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first round's record waits for the second round's first message: it comes,
     because the second round goes to the broker as soon as the first is on it, and the
     first is recorded meanwhile. Nothing is sent twice, every claim is recorded sent."""
-    app, store, scheduler = recording_burst(queue, clock)
+    app, store, scheduler = burst(queue, clock)
     real_send = scheduler.publisher.send
     second_round_sending = threading.Event()
     first_round: set[str] = set()
@@ -259,7 +242,7 @@ def test_a_store_error_recording_a_round_still_publishes_and_records_the_next(
     tick waits for that publish and records it, and backs off; nothing is sent twice.
     The first round's claims stay unsent, for the take-over after the claim timeout
     (same task ids)."""
-    app, store, scheduler = recording_burst(queue, clock)
+    app, store, scheduler = burst(queue, clock)
     store.fail_record = 1
     scheduler.tick()
     assert sent_entries(app, queue) == NAMES
@@ -277,7 +260,7 @@ def test_rounds_one_after_the_other_hand_back_the_next_round_when_a_record_fails
     """Without pipelining (a claim timeout too short for it), a round is recorded before
     the next one is published; when that record fails, the next round was never handed
     to the broker, so its claims go back to the store at once."""
-    app, store, scheduler = recording_burst(queue, clock)
+    app, store, scheduler = burst(queue, clock)
     scheduler.pipelined = False
     store.fail_record = 1
     scheduler.tick()
