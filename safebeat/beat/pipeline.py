@@ -39,7 +39,7 @@ class PublishThread:
         return thread if thread is not None and thread.is_alive() else None
 
     def submit(self, job: Callable[[], None]) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        if self.thread is None:
             self._jobs = queue.SimpleQueue()
             self._thread = threading.Thread(
                 target=self._serve, args=(self._jobs,), name="safebeat-publish", daemon=True
@@ -54,8 +54,8 @@ class PublishThread:
 
     def close(self) -> None:
         """End the thread once the publish it runs, if any, is done (waits `CLOSE_WAIT`)."""
-        thread, self._thread = self._thread, None
-        if thread is not None and thread.is_alive():
+        thread, self._thread = self.thread, None
+        if thread is not None:
             self._jobs.put(None)
             thread.join(CLOSE_WAIT)
 

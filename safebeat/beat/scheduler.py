@@ -246,9 +246,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         finally:
             if not self._guard.running:
                 self._publish_thread.close()
-            if self._store is not None and not self._guard.running:
-                self._chores.forget_replica()
-                self._store.close()
+                if self._store is not None:
+                    self._chores.forget_replica()
+                    self._store.close()
 
     @property
     def info(self) -> str:
