@@ -190,6 +190,8 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
             Q(status="claimed", claimed_at__lt=now - reclaim.timeout),
             Q(started_at__isnull=False, finished_at__isnull=True, lease_until__lte=now),
         )
+        skip_locked = connections[self.alias].features.has_select_for_update_skip_locked
+        columns = ("id", "entry", "window_at", "task_id", "attempts", "claimed_at")
         rows: list[tuple[int, str, datetime, str, int, datetime]] = []
         for kind in kinds:
             stale = (
@@ -197,8 +199,7 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
                 .filter(kind, after, namespace=namespace, task_id__isnull=False)
                 .order_by("claimed_at", "id")
             )
-            if connections[self.alias].features.has_select_for_update_skip_locked:
+            if skip_locked:
                 stale = stale.select_for_update(skip_locked=True)
-            columns = ("id", "entry", "window_at", "task_id", "attempts", "claimed_at")
             rows.extend(stale.values_list(*columns)[: reclaim.page])
         return rows
