@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from celery import Celery
-from celery.app.amqp import _callback_publish_retry
+from celery.app import amqp as celery_amqp
 from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.utils.nodenames import anon_nodename
@@ -66,6 +66,14 @@ DIRECT_OPTIONS = frozenset(
         "retry_policy",
     }
 )
+
+
+def _publishing_a_callback() -> bool:
+    """Whether Celery is publishing a task's callback, which it retries message by message
+    (Celery 5.7 and later mark it in a context variable; earlier releases have no such
+    mode, and no such variable)."""
+    marker = getattr(celery_amqp, "_callback_publish_retry", None)
+    return bool(marker is not None and marker.get())
 
 
 def _destination(options: Mapping[str, Any], app: Any) -> str | None:
@@ -241,7 +249,7 @@ class Publisher:
             not plan.templated
             or retry_policy is None  # then routes and entry options may set the retry
             or publish_receivers()
-            or _callback_publish_retry.get()
+            or _publishing_a_callback()
         ):
             return None
         if plan.template is None:

@@ -26,6 +26,10 @@ from prometheus_client import (
 
 from safebeat.prometheus_table import Metric, Metrics
 
+# Typed in some prometheus-client releases and untyped in others: used as Any, so the
+# type check passes the same way on every release the package supports.
+_multiprocess: Any = multiprocess
+
 logger = logging.getLogger("safebeat.worker")
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
@@ -161,7 +165,7 @@ class WorkerMetrics:
         folder = os.environ.get(MULTIPROCESS_DIR)
         if folder:
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+            _multiprocess.MultiProcessCollector(registry, path=folder)
         elif pool == "prefork":
             logger.warning(
                 "safebeat: the prefork pool runs tasks in child processes, whose metrics "
@@ -177,7 +181,7 @@ class WorkerMetrics:
 def child_exited(pid: int) -> None:
     """Tell multiprocess mode that a pool child is gone (its live gauges stop counting)."""
     if os.environ.get(MULTIPROCESS_DIR):
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+        _multiprocess.mark_process_dead(pid)
 
 
 metrics = WorkerMetrics()

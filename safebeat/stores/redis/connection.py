@@ -25,6 +25,11 @@ from redis.retry import Retry
 from safebeat.errors import ConfigError
 from safebeat.urls import redact, scrub
 
+# Typed in some redis-py releases and untyped in others: called as Any, so the type check
+# passes the same way on every release the package supports.
+_Sentinel: Any = redis.sentinel.Sentinel
+_ClusterNode: Any = redis.cluster.ClusterNode
+
 Client: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
 
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
@@ -230,13 +235,13 @@ def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
         "password": spec.options.get("sentinel_password"),
         "ssl": spec.tls,
     }
-    sentinel = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = _Sentinel(
         spec.hosts,
         sentinel_kwargs=sentinel_options,
         ssl=spec.tls,
         **{k: v for k, v in common.items() if k != "decode_responses"},
     )
-    master: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    master: redis.Redis = sentinel.master_for(
         spec.path[0],
         db=_number(spec.path[1]) if len(spec.path) == 2 else 0,
         username=spec.username,
@@ -255,10 +260,7 @@ def _cluster(url: str, timeouts: Timeouts) -> redis.cluster.RedisCluster:
         )
     common = _common(timeouts)
     return redis.cluster.RedisCluster(
-        startup_nodes=[
-            redis.cluster.ClusterNode(host, port)  # type: ignore[no-untyped-call]
-            for host, port in spec.hosts
-        ],
+        startup_nodes=[_ClusterNode(host, port) for host, port in spec.hosts],
         username=spec.username,
         password=spec.password,
         ssl=spec.tls,
