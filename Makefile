@@ -1,17 +1,26 @@
-# One command runs the demo, one command runs every check. Both create .venv on first use.
+# One command runs the demo, one command runs every check. Both create .venv on first use,
+# from the exact, hashed versions in requirements/dev.txt (`make lock` refreshes it).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements/dev.txt
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos clean
+.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/pip check
 	touch $(STAMP)
+
+## lock: resolve the dev extra anew into requirements/dev.txt (every Python from 3.10, hashed)
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --extra dev \
+		--universal --python-version 3.10 --generate-hashes --upgrade --quiet \
+		--custom-compile-command "make lock" -o $(LOCK)
 
 ## demo: three safebeat replicas beside three stock beats, on SQLite, no server needed
 demo: $(STAMP)
