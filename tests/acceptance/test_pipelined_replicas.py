@@ -4,7 +4,8 @@ A few hundred entries fall due at the same instants, more than one claim round t
 (tests/acceptance/smallrounds.py: rounds of 20 doubling up to 100, each claimed while the one
 before it is published). One replica is SIGKILLed mid-run, in the middle of such ticks: its
 claimed-but-unpublished rounds are taken over after the claim timeout. Counted on the broker:
-every window once, none missing.
+every window once, none missing, also after the kill. Which replica wins each tick's lock
+is a race the test does not judge: one replica may well send every window.
 """
 
 from __future__ import annotations
@@ -100,5 +101,4 @@ def test_three_replicas_claiming_in_rounds_send_each_window_once(
     verdict.assert_exactly_once(logs)
     assert verdict.expected >= 5 * ENTRIES
     assert "safebeat-test: a tick of" in logs, "no tick took more than one round\n" + logs
-    assert len(verdict.senders) >= 2, verdict.senders
     store.close()
