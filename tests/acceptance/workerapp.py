@@ -1,7 +1,8 @@
 """The Celery app of the worker acceptance tests: safebeat's worker hook on, tasks leave traces.
 
 Configured by environment: SB_BROKER_URL, SB_QUEUE, SB_TRACES (a folder), SB_SCHEDULE
-(JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid"}).
+(JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid", "queue":
+name}; an entry without "queue" goes to SB_QUEUE).
 SB_ACKS_LATE ("1", the default, or "0") sets task_acks_late. safebeat reads its own
 SAFEBEAT_* variables. Each execution of `workers.record` writes
 one JSON file into SB_TRACES: its task id, entry, window, pid and start and end times.
@@ -32,7 +33,10 @@ app.conf.update(
             "task": "workers.record",
             "schedule": float(spec["seconds"]),
             "kwargs": {"sleep": float(spec.get("sleep", 0.0))},
-            "options": {"safebeat": {"overlap": spec.get("overlap", "allow")}},
+            "options": {
+                "safebeat": {"overlap": spec.get("overlap", "allow")},
+                **({"queue": spec["queue"]} if "queue" in spec else {}),
+            },
         }
         for name, spec in json.loads(os.environ.get("SB_SCHEDULE", "{}")).items()
     },

