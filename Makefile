@@ -75,5 +75,14 @@ bench-targets: $(STAMP)
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.report $(CHAOS_ARGS)
 
+## release-check: the sdist and wheel built into dist/, `twine check`ed, the wheel installed
+## in a clean virtualenv and run (the demo, three beats): what a release uploads
+.PHONY: release-check
+release-check: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --installer uv --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	SAFEBEAT_TEST_DIST=dist $(BIN)/pytest tests/acceptance/test_built_wheel.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

@@ -18,6 +18,7 @@ from typing import Any
 import redis
 from kombu import Connection, Queue
 
+from safebeat.errors import SafebeatError
 from safebeat.identity import parse_window
 from safebeat.stores.base import Status, Store
 
@@ -41,6 +42,10 @@ class Cluster:
     schedule: Mapping[str, float]
     env: Mapping[str, str] = field(default_factory=dict)
     app: str = "tests.acceptance.beatapp"
+    #: The interpreter the processes run on, and their PYTHONPATH (where `app` is found):
+    #: another virtualenv's python runs the safebeat installed there, not this checkout.
+    python: str = sys.executable
+    pythonpath: str = str(ROOT)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logfiles: list[Path] = field(default_factory=list)
     ready_lines: list[str] = field(default_factory=list)
@@ -85,10 +90,10 @@ class Cluster:
             self._spawn(options, self.workdir / f"worker-{index}.log", " ready.")
 
     def _spawn(self, options: list[str], log: Path, ready: str) -> None:
-        command = [sys.executable, "-m", "celery", "-A", self.app, *options]
+        command = [self.python, "-m", "celery", "-A", self.app, *options]
         environment = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": self.pythonpath,
             "SB_BROKER_URL": self.broker_url,
             "SB_QUEUE": self.queue,
             "SB_SCHEDULE": json.dumps(dict(self.schedule)),
@@ -162,6 +167,22 @@ def safebeat_cluster(
             "SAFEBEAT_LOCK_TIMEOUT": f"{lock_timeout:g}",
         },
     )
+
+
+def wait_registered(
+    store: Store, namespace: str, names: Iterable[str], timeout: float = 60
+) -> None:
+    """Wait until beats registered every entry of `names` (the schema may not exist yet:
+    the beats create it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if set(names) <= store.states(namespace).keys():
+                return
+        except SafebeatError:
+            pass  # no replica has created the tables yet
+        assert time.monotonic() < deadline, f"entries not registered in {timeout} s"
+        time.sleep(0.2)
 
 
 def redis_messages(broker_url: str, queue: str) -> list[dict[str, Any]]:
