@@ -359,7 +359,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
         if not claimed.claims or not self._pipelining():
             return PublishedAlready(send)
-        return BackgroundPublish(send, self._publish_thread)
+        return self._publish_thread.start(send)
 
     def _publish_while_claiming(
         self,
