@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements/dev.txt
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos clean
+.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos simulate clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,12 @@ integration: $(STAMP)
 
 acceptance: $(STAMP)
 	$(BIN)/pytest tests/acceptance
+
+SEEDS ?= 1000
+
+## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
+simulate: $(STAMP)
+	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
 
 ## bench: dispatch-time and round-trip figures, safebeat beside stock beat (not pass/fail)
 bench: $(STAMP)

@@ -401,6 +401,37 @@ def lease_alive(lease_until: datetime | None, now: datetime) -> bool:
     return lease_until is not None and now < lease_until
 
 
+def run_alive(
+    started_at: datetime | None,
+    finished_at: datetime | None,
+    lease_until: datetime | None,
+    now: datetime,
+) -> bool:
+    """Whether a dispatch row's run is alive at store time `now`: it started, has not
+    finished, and holds a live lease (`lease_alive`)."""
+    return started_at is not None and finished_at is None and lease_alive(lease_until, now)
+
+
+def unsent_and_stale(record: DispatchRecord, stale_before: datetime, now: datetime) -> bool:
+    """Whether the take-over re-publishes `record` as a claim left unsent: it is still
+    `claimed`, since before `stale_before` (store now minus `safebeat_claim_timeout`), and
+    its run is not alive (`run_alive`).
+
+    A claim stays `claimed` after its publish whenever recording it failed (a store blip,
+    SIGTERM or SIGKILL before the record); its run may have started meanwhile. A run that
+    holds a live lease is never taken over: the take-over clears the lease, so the
+    re-published copy would take the live run over beside it. Once the lease lapses
+    without a finish, the run is dead and the take-over finds it as one. Every backend
+    applies this rule (the SQL stores in `stale_claims` and `take_over`, Redis in
+    `is_stale`, the Django ORM store in its filter); the contract suite holds each to it.
+    """
+    return (
+        record.status is Status.CLAIMED
+        and record.claimed_at < stale_before
+        and not run_alive(record.started_at, record.finished_at, record.lease_until, now)
+    )
+
+
 def decide_start(
     *,
     started_at: datetime | None,

@@ -52,6 +52,11 @@ class PublishThread:
         while (job := jobs.get()) is not None:
             job()
 
+    def start(self, work: Callable[[Callable[[], bool]], T]) -> BackgroundPublish[T]:
+        """Run `work(stop)` on this thread; the returned publish's `result()` waits for it.
+        (The scheduler starts every publish here, so a simulation can run them in steps.)"""
+        return BackgroundPublish(work, self)
+
     def close(self) -> None:
         """End the thread once the publish it runs, if any, is done (waits `CLOSE_WAIT`)."""
         thread, self._thread = self.thread, None

@@ -16,6 +16,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -359,7 +360,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
 
         if not claimed.claims or not self._pipelining():
             return PublishedAlready(send)
-        return BackgroundPublish(send, self._publish_thread)
+        return self._publish_thread.start(send)
 
     def _publish_while_claiming(
         self,
@@ -385,7 +386,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             raise
         try:
             sending = publishing.result()
-        except BaseException:
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                # SystemExit from a signal handler, raised while this thread waited: the
+                # round stops at its next message (close() would otherwise let the thread
+                # publish the rest, which nobody records as sent).
+                with suppress(Exception):
+                    publishing.result(stop=True)
             if following is not None:
                 self._hand_back(following)
             raise

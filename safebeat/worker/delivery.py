@@ -281,9 +281,15 @@ def not_run(task: Any, execution: Execution) -> None:
 
 
 def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
-    """Record how the execution ended; a store that is down only costs the record."""
-    renewer.release(execution.lease)
+    """Record how the execution ended, then stop renewing its lease.
+
+    The lease stops only once the end is recorded: if the store cannot record it now,
+    the renewer keeps the lease alive and records the end at each of its rounds until it
+    is in the store (`LeaseRenewer.finish_later`), so the finished window never looks
+    dead and is never run again for a store blip at its end.
+    """
     runtime = timedelta(seconds=time.monotonic() - execution.started)
+    end = RunEnd(outcome, runtime)
     try:
         namespace = config_of(task.app).namespace
     except SafebeatError:
@@ -294,7 +300,23 @@ def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
         )
     try:
         config, store = store_of(task.app)
-        store.finish_execution(config.namespace, execution.run, RunEnd(outcome, runtime))
+        store.finish_execution(config.namespace, execution.run, end)
+    except SafebeatError as exc:
+        backoff.failed(exc)
+        renewer.finish_later(execution.lease, end)
+        logger.warning(
+            "safebeat: recording the end of task %s failed (%s); its lease is renewed and "
+            "the end recorded with the next renewals",
+            task.request.id,
+            exc,
+        )
+        return
+    except Exception:  # the task has run; only the record is lost (logged)
+        renewer.release(execution.lease)
+        logger.exception("safebeat: recording the end of task %s failed", task.request.id)
+        return
+    renewer.release(execution.lease)
+    try:
         threshold = failures.threshold_of(task.request)
         if outcome is Outcome.FAILURE and threshold is not None:
             entry = execution.window.entry
@@ -302,8 +324,8 @@ def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
                 worker_metrics.paused_after_failures(config.namespace, entry)
     except SafebeatError as exc:
         backoff.failed(exc)
-    except Exception:  # the task has run; only the record is lost (logged)
-        logger.exception("safebeat: recording the end of task %s failed", task.request.id)
+    except Exception:  # the end is recorded; only the pause check is lost (logged)
+        logger.exception("safebeat: checking task %s's failures failed", task.request.id)
 
 
 # --- store trouble ------------------------------------------------------------------------

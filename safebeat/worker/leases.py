@@ -7,8 +7,15 @@ every third of the lease, so a live run's lease never lapses, and a run whose pr
 died stops being renewed and is dead one lease later, on every pool.
 
 Renewal failures never touch the task: they are logged and counted, and the next round
-tries again. The thread starts on first use in each process (a forked pool child gets its
-own) and sleeps while nothing is held.
+tries again. A run stays held until its end is recorded: when recording it fails (the
+task thread's connection sat idle for the whole run, and a restart, a failover or an
+idle cut ends it), the hook hands the end to the renewer (`finish_later`), which keeps
+renewing the lease and records the end at each round until it is in the store. So a
+run's end is recorded before its lease stops, and a store blip at the end never makes a
+finished window look dead (it would be taken over and run again).
+
+The thread starts on first use in each process (a forked pool child gets its own) and
+sleeps while nothing is held.
 """
 
 from __future__ import annotations
@@ -18,12 +25,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from safebeat.config import Config
 from safebeat.errors import SafebeatError
-from safebeat.records import LeasedRun
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import store_for
 from safebeat.worker.metrics import metrics as worker_metrics
@@ -35,6 +42,7 @@ logger = logging.getLogger("safebeat.worker")
 class _Held:
     config: Config
     run: LeasedRun
+    end: RunEnd | None = None  # the run ended; recording its end is still to do
 
 
 class LeaseRenewer:
@@ -74,24 +82,45 @@ class LeaseRenewer:
         with self._mutex:
             self._held.pop(token, None)
 
+    def finish_later(self, token: int, end: RunEnd) -> None:
+        """The run `hold` returned `token` for ended, and recording `end` failed: keep
+        renewing its lease and record the end at each round until it is recorded (then
+        the run is released)."""
+        with self._mutex:
+            held = self._held.get(token)
+            if held is not None:
+                self._held[token] = replace(held, end=end)
+        self._wake.set()
+
     def held(self) -> list[LeasedRun]:
         """The runs renewed now."""
         with self._mutex:
             return [h.run for h in self._held.values()]
 
     def renew_now(self) -> int:
-        """Renew every held run now, one store call per store; return how many were renewed."""
+        """Renew every held run now, one store call per store, then record the ends still
+        to record; return how many runs were renewed."""
         with self._mutex:
             groups: dict[tuple[str, str], tuple[Config, list[LeasedRun]]] = {}
             for h in self._held.values():
                 key = (h.config.url, h.config.namespace)
                 groups.setdefault(key, (h.config, []))[1].append(h.run)
+            ends = [(token, h) for token, h in self._held.items() if h.end is not None]
         renewed = 0
         for config, runs in groups.values():
             try:
-                renewed += self._store(config).renew_executions(
+                count = self._store(config).renew_executions(
                     config.namespace, runs, lease=config.execution_lease
                 )
+                renewed += count
+                if count < len(runs):
+                    logger.warning(
+                        "safebeat: %d of %d run(s) of this process no longer hold their "
+                        "lease (taken over after it lapsed, or their end is recorded); "
+                        "their leases are not renewed",
+                        len(runs) - count,
+                        len(runs),
+                    )
             except SafebeatError as exc:
                 worker_metrics.renewal_error()
                 logger.warning(
@@ -104,7 +133,34 @@ class LeaseRenewer:
             except Exception:  # a bug here must not stop the renewals (logged)
                 worker_metrics.renewal_error()
                 logger.exception("safebeat: renewing execution leases failed")
+        for token, held in ends:
+            self._record_end(token, held)
         return renewed
+
+    def _record_end(self, token: int, held: _Held) -> None:
+        """Record the end of a run whose first record failed; release it once recorded."""
+        assert held.end is not None  # noqa: S101 - only runs with an end are passed
+        try:
+            self._store(held.config).finish_execution(held.config.namespace, held.run, held.end)
+        except SafebeatError as exc:
+            logger.warning(
+                "safebeat: recording the end of entry %r window %s failed again (%s); its "
+                "lease is kept and the end retried in %s",
+                held.run.entry,
+                held.run.window.isoformat(),
+                exc,
+                self._interval(),
+            )
+            return
+        except Exception:  # a bug here must not stop the renewals (logged)
+            logger.exception("safebeat: recording the end of a run failed")
+            return
+        logger.info(
+            "safebeat: the end of entry %r window %s is recorded",
+            held.run.entry,
+            held.run.window.isoformat(),
+        )
+        self.release(token)
 
     def _interval(self) -> timedelta:
         with self._mutex:

@@ -709,6 +709,42 @@ def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
     assert reclaimed() == []  # the takeover holds a live lease
 
 
+def test_an_unsent_claim_whose_run_holds_a_live_lease_is_never_taken_over(
+    store: Store, namespace: str
+) -> None:
+    """A claim left unrecorded past the claim timeout (its publish went out, recording it
+    failed) whose run started and holds a live lease is left alone: taking it over would
+    clear the lease and let a re-published copy take the live run over. Once the lease
+    lapses without a finish, the run is dead and taken over; a claim never started is
+    taken over as before."""
+    state = registered(store, namespace, definitions("a"), REPLICA)["a"]
+    live, never = window_after(state, 1), window_after(state, 2)
+    result = store.tick(
+        namespace, ["a"], lambda now, s: claim_plan("a", namespace, live, never), replica=REPLICA
+    )
+    assert result is not None
+    start(store, namespace, live, lease=HOUR)  # recording the publish failed: still claimed
+
+    def reclaimed() -> list[datetime]:
+        after = store.tick(
+            namespace,
+            ["a"],
+            lambda now, s: TickPlan(),
+            replica=OTHER,
+            reclaim=Reclaim(["a"], timedelta(0)),
+        )
+        assert after is not None
+        return [claim.window for claim in after.reclaimed]
+
+    assert reclaimed() == [never]
+    row = row_of(store, namespace, live)
+    assert (row.status, row.attempts) == (Status.CLAIMED, 1)  # type: ignore[attr-defined]
+    assert row.lease_until is not None  # type: ignore[attr-defined]
+    assert start(store, namespace, live, worker="w2@host:2") is Start.DEFER
+    store.renew_executions(namespace, [LeasedRun("a", live, "w1@host:1", 0)], lease=timedelta(0))
+    assert live in reclaimed()  # its lease lapsed: the run is dead
+
+
 def test_heartbeats_are_the_replicas_heartbeat_instants_newest_first(
     store: Store, namespace: str
 ) -> None:

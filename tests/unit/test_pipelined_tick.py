@@ -16,6 +16,7 @@ import pytest
 from celery import Celery
 
 from safebeat import Scheduler
+from safebeat.beat.pipeline import BackgroundPublish
 from safebeat.errors import StoreUnavailable
 from safebeat.records import Claim
 from safebeat.stores.memory import MemoryStore
@@ -189,6 +190,39 @@ def test_a_signal_during_the_next_claim_stops_the_publishing_thread(
     assert len(set(sent_entries(app, queue))) <= 4
     scheduler.close()
     assert publishing_thread(scheduler) is None
+
+
+def test_a_signal_while_the_tick_waits_for_the_publish_stops_the_round_at_its_next_message(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM's SystemExit raised while the tick waits for the publishing thread stops the
+    round at its next message: close() does not let the thread publish the rest of the
+    round, which nobody would record as sent (issue 29, hole 5)."""
+    app, _store, scheduler = burst(queue, clock)
+    real_send = scheduler.publisher.send
+    handed = threading.Event()
+
+    def slow_send(*args: Any, **kwargs: Any) -> None:
+        real_send(*args, **kwargs)
+        handed.set()
+        time.sleep(0.05)
+
+    monkeypatch.setattr(scheduler.publisher, "send", slow_send)
+    real_result = BackgroundPublish.result
+    interrupted: list[bool] = []
+
+    def result(self: BackgroundPublish[Any], *, stop: bool = False) -> Any:
+        if not stop and not interrupted:
+            interrupted.append(True)
+            handed.wait(5)
+            raise SystemExit(0)  # the signal arrives while the tick waits here
+        return real_result(self, stop=stop)
+
+    monkeypatch.setattr(BackgroundPublish, "result", result)
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+    scheduler.close()
+    assert 1 <= len(sent_entries(app, queue)) <= 2  # the first round has 4
 
 
 def test_a_store_error_during_the_next_claim_still_records_the_round_sent(

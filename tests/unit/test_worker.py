@@ -12,6 +12,7 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
+from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
@@ -480,3 +481,32 @@ def test_a_child_killed_at_its_hard_time_limit_is_recorded_as_failed(
     assert record.error == "the pool killed the run at its hard time limit (5.0 s)"
     assert deliver(task, record.task_id, hostname="w2@host") == "IGNORED"
     assert ran == []
+
+
+def test_a_store_error_while_recording_the_end_keeps_the_lease_until_it_is_recorded(
+    app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When recording a run's end fails (the task thread's idle connection was cut), the
+    lease stays held and the next renewal round records the end: the finished window
+    never looks dead, and a later copy is a duplicate, never a takeover (issue 29, hole 2)."""
+    task_id = dispatch(app)
+    the_store = store(app)
+    record_end = the_store.finish_execution
+    calls: list[int] = []
+
+    def fails_once(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise StoreUnavailable("server closed the connection unexpectedly")
+        record_end(*args, **kwargs)
+
+    monkeypatch.setattr(the_store, "finish_execution", fails_once)
+    assert deliver(task, task_id) == "SUCCESS"
+    assert row(app).finished_at is None
+    worker_delivery.renewer.renew_now()
+    record = row(app)
+    assert (record.outcome, len(calls)) == (Outcome.SUCCESS, 2)
+    assert worker_delivery.renewer.held() == []
+    monkeypatch.setattr(worker_delivery, "backoff", worker_delivery.StoreBackoff())
+    assert deliver(task, task_id, hostname="w2@host") == "IGNORED"
+    assert ran == [task_id]

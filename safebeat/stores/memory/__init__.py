@@ -27,6 +27,7 @@ from safebeat.records import (
     TickPlan,
     fence,
     take_over_page,
+    unsent_and_stale,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
@@ -143,7 +144,7 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
 
         def lost(r: DispatchRecord) -> bool:
             # Unsent past the timeout, or a run whose lease expired without a finish.
-            unsent = r.status is Status.CLAIMED and r.claimed_at < stale_before
+            unsent = unsent_and_stale(r, stale_before, now)
             dead = r.finished_at is None and r.lease_until is not None and r.lease_until <= now
             later = after is None or (r.claimed_at, r.id) > (after.claimed_at, after.id)
             return r.task_id is not None and (unsent or dead) and later

@@ -175,11 +175,13 @@ SELECT id, entry, claimed_at FROM (
      WHERE namespace = %(namespace)s AND status = 'claimed' AND task_id IS NOT NULL
        AND claimed_at < %(stale_before)s AND claimed_at >= %(after_at)s
        AND (claimed_at > %(after_at)s OR id > %(after_id)s)
+       AND NOT coalesce(started_at IS NOT NULL AND finished_at IS NULL AND lease_until > %(now)s, false)
        AND claimed_at <= coalesce(
            (SELECT claimed_at FROM safebeat_dispatch
             WHERE namespace = %(namespace)s AND status = 'claimed' AND task_id IS NOT NULL
               AND claimed_at < %(stale_before)s AND claimed_at >= %(after_at)s
               AND (claimed_at > %(after_at)s OR id > %(after_id)s)
+              AND NOT coalesce(started_at IS NOT NULL AND finished_at IS NULL AND lease_until > %(now)s, false)
             ORDER BY claimed_at
             OFFSET %(page)s - 1 LIMIT 1),
            %(stale_before)s)
@@ -206,7 +208,9 @@ UPDATE safebeat_dispatch AS d
 SET claimed_at = %(now)s, attempts = d.attempts + 1, status = 'claimed',
     lease_until = NULL, replica = %(replica)s, host = %(host)s, pid = %(pid)s
 WHERE d.id = ANY(%(ids)s::bigint[]) AND d.task_id IS NOT NULL
-  AND ((d.status = 'claimed' AND d.claimed_at < %(stale_before)s)
+  AND ((d.status = 'claimed' AND d.claimed_at < %(stale_before)s
+        AND NOT coalesce(d.started_at IS NOT NULL AND d.finished_at IS NULL
+                         AND d.lease_until > %(now)s, false))
        OR (d.finished_at IS NULL AND d.lease_until <= %(now)s))
 RETURNING d.id, d.entry, d.window_at, d.task_id, d.attempts;
 

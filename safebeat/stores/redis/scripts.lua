@@ -87,16 +87,19 @@ local function alive_since(p, entry, now, except_id)
 end
 
 -- Whether row `id` is for the take-over at `now`: unsent and claimed before
--- `stale_before`, or a run whose lease expired without a finish; it has a task id.
+-- `stale_before` while its run is not alive (started, unfinished, with a live lease: see
+-- records.unsent_and_stale), or a run whose lease expired without a finish; it has a
+-- task id.
 -- Returns the row's {status, claimed_at, lease_until, finished_at, task_id, entry} if it
 -- is, else false.
 local function is_stale(p, id, now, stale_before)
     local f = redis.call('HMGET', p .. ':row:' .. id, 'status', 'claimed_at', 'lease_until',
-        'finished_at', 'task_id', 'entry')
+        'finished_at', 'task_id', 'entry', 'started_at')
     if not f[5] then
         return false
     end
-    local unsent = f[1] == 'claimed' and tonumber(f[2]) < tonumber(stale_before)
+    local alive = f[7] and not f[4] and f[3] and tonumber(f[3]) > tonumber(now)
+    local unsent = f[1] == 'claimed' and tonumber(f[2]) < tonumber(stale_before) and not alive
     local dead = f[3] and not f[4] and tonumber(f[3]) <= tonumber(now)
     return (unsent or dead) and f
 end

@@ -100,6 +100,7 @@ SELECT id, entry, window_at, task_id, attempts + 1, claimed_at FROM (
     WHERE namespace = :namespace AND status = 'claimed' AND claimed_at < :stale_before
       AND claimed_at >= :after_at AND (claimed_at > :after_at OR id > :after_id)
       AND task_id IS NOT NULL
+      AND NOT coalesce(started_at IS NOT NULL AND finished_at IS NULL AND lease_until > :now, 0)
     ORDER BY claimed_at, id
     LIMIT :page
 )

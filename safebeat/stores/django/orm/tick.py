@@ -186,8 +186,10 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
         if reclaim.after is not None:
             at, row_id = reclaim.after.claimed_at, reclaim.after.id
             after = Q(claimed_at__gte=at) & (Q(claimed_at__gt=at) | Q(id__gt=row_id))
+        # Unsent past the timeout while its run is not alive (records.unsent_and_stale).
+        alive = Q(started_at__isnull=False, finished_at__isnull=True, lease_until__gt=now)
         kinds = (
-            Q(status="claimed", claimed_at__lt=now - reclaim.timeout),
+            Q(status="claimed", claimed_at__lt=now - reclaim.timeout) & ~alive,
             Q(started_at__isnull=False, finished_at__isnull=True, lease_until__lte=now),
         )
         skip_locked = connections[self.alias].features.has_select_for_update_skip_locked

@@ -1,0 +1,1 @@
+"""The deterministic simulation of beats, broker, workers and faults (see `world.py`)."""

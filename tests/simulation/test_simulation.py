@@ -1,0 +1,64 @@
+"""The simulation in the suite: seeds that found holes on the old code, and a sweep of every
+fault kind. Each runs in a child process with a fixed hash seed, so a seed replays the
+history it had when it was recorded (`python -m tests.simulation --seed N` shows it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.simulation.world import FAULT_KINDS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Hole 3 (a Celery retry's RUN ignores a live lease; a take-over lowers the recorded
+#: retries) is not fixed yet: its histories are reported, not failed.
+KNOWN = ["--known", "hole 3"]
+
+
+def simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.simulation", "--trace", "40", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("seed", "faults"),
+    [
+        pytest.param(4, None, id="hole-2-end-not-recorded"),
+        pytest.param(7, None, id="hole-1-takeover-of-a-live-run"),
+        pytest.param(48, "beat-term", id="hole-5-sigterm-mid-round"),
+    ],
+)
+def test_a_seed_that_found_a_hole_holds_now(seed: int, faults: str | None) -> None:
+    """A seed whose history broke an invariant on the old code (issue 29) replays without
+    breaking any now."""
+    run = simulate("--seed", str(seed), *(["--faults", faults] if faults else []))
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("kind", FAULT_KINDS)
+def test_every_fault_kind_keeps_every_invariant(kind: str) -> None:
+    """Eight seeds with only this fault kind, then faults stop: no two live runs of a window
+    (nor of a forbid entry), one task id per window, no finished window run again, every
+    claimed window completed within the stated bound."""
+    first = 1000 + 100 * FAULT_KINDS.index(kind)
+    run = simulate("--seeds", "8", "--first", str(first), "--faults", kind, *KNOWN)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_default_mix_of_faults_keeps_every_invariant() -> None:
+    """Sixteen seeds of the default mix (each fault kind on or off by the seed)."""
+    run = simulate("--seeds", "16", "--first", "5000", *KNOWN)
+    assert run.returncode == 0, run.stdout + run.stderr
