@@ -25,6 +25,21 @@ class EntryError(SafebeatError):
         self.problem = problem
 
 
+class UnreadableState(EntryError):
+    """The store holds a state of this entry that cannot be read back (a pause end past the
+    year 9999 written by an older version, a row changed by hand): beat puts the entry
+    aside and retries it later, and every other entry runs."""
+
+    def __init__(self, entry: str, problem: str) -> None:
+        super().__init__(
+            entry,
+            f"its state in the store cannot be read back ({problem}); the entry is put aside "
+            "until it can, and the others run (`safebeat resume` rewrites a pause; else fix "
+            "or delete the row)",
+        )
+        self.unreadable = problem
+
+
 class ScheduleError(SafebeatError):
     """The schedule an app's beat runs cannot be read (django-celery-beat's tables)."""
 

@@ -51,6 +51,8 @@ class ClaimRounds:
         # Where the last take-over pass ended in the store's stale claims: the next one
         # reads the page after it (None: from the oldest).
         self._reclaim_after: StaleMark | None = None
+        #: Entries whose state the store could not read back, with what was said (once).
+        self._unreadable: dict[str, str] = {}
 
     def batch_size(self, ceiling: int, floor: int) -> int:
         """How many due entries the next round claims, at most `ceiling` (a scheduler may
@@ -111,7 +113,7 @@ class ClaimRounds:
             return None
         self.batch.finished(seconds=self._monotonic() - started, lock_timeout=limit)
         planned = _plan_of(result, due, store.display_url, retry_after)
-        report_plan(planned, self._metrics)
+        report_plan(planned, self._metrics, self._unreadable)
         for name in due:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)

@@ -28,7 +28,7 @@ from safebeat.beat.broker import app_connection_errors
 from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
-from safebeat.errors import SafebeatError
+from safebeat.errors import SafebeatError, UnreadableState
 from safebeat.identity import current_replica, task_id_for
 from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
 from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim, Pause
@@ -193,13 +193,16 @@ def backfill_windows(
     """The windows of `entry` in `[start, end]` that `backfill` would claim where free.
 
     Raise OperationError for a range backfill refuses: reversed, reaching into the
-    future, holding no window or more than `limit`, or an entry not registered; LimitError
+    future, holding no window or more than `limit`, or an entry not registered;
+    UnreadableState for an entry whose state the store cannot read back; LimitError
     for an instant outside what every store holds (`safebeat.limits`).
     """
     start, end = check_instant(start, "--from"), check_instant(end, "--to")
     if start > end:
         raise OperationError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
     state = _require_registered(store, namespace, entry.name)
+    if state.unreadable is not None:  # its anchor is a placeholder: no window to trust
+        raise UnreadableState(entry.name, state.unreadable)
     now = store.clock()
     if end > now:
         raise OperationError(
