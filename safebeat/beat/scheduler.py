@@ -273,7 +273,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.store.migrate()
         if self.runs_runtime_entries:
             self._look_at_runtime_entries()  # before registering: they are registered too
-        self._chores.register(self.entries)
+        refused = self._chores.register(self.entries)
+        if refused:  # put aside, reported like a bad entry; the others are registered
+            good = {name: e for name, e in self.entries.items() if name not in refused}
+            self.use_entries(good, {**self.broken_entries, **refused})
         self._pacing.restart(self.entries, self._monotonic())
         self._ready = True
         self._chores.heartbeat(self.entries, interval=self.heartbeat_interval)
