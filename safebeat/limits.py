@@ -53,7 +53,8 @@ MIN_TIMEOUT = timedelta(milliseconds=1)
 #: Longest duration any setting or option takes: far beyond any sensible value, and short
 #: enough that `now ± duration` stays a valid datetime.
 MAX_DURATION = timedelta(days=36500)
-#: Deepest nesting of lists and dicts in an entry's args, kwargs and options.
+#: Deepest nesting of lists and dicts in the args, kwargs and options of an entry added at
+#: run time (`safebeat.runtime.encode`, the CLI's JSON options).
 MAX_DEPTH = 100
 #: Where the limits are written down for users.
 DOCS = "docs/limits.md"
@@ -111,6 +112,12 @@ def _bounded_bytes(value: str, what: str, limit: int) -> None:
 def check_name(value: object, what: str = "entry name", *, limit: int = NAME_BYTES) -> str:
     """`value` if it is a name every store holds: non-empty text, valid UTF-8, no NUL or
     control character, at most `limit` UTF-8 bytes; else LimitError naming `what`."""
+    if type(value) is str and value.isascii() and value.isprintable() and value:
+        # The common name, checked at the cost of two scans: printable ASCII holds no NUL,
+        # surrogate or control character, and is as many bytes as characters.
+        if len(value) > limit:
+            raise LimitError(what, value, f"is {len(value)} UTF-8 bytes long; the limit is {limit}")
+        return value
     text = _text(value, what)
     if not text:
         raise LimitError(what, value, "is empty")
@@ -182,6 +189,8 @@ def check_timeout(value: timedelta, what: str) -> timedelta:
 def check_depth(value: object, what: str, *, limit: int = MAX_DEPTH) -> None:
     """Refuse `value` if its lists, tuples and dicts nest deeper than `limit` (counted
     without recursion, so a value nested 100,000 deep is refused, not a RecursionError)."""
+    if not value or isinstance(value, str | bytes | int | float):
+        return
     stack: list[tuple[object, int]] = [(value, 0)]
     deepest: dict[int, int] = {}  # a container seen at this depth needs no second look above it
     while stack:
