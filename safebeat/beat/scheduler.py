@@ -494,7 +494,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if result is None:
             return None
         self._last_store_now = result.now
-        if report_unregistered(due, result.states):
+        refused = self._rounds.refused  # put aside this round: registered, rows refused
+        if report_unregistered([n for n in due if n not in refused], result.states):
             self._ready = False  # register again before the next tick claims
         report_claims(result.claimed, result.reclaimed, self.metrics)
         announce_tick(self, result, config.namespace, self.replica.id)
