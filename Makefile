@@ -90,5 +90,10 @@ release-check: $(STAMP)
 	$(BIN)/twine check --strict dist/*
 	SAFEBEAT_TEST_DIST=dist $(BIN)/pytest tests/acceptance/test_built_wheel.py
 
+## fuzz: the hostile-input property suite with 1,000 examples per store instead of CI's 20
+.PHONY: fuzz
+fuzz: $(STAMP)
+	SAFEBEAT_FUZZ_PROFILE=hostile-long $(BIN)/pytest -n $(PYTEST_WORKERS) tests/integration/test_hostile_inputs.py
+
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Literal, TypeAlias, TypeVar
 
 from safebeat.errors import ConfigError, shown
+from safebeat.limits import MAX_DURATION, MIN_TIMEOUT, check_namespace
 from safebeat.urls import backend_of, django_alias
 from safebeat.windows import Misfire, Overlap, Policy
 
@@ -40,9 +41,6 @@ _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]
 REDIS_EVICTION_CHECKS: tuple[RedisEviction, ...] = ("warn", "refuse", "ignore")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-#: The longest duration any setting or option takes: far beyond any sensible value, and
-#: short enough that `now ± duration` stays a valid datetime.
-MAX_DURATION = timedelta(days=36500)
 
 
 def parse_duration(value: object, name: str) -> timedelta:
@@ -76,9 +74,16 @@ def parse_duration(value: object, name: str) -> timedelta:
 
 
 def _positive_duration(value: object, name: str) -> timedelta:
+    """A timeout or period: at least 1 ms (`limits.MIN_TIMEOUT`), since PostgreSQL reads a
+    timeout written as `0ms` as none at all."""
     duration = parse_duration(value, name)
     if duration <= timedelta(0):
         raise ConfigError(f"{name}={shown(value)}: must be greater than zero")
+    if duration < MIN_TIMEOUT:
+        raise ConfigError(
+            f"{name}={shown(value)}: must be at least 1ms, the shortest timeout every store "
+            "keeps (limits: docs/limits.md)"
+        )
     return duration
 
 
@@ -170,7 +175,7 @@ def _redis_eviction(value: object, name: str) -> RedisEviction:
 def _namespace(value: object, name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}={shown(value)}: expected a non-empty name")
-    return value.strip()
+    return check_namespace(value.strip(), name)  # a LimitError is a ConfigError
 
 
 @dataclass(frozen=True)
@@ -285,7 +290,8 @@ def load_config(
         values[short] = _PARSERS[short](raw, var)
         sources[short] = f"${var}"
     if "namespace" not in values:
-        values["namespace"] = app_main if app_main and app_main != "__main__" else "default"
+        main = app_main if app_main and app_main != "__main__" else "default"
+        values["namespace"] = _namespace(main, "the Celery app's main name (safebeat_namespace)")
     return Config(**values, sources=sources)
 
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
+#: Characters of a value an error message shows (see `shorten`).
+SHOWN_CHARS = 80
+
 
 class SafebeatError(Exception):
     """Base class of every error safebeat raises on purpose."""
@@ -15,9 +20,24 @@ class EntryError(SafebeatError):
     """One schedule entry is malformed; the other entries keep running."""
 
     def __init__(self, entry: str, problem: str) -> None:
-        super().__init__(f"schedule entry {entry!r}: {problem}")
+        super().__init__(f"schedule entry {shorten(entry)}: {problem}")
         self.entry = entry
         self.problem = problem
+
+
+class UnreadableState(EntryError):
+    """The store holds a state of this entry that cannot be read back (a pause end past the
+    year 9999 written by an older version, a row changed by hand): beat puts the entry
+    aside and retries it later, and every other entry runs."""
+
+    def __init__(self, entry: str, problem: str) -> None:
+        super().__init__(
+            entry,
+            f"its state in the store cannot be read back ({problem}); the entry is put aside "
+            "until it can, and the others run (`safebeat resume` rewrites a pause; else fix "
+            "or delete the row)",
+        )
+        self.unreadable = problem
 
 
 class ScheduleError(SafebeatError):
@@ -44,3 +64,13 @@ def shown(value: object) -> str:
         return repr(value)
     except Exception:  # noqa: BLE001 - a message about a value must not fail on that value
         return f"<a {type(value).__name__} that cannot be shown>"
+
+
+def shorten(value: object, chars: int = SHOWN_CHARS) -> str:
+    """`repr(value)` (an instant in ISO 8601), cut to about `chars` characters with the
+    length said, for an error message about a value that may be huge; never fails."""
+    text = value.isoformat() if isinstance(value, datetime) else shown(value)
+    if len(text) <= chars:
+        return text
+    size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} shown"
+    return f"{text[: chars - 1]}… ({size})"

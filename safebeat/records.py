@@ -70,6 +70,10 @@ class EntryState:
     `queued_since` is when the entry's newest dispatched window (claimed or sent) was
     claimed, if no worker has started it yet, else None: what `overlap="skip_if_queued"`
     looks at.
+    `unreadable` says why the store could not read this entry's state back (a pause end
+    past the year 9999 written by an older version, a row changed by hand), or is None:
+    such a state holds only its name and placeholders, and beat puts the entry aside as
+    broken while every other entry runs (`safebeat.stores.decoding`).
     """
 
     name: str
@@ -83,6 +87,7 @@ class EntryState:
     paused_until: datetime | None = None
     pause_note: str | None = None
     queued_since: datetime | None = None
+    unreadable: str | None = None
 
     def paused_at(self, now: datetime) -> bool:
         """Whether the entry is paused at store time `now`: a pause with an end is over
@@ -541,6 +546,7 @@ def _with_last_window(state: EntryState, window: datetime) -> EntryState:
         state.paused_until,
         state.pause_note,
         state.queued_since,
+        state.unreadable,
     )
 
 

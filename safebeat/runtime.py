@@ -19,16 +19,24 @@ import json
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 
 from celery import schedules
 
 from safebeat.app_schedule import Schedule
-from safebeat.config import MAX_DURATION, Config, parse_duration
+from safebeat.config import Config, parse_duration
 from safebeat.crontab import crontab
 from safebeat.entries import Entry, compile_entry
 from safebeat.errors import ConfigError, EntryError, shown
+from safebeat.limits import (
+    MAX_DURATION,
+    LimitError,
+    check_depth,
+    check_instant,
+    check_name,
+    check_task,
+)
 
 #: The keys of a stored definition.
 SPEC_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options"})
@@ -56,11 +64,14 @@ def schedule_spec(name: str, schedule: object) -> dict[str, Any]:
     if isinstance(schedule, schedules.crontab):
         return {"crontab": cron_text(schedule)}
     if isinstance(schedule, datetime):
-        if schedule.tzinfo is None:
+        if schedule.utcoffset() is None:
             raise EntryError(
                 name, f"one-off time {schedule.isoformat()} has no time zone; give an aware one"
             )
-        return {"at": schedule.astimezone(timezone.utc).isoformat()}
+        try:
+            return {"at": check_instant(schedule, "one-off time").isoformat()}
+        except LimitError as exc:
+            raise EntryError(name, str(exc)) from None
     if isinstance(schedule, str) and len(schedule.split()) in {5, 6}:
         return {"crontab": _checked_cron(name, schedule)}
     if isinstance(schedule, bool) or not isinstance(schedule, int | float | timedelta | str):
@@ -134,6 +145,16 @@ def encode(
     """The stored text of one entry; raise EntryError naming `name` for what cannot be stored."""
     if not isinstance(task, str) or not task:
         raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
+    try:
+        check_name(name)
+    except LimitError as exc:
+        raise EntryError(name, exc.unnamed) from None
+    try:
+        check_task(task)
+        for what, data in (("args", args), ("kwargs", kwargs), ("options", options)):
+            check_depth(data, f"'{what}'")
+    except LimitError as exc:
+        raise EntryError(name, str(exc)) from None
     spec = {
         "task": task,
         "schedule": schedule_spec(name, schedule),
@@ -143,7 +164,7 @@ def encode(
     }
     try:
         text = json.dumps(spec, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise EntryError(
             name, f"args, kwargs and options of a stored entry must be JSON data ({exc})"
         ) from None

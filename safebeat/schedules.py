@@ -25,6 +25,7 @@ from safebeat.app_schedule import beat_schedule
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
+from safebeat.limits import check_name
 from safebeat.runtime import compile_runtime, encode
 from safebeat.stores import Store, store_from_config
 
@@ -89,8 +90,10 @@ def update(
 def remove(app: Any, name: str, *, store: Store | None = None) -> bool:
     """Remove entry `name`; return False if no entry of that name was added.
 
-    Replicas stop dispatching it within about a second; its history stays.
+    Replicas stop dispatching it within about a second; its history stays. A name no
+    store could hold is a LimitError (`safebeat.limits`).
     """
+    check_name(name)
     config = config_from_app(app)
     with _opened(config, store) as opened:
         return opened.delete_runtime_entry(config.namespace, name)

@@ -17,7 +17,7 @@ from safebeat.beat.planning import Planned
 from safebeat.beat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.config import Config
 from safebeat.contrib import opentelemetry
-from safebeat.errors import StoreUnavailable, TickTooLong
+from safebeat.errors import StoreError, StoreUnavailable, TickTooLong
 from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState, Reclaim, StaleMark, TickResult
 from safebeat.stores import Store
@@ -51,6 +51,11 @@ class ClaimRounds:
         # Where the last take-over pass ended in the store's stale claims: the next one
         # reads the page after it (None: from the oldest).
         self._reclaim_after: StaleMark | None = None
+        #: Entries whose state the store could not read back, with what was said (once).
+        self._unreadable: dict[str, str] = {}
+        #: Entries whose rows the store refuses, with why (said once), until a round
+        #: claims for them again.
+        self.refused: dict[str, str] = {}
 
     def batch_size(self, ceiling: int, floor: int) -> int:
         """How many due entries the next round claims, at most `ceiling` (a scheduler may
@@ -74,7 +79,89 @@ class ClaimRounds:
         claims of the entries in `reclaim` if set (the store only tests membership): up to
         `reclaim_limit` of the page of `reclaim_page` stale claims after the one where the
         last pass ended. None if another replica holds the tick lock. Each of `due` is
-        paced to the next window it planned."""
+        paced to the next window it planned.
+
+        When the store refuses the tick's rows (a StoreError that is not StoreUnavailable,
+        while a tick writing nothing works), the entries are ticked by halves until each
+        refusal is one entry's: that entry is put aside until `retry_after` and said once
+        (`refused`), and the others' windows are claimed as usual.
+        """
+
+        def one(part: Sequence[str], takeover: Container[str] | None) -> TickResult | None:
+            return self._one(
+                part,
+                planner,
+                reclaim=takeover,
+                reclaim_limit=reclaim_limit,
+                reclaim_page=reclaim_page,
+                started=started,
+                retry_after=retry_after,
+            )
+
+        try:
+            whole = one(due, reclaim)
+        except StoreUnavailable:
+            raise
+        except StoreError:
+            if not due:
+                raise
+            # Refused rows, or a store that fails whatever it writes (a missing schema)?
+            probe = one((), None)
+            if probe is None:
+                return None
+        else:
+            if whole is not None:
+                for name in due:
+                    self.refused.pop(name, None)
+            return whole
+        results: list[TickResult] = []
+        refused: dict[str, StoreError] = {}
+
+        def apart(part: Sequence[str], reclaim: Container[str] | None) -> None:
+            half = len(part) // 2
+            for piece, takeover in ((part[:half], reclaim), (part[half:], None)):
+                try:
+                    result = one(piece, takeover)
+                except StoreUnavailable:
+                    raise
+                except StoreError as exc:
+                    if len(piece) > 1:
+                        apart(piece, takeover)
+                    else:
+                        refused[piece[0]] = exc
+                    continue
+                if result is not None:
+                    results.append(result)
+                    for name in piece:
+                        self.refused.pop(name, None)
+
+        apart(due, reclaim)
+        for name, exc in refused.items():
+            self._pacing.schedule_next(name, probe.now + retry_after, probe.now, started)
+            if name not in self.refused:  # said once: the server's detail varies each time
+                self._metrics.entry_error(name)
+                logger.error(
+                    "safebeat: entry %r: the store refuses its windows' rows (%s); it is put "
+                    "aside and tried again in %.0fs, the other entries run",
+                    name,
+                    exc,
+                    retry_after.total_seconds(),
+                )
+            self.refused[name] = str(exc)
+        return _merged(results, probe)
+
+    def _one(
+        self,
+        due: Sequence[str],
+        planner: Planner,
+        *,
+        reclaim: Container[str] | None,
+        reclaim_limit: int,
+        reclaim_page: int,
+        started: float,
+        retry_after: timedelta,
+    ) -> TickResult | None:
+        """One store tick for `due` (see `run`)."""
         store, config = self._store(), self._config
         limit = config.lock_timeout.total_seconds()
         takeover = (
@@ -111,7 +198,7 @@ class ClaimRounds:
             return None
         self.batch.finished(seconds=self._monotonic() - started, lock_timeout=limit)
         planned = _plan_of(result, due, store.display_url, retry_after)
-        report_plan(planned, self._metrics)
+        report_plan(planned, self._metrics, self._unreadable)
         for name in due:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)
@@ -152,6 +239,28 @@ class ClaimRounds:
             broker_retry_in=dispatcher.backoff.until - now,
         )
         return dispatched.sent
+
+
+def _merged(results: Sequence[TickResult], probe: TickResult) -> TickResult:
+    """The ticks of one round run by parts, as one result (`probe`'s if none claimed)."""
+    if not results:
+        return probe
+    plans = [r.plan for r in results]
+    plan = Planned(
+        claims=[c for p in plans for c in p.claims],
+        skips=[s for p in plans for s in p.skips],
+        advances={k: v for p in plans for k, v in p.advances.items()},
+        upcoming={k: v for p in plans if isinstance(p, Planned) for k, v in p.upcoming.items()},
+        errors={k: v for p in plans if isinstance(p, Planned) for k, v in p.errors.items()},
+    )
+    return TickResult(
+        now=max(r.now for r in results),
+        states={k: v for r in results for k, v in r.states.items()},
+        claimed=[c for r in results for c in r.claimed],
+        reclaimed=[c for r in results for c in r.reclaimed],
+        plan=plan,
+        reclaim_page=next((r.reclaim_page for r in results if r.reclaim_page), None),
+    )
 
 
 def _plan_of(

@@ -13,7 +13,7 @@ from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.reporting import report_registration
 from safebeat.config import Config
 from safebeat.entries import Entry
-from safebeat.errors import StoreError
+from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import Replica
 from safebeat.records import Definition
 from safebeat.stores.base import Store, TickStore
@@ -126,12 +126,40 @@ class Housekeeper:
         self._digests: Mapping[str, str] = {}
         self._stored: Mapping[str, str] | None = None
 
-    def register(self, entries: Mapping[str, Entry]) -> None:
+    def register(self, entries: Mapping[str, Entry]) -> dict[str, EntryError]:
         """Register `entries`' definitions; say which ones the store had otherwise. The
-        next heartbeat sends their digests in full."""
+        next heartbeat sends their digests in full.
+
+        Return the entries the store refuses, each with its error: when registering fails
+        with a StoreError that is not StoreUnavailable (the server refused a row, not the
+        connection), the entries are registered by halves until each refusal is one
+        entry's, so one entry the store cannot hold is put aside and the others run.
+        """
         self._stored = None
-        definitions = Definitions(list(entries.values()))
-        registration = self._store().register(self._config.namespace, definitions, self._replica)
+        refused: dict[str, EntryError] = {}
+        self._register(list(entries.values()), entries, refused)
+        return refused
+
+    def _register(
+        self, part: Sequence[Entry], entries: Mapping[str, Entry], refused: dict[str, EntryError]
+    ) -> None:
+        try:
+            registration = self._store().register(
+                self._config.namespace, Definitions(part), self._replica
+            )
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            if len(part) > 1:
+                half = len(part) // 2
+                self._register(part[:half], entries, refused)
+                self._register(part[half:], entries, refused)
+                return
+            if not part:
+                raise
+            name = part[0].name
+            refused[name] = EntryError(name, f"the store refuses to register it ({exc})")
+            return
         report_registration(registration.changed, entries)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from safebeat import windows
 from safebeat.entries import Entry, undecided_after
+from safebeat.errors import UnreadableState
 from safebeat.identity import task_id_for
 from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan, pause_ends
 from safebeat.windows import Due, Overlap
@@ -74,8 +75,9 @@ def plan_tick(
     window waits in the queue, up to its timeout in `queue_timeouts`. Dispatched windows
     become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
-    advances to the last window decided. An entry whose windows cannot be computed is
-    reported in `errors` and retried `retry_after` from `now`; the others are unaffected.
+    advances to the last window decided. An entry whose windows cannot be computed, or
+    whose state the store could not read back (`EntryState.unreadable`), is reported in
+    `errors` and retried `retry_after` from `now`; the others are unaffected.
     """
     queue_timeouts = queue_timeouts or {}
     claims: list[NewClaim] = []
@@ -86,6 +88,10 @@ def plan_tick(
     for name, state in states.items():
         entry = entries.get(name)
         if entry is None:
+            continue
+        if state.unreadable is not None:  # put aside: no window decided until it reads back
+            errors[name] = UnreadableState(name, state.unreadable)
+            upcoming[name] = now + retry_after
             continue
         try:
             decision, held = _decide(entry, state, now)

@@ -19,7 +19,7 @@ from safebeat.beat.dispatch import Dispatched
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.planning import Planned
 from safebeat.entries import Entry
-from safebeat.errors import EntryError
+from safebeat.errors import EntryError, UnreadableState
 from safebeat.identity import format_window
 from safebeat.records import Claim, EntryState, NewSkip, TickResult
 from safebeat.windows import SkipReason, typical_period
@@ -27,9 +27,25 @@ from safebeat.windows import SkipReason, typical_period
 logger = logging.getLogger("safebeat.scheduler")
 
 
-def report_plan(planned: Planned, metrics: BeatMetrics) -> None:
-    """Log and count a committed plan's failed entries and skipped windows."""
+def report_plan(
+    planned: Planned, metrics: BeatMetrics, unreadable: dict[str, str] | None = None
+) -> None:
+    """Log and count a committed plan's failed entries and skipped windows.
+
+    An entry whose state cannot be read back is said once per problem (`unreadable`: what
+    was said, by entry; an entry readable again is dropped from it), not at every retry.
+    """
+    said = {} if unreadable is None else unreadable
+    for name in [n for n in said if n not in planned.errors]:
+        if name in planned.upcoming:  # planned again, and readable now
+            del said[name]
     for name, exc in planned.errors.items():
+        if isinstance(exc, UnreadableState):
+            if said.get(name) != exc.unreadable:
+                said[name] = exc.unreadable
+                metrics.entry_error(name)
+                logger.error("safebeat: %s", exc)
+            continue
         metrics.entry_error(name)
         logger.error(
             "safebeat: entry %r: cannot compute its windows (%s); retrying later, "

@@ -274,7 +274,10 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             self.store.migrate()
         if self.runs_runtime_entries:
             self._look_at_runtime_entries()  # before registering: they are registered too
-        self._chores.register(self.entries)
+        refused = self._chores.register(self.entries)
+        if refused:  # put aside, reported like a bad entry; the others are registered
+            good = {name: e for name, e in self.entries.items() if name not in refused}
+            self.use_entries(good, {**self.broken_entries, **refused})
         self._pacing.restart(self.entries, self._monotonic())
         self._ready = True
         self._chores.heartbeat(self.entries, interval=self.heartbeat_interval)
@@ -498,7 +501,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         if result is None:
             return None
         self._last_store_now = result.now
-        if report_unregistered(due, result.states):
+        refused = self._rounds.refused  # put aside this round: registered, rows refused
+        if report_unregistered([n for n in due if n not in refused], result.states):
             self._ready = False  # register again before the next tick claims
         report_claims(result.claimed, result.reclaimed, self.metrics)
         announce_tick(self, result, config.namespace, self.replica.id)

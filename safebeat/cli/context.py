@@ -20,6 +20,7 @@ from safebeat.app_schedule import Schedule, beat_schedule
 from safebeat.cli.app import load_app
 from safebeat.config import Config, config_from_app, load_config
 from safebeat.errors import SafebeatError
+from safebeat.limits import check_namespace
 from safebeat.ops.overview import listed
 from safebeat.runtime import with_runtime_entries
 from safebeat.stores import Store, store_from_config
@@ -72,7 +73,8 @@ class Options:
         if self.url:
             config = dataclasses.replace(config, url=self.url)
         if self.namespace:
-            config = dataclasses.replace(config, namespace=self.namespace)
+            namespace = check_namespace(self.namespace, "--namespace")
+            config = dataclasses.replace(config, namespace=namespace)
         return config
 
     def namespace_is_given(self, config: Config) -> bool:

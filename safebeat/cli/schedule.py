@@ -22,6 +22,8 @@ from safebeat.cli.context import Options
 from safebeat.cli.errors import UsageProblem
 from safebeat.cli.options import opened, require_app, store_options
 from safebeat.cli.output import emit_json, table
+from safebeat.errors import shorten
+from safebeat.limits import MAX_DEPTH, check_name
 from safebeat.runtime import describe_spec, encode
 
 
@@ -36,9 +38,14 @@ def _json_option(value: str | None, option: str, kind: type) -> Any:
     try:
         parsed = json.loads(value)
     except ValueError as exc:
-        raise UsageProblem(f"{option} {value!r} is not JSON: {exc}") from exc
+        raise UsageProblem(f"{option} {shorten(value)} is not JSON: {exc}") from exc
+    except RecursionError:  # nested thousands deep: deeper than any entry may be
+        raise UsageProblem(
+            f"{option} {shorten(value)} nests lists and objects more than {MAX_DEPTH} deep "
+            "(limits: docs/limits.md)"
+        ) from None
     if not isinstance(parsed, kind):
-        raise UsageProblem(f"{option} must be a JSON {kind.__name__}, got {value!r}")
+        raise UsageProblem(f"{option} must be a JSON {kind.__name__}, got {shorten(value)}")
     return parsed
 
 
@@ -145,6 +152,7 @@ def list_command(options: Options, as_json: bool) -> None:
 @click.pass_obj
 def remove(options: Options, name: str) -> None:
     """Remove entry NAME, added at run time; its history stays."""
+    check_name(name)
     with opened(options) as (config, store):
         removed = store.delete_runtime_entry(config.namespace, name)
     if not removed:

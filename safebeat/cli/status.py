@@ -14,7 +14,7 @@ from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_json, fields, table
 from safebeat.config import parse_duration
 from safebeat.display import span, when
-from safebeat.errors import ConfigError
+from safebeat.errors import ConfigError, UnreadableState
 from safebeat.ops.deploy_preview import RUN_OUTSIDE_CELERY
 from safebeat.ops.overview import (
     EntryStatus,
@@ -32,7 +32,7 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
         **fields(
             s,
             "schedule next_window last_window sent_by lag last_outcome last_success "
-            "running_since skipped_recently paused paused_until pause_note",
+            "running_since skipped_recently paused paused_until pause_note unreadable",
         ),
     }
 
@@ -61,13 +61,19 @@ def status(options: Options, as_json: bool) -> None:
             raise click.ClickException(empty_namespace(store, config.namespace))
         replicas = replica_statuses(store, config.namespace)
     broken = {} if schedule is None else schedule.broken
+    unreadable = [
+        UnreadableState(s.name, s.unreadable) for s in statuses if s.unreadable is not None
+    ]
     if as_json:
         emit_json(
             {
                 "store": store.display_url,
                 "namespace": config.namespace,
                 "entries": [_status_row(s) for s in statuses],
-                "broken": [{"entry": n, "problem": e.problem} for n, e in sorted(broken.items())],
+                "broken": [
+                    *({"entry": n, "problem": e.problem} for n, e in sorted(broken.items())),
+                    *({"entry": u.entry, "problem": u.problem} for u in unreadable),
+                ],
                 "replicas": [_replica_row(r) for r in replicas],
             }
         )
@@ -93,9 +99,9 @@ def status(options: Options, as_json: bool) -> None:
             ],
         )
     )  # fmt: skip
-    if broken:
+    if broken or unreadable:
         click.echo("\nbroken entries (beat skips them):")
-        for name, error in sorted(broken.items()):
+        for name, error in [*sorted(broken.items()), *((u.entry, u) for u in unreadable)]:
             click.echo(f"  {name}: {error.problem}")
     click.echo("\nreplicas:")
     click.echo(
@@ -116,6 +122,8 @@ def status(options: Options, as_json: bool) -> None:
 
 
 def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
+    if s.unreadable is not None:
+        return "(unreadable)"
     if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:

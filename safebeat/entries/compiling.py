@@ -28,6 +28,7 @@ from safebeat.entries.options import (
 from safebeat.entries.rules import compile_rule
 from safebeat.entries.text import describe
 from safebeat.errors import EntryError, shown
+from safebeat.limits import LimitError, check_name, check_task
 from safebeat.windows import Overlap, Policy, Rule
 
 ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
@@ -127,6 +128,7 @@ def compile_entry(
     task = raw.get("task")
     if not isinstance(task, str) or not task:
         raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
+    _within_limits(name, task)
     args = raw.get("args") or ()
     if not isinstance(args, list | tuple):
         raise EntryError(name, f"'args' must be a list or tuple, got {type(args).__name__}")
@@ -174,6 +176,20 @@ def compile_entry(
         overlap,
         pause_after_failures=pause_after,
     )
+
+
+def _within_limits(name: str, task: str) -> None:
+    """Raise EntryError if the entry's name or task breaks a limit of `safebeat.limits`:
+    what not every store could hold and read back. (Data nested too deep to serialise is
+    refused by the digest, `entry_digest`, at no cost to the entries that are not.)"""
+    try:
+        check_name(name)
+    except LimitError as exc:
+        raise EntryError(name, exc.unnamed) from None
+    try:
+        check_task(task)
+    except LimitError as exc:
+        raise EntryError(name, str(exc)) from None
 
 
 def _known_timing(

@@ -4,7 +4,7 @@ calendar, jitter, pause_after_failures), each validated with an error naming the
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -12,6 +12,7 @@ from safebeat.calendars import parse_exclude
 from safebeat.config import Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
+from safebeat.limits import LimitError, check_instant
 from safebeat.windows import BoundedRule, Calendar, IntervalRule, Jitter, Overlap, Policy, Rule
 
 POLICY_KEYS = frozenset(
@@ -139,11 +140,9 @@ def _instant(name: str, options: Mapping[str, Any], key: str) -> datetime | None
             "its UTC offset, like '2026-03-01T09:00:00+01:00' (or an aware datetime)",
         )
     try:
-        return instant.astimezone(timezone.utc)
-    except OverflowError:
-        raise EntryError(
-            name, f"options['safebeat']['{key}']={shown(value)} is out of range"
-        ) from None
+        return check_instant(instant, f"options['safebeat']['{key}']")
+    except LimitError as exc:
+        raise EntryError(name, str(exc)) from None
 
 
 def entry_calendar(name: str, options: Mapping[str, Any], zone: tzinfo) -> Calendar | None:

@@ -8,9 +8,9 @@ from datetime import datetime, timedelta, timezone, tzinfo
 
 from celery import schedules
 
-from safebeat.config import MAX_DURATION
 from safebeat.crontab import seconds_of
 from safebeat.errors import EntryError, shown
+from safebeat.limits import MAX_DURATION, LimitError, check_instant
 from safebeat.windows import SOLAR_EVENTS, ClockedRule, CrontabRule, IntervalRule, Rule, SolarRule
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -51,11 +51,9 @@ def compile_rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> R
         if clocked_time.tzinfo is None:
             clocked_time = clocked_time.replace(tzinfo=zone)
         try:
-            return ClockedRule(clocked_time.astimezone(timezone.utc))
-        except OverflowError:  # within hours of datetime.min or max: no UTC instant
-            raise EntryError(
-                name, f"clocked time {clocked_time} is out of range; use a year from 2 to 9998"
-            ) from None
+            return ClockedRule(check_instant(clocked_time, "clocked time"))
+        except LimitError as exc:  # near datetime.min or max: no UTC instant every store holds
+            raise EntryError(name, str(exc)) from None
     raise EntryError(
         name,
         f"safebeat cannot compute windows for a {type(value).__name__} schedule; use a "

@@ -2,7 +2,9 @@
 and migrate, each recorded in the store's audit trail.
 
 Used by the `safebeat` CLI, the Django admin and the web console, which each pass who acts
-(`actor`: the signed-in user, or `cli_actor()`). Pausing only sets a flag (and an optional
+(`actor`: the signed-in user, or `cli_actor()`). Every value they pass is checked here,
+once, against what every store can hold and read back (`safebeat.limits`): a `LimitError`
+names the value and the limit before anything is stored. Pausing only sets a flag (and an optional
 end) in the store; every replica reads it at its next tick. Triggering and backfilling
 claim windows under the same unique key as the scheduler does, then publish them from
 this process, so a window already sent is never sent again. Each operation records its
@@ -26,8 +28,9 @@ from safebeat.beat.broker import app_connection_errors
 from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
-from safebeat.errors import SafebeatError
+from safebeat.errors import SafebeatError, UnreadableState
 from safebeat.identity import current_replica, task_id_for
+from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
 from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim, Pause
 from safebeat.stores.base import Store
 from safebeat.stores.per_process import config_of
@@ -87,6 +90,9 @@ def pause_entry(store: Store, namespace: str, entry: str, pause: Pause, *, actor
     from that instant on, with no resume needed. `until` must be in the future (store time).
     An empty note is no note; a resume's note goes to the audit trail only.
     """
+    _check_action(namespace, entry, actor, pause.note)
+    if pause.until is not None:
+        pause = replace(pause, until=check_instant(pause.until, "--until (the pause's end)"))
     if pause.paused and pause.until is not None:
         now = store.clock()
         if pause.until <= now:
@@ -105,7 +111,8 @@ def pause_entry(store: Store, namespace: str, entry: str, pause: Pause, *, actor
 def prune(store: Store, namespace: str, *, before: datetime, actor: str) -> int:
     """Delete history, silent replicas and audit records older than `before`, and expired
     effect keys (see Store.prune); return the dispatch rows and effect keys deleted."""
-    deleted = store.prune(namespace, before)
+    _check_action(namespace, None, actor, None)
+    deleted = store.prune(namespace, check_instant(before, "--before"))
     note = f"before {before.isoformat()}: {deleted} row(s)"
     store.record_audit(namespace, AuditEvent(actor, AuditAction.PRUNE, note=note))
     return deleted
@@ -114,6 +121,7 @@ def prune(store: Store, namespace: str, *, before: datetime, actor: str) -> int:
 def forget_entry(store: Store, namespace: str, entry: str, *, actor: str) -> bool:
     """Forget `entry`'s shared state (see Store.forget_entry: `prune --orphans`); return
     whether it was registered. Recorded as a prune of that entry."""
+    _check_action(namespace, entry, actor, None)
     if not store.forget_entry(namespace, entry):
         return False
     note = "forgot its state: no code defines it"
@@ -140,6 +148,7 @@ def trigger(
     The window keeps its microseconds, so it never coincides with a scheduled window,
     and is recorded with reason `trigger`.
     """
+    _check_action(namespace, entry.name, actor, note)
     _require_registered(store, namespace, entry.name)
     now = store.clock()
     window = now if now.microsecond else now + _MICROSECOND
@@ -165,6 +174,7 @@ def backfill(
     Windows already sent, skipped or claimed are left alone. `end` may not be in the
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
+    _check_action(namespace, entry.name, actor, note)
     found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
     return _claim_publish_and_audit(
         app, store, namespace, entry, found, action=AuditAction.BACKFILL, actor=actor, note=note
@@ -183,11 +193,16 @@ def backfill_windows(
     """The windows of `entry` in `[start, end]` that `backfill` would claim where free.
 
     Raise OperationError for a range backfill refuses: reversed, reaching into the
-    future, holding no window or more than `limit`, or an entry not registered.
+    future, holding no window or more than `limit`, or an entry not registered;
+    UnreadableState for an entry whose state the store cannot read back; LimitError
+    for an instant outside what every store holds (`safebeat.limits`).
     """
+    start, end = check_instant(start, "--from"), check_instant(end, "--to")
     if start > end:
         raise OperationError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
     state = _require_registered(store, namespace, entry.name)
+    if state.unreadable is not None:  # its anchor is a placeholder: no window to trust
+        raise UnreadableState(entry.name, state.unreadable)
     now = store.clock()
     if end > now:
         raise OperationError(
@@ -221,6 +236,16 @@ def scheduled_entry(schedule: Schedule, name: str, namespace: str) -> Entry:
     if found is not None:
         raise found
     raise OperationError(unknown_entry(name, schedule.entries, namespace))
+
+
+def _check_action(namespace: str, entry: str | None, actor: str, note: str | None) -> None:
+    """Raise LimitError for a value of an operator action no store could hold and read
+    back (`safebeat.limits`), before anything is stored."""
+    check_namespace(namespace)
+    if entry is not None:
+        check_name(entry)
+    check_actor(actor)
+    check_note(note)
 
 
 def _require_registered(store: Store, namespace: str, name: str) -> Any:

@@ -40,6 +40,8 @@ class EntryStatus:
     overdue_window: datetime | None = None
     paused_until: datetime | None = None  # where a pause in force ends by itself
     pause_note: str | None = None
+    #: Why the store could not read this entry's state back (beat puts it aside), or None.
+    unreadable: str | None = None
 
     @property
     def pause_text(self) -> str:
@@ -85,7 +87,7 @@ def entry_status(
         (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
     )
     upcoming = overdue = None
-    if entry is not None:
+    if entry is not None and state.unreadable is None:
         after = max(now, state.decided_until)
         upcoming = windows.next_window(entry.rule, after, state.anchor)
         first = windows.next_window(entry.rule, state.decided_until, state.anchor)
@@ -104,6 +106,7 @@ def entry_status(
         overdue_window=overdue,
         paused_until=state.paused_until if state.paused_at(now) else None,
         pause_note=state.pause_note if state.paused_at(now) else None,
+        unreadable=state.unreadable,
     )
 
 

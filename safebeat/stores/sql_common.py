@@ -1,5 +1,5 @@
 """Pieces shared by the SQL backends: lock keys, state rows, the result of a tick, and
-audit records."""
+audit rows (read back by `safebeat.stores.decoding.audit_record`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime, timezone
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from safebeat.identity import Replica, format_window
-from safebeat.records import AuditAction, AuditEvent, AuditRecord, StaleMark, TickPlan
+from safebeat.records import AuditEvent, StaleMark, TickPlan
 
 
 def advisory_key(*parts: str) -> int:
@@ -98,19 +98,3 @@ def audit_columns(namespace: str, event: AuditEvent) -> dict[str, object]:
         "windows": json.dumps([w.isoformat() for w in event.windows]),
         "note": event.note,
     }
-
-
-def audit_record(id: int, at: datetime, row: Any) -> AuditRecord:
-    """An audit record from a row's (actor, action, entry, windows, note); `windows` is the
-    JSON text `audit_columns` wrote, or the list a driver already decoded from it."""
-    actor, action, entry, windows, note = row
-    listed = json.loads(windows) if isinstance(windows, str) else windows
-    return AuditRecord(
-        id,
-        at,
-        actor,
-        AuditAction(action),
-        entry,
-        tuple(datetime.fromisoformat(w) for w in listed),
-        note,
-    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import date, datetime, time, timedelta, timezone
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from safebeat import windows
-from safebeat.calendars import parse_exclude, read_ics
+from safebeat.calendars import _unfolded, parse_exclude, read_ics
 from safebeat.config import Config
 from safebeat.crontab import crontab as seconds_crontab
 from safebeat.entries import Entry, compile_entry
@@ -212,6 +213,8 @@ def test_an_ics_file_excludes_its_all_day_and_yearly_days(tmp_path: Path) -> Non
         ("DTSTART;VALUE=DATE:20261225\nRRULE:FREQ=MONTHLY", "only FREQ=YEARLY"),
         ("DTSTART;VALUE=DATE:20261126\nRRULE:FREQ=YEARLY;BYDAY=4TH", "BYDAY=4TH"),
         ("SUMMARY:x", "no DTSTART"),
+        ("DTSTART;VALUE=DATE:20261225\nDURATION:P999999999D", "longer than 36500 days"),
+        ("DTSTART;VALUE=DATE:99991230\nDURATION:P5D", "ends after the year 9999"),
     ],
 )
 def test_an_ics_event_that_cannot_exclude_days_is_refused(
@@ -347,3 +350,36 @@ def test_every_window_is_decided_once_and_none_sent_on_an_excluded_day(
                 policy.calendar.excludes(w)
                 for w in windows.windows_between(rule, span.first - US, span.last)
             )
+
+
+class CountedText(str):
+    """Text that counts the characters its concatenations copy (`copied`)."""
+
+    copied = 0
+
+    def __add__(self, other: str) -> CountedText:
+        CountedText.copied += len(self) + len(other)
+        return CountedText(str.__add__(self, other))
+
+    def __getitem__(self, key: Any) -> CountedText:
+        return CountedText(str.__getitem__(self, key))
+
+    def splitlines(self, keepends: bool = False) -> list[CountedText]:  # type: ignore[override]
+        return [CountedText(line) for line in str.splitlines(self, keepends)]
+
+
+def test_ics_unfolding_copies_each_character_a_bounded_number_of_times() -> None:
+    """Unfolding a line of 2,000 folds copies its text a few times at most, not once per
+    fold: adding each fold to the line so far made unfolding quadratic (a 3.6 MB line took
+    18 s). Counted in characters copied, not timed, so the answer is the same on any
+    machine."""
+    text = CountedText("DESCRIPTION:a\r\n " + ("y" * 73 + "\r\n ") * 2000 + "z\r\n")
+    CountedText.copied = 0
+    [line] = _unfolded(text)
+    assert len(line) == len("DESCRIPTION:a") + 73 * 2000 + 1
+    assert CountedText.copied <= 2 * len(text)
+
+
+def test_a_calendar_unfolds_a_long_folded_line_whole() -> None:
+    """Unfolding still joins every fold of a line, in order (RFC 5545, 3.1)."""
+    assert _unfolded("A:1\r\n 2\r\n\t3\r\nB:4\r\n") == ["A:123", "B:4"]

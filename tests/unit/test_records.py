@@ -162,6 +162,7 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
         "paused_until": NOW + S,
         "pause_note": "maintenance",
         "queued_since": NOW - 5 * S,
+        "unreadable": "a test of every field",
     }
     assert {f.name for f in fields(EntryState)} == set(values), "new field: add it here"
     state = EntryState(**values)  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +26,7 @@ from celery import schedules
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry, describe
 from safebeat.errors import EntryError
+from safebeat.limits import LimitError, check_instant
 from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
 
 #: The values of a row that decide its entry (`crontab_tz` is the raw time zone text).
@@ -124,7 +125,7 @@ def compile_row(
 def _json(name: str, field: str, text: str, kind: type) -> Any:
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
         raise EntryError(name, f"{field} is not valid JSON ({exc}): {text[:80]!r}") from None
     if not isinstance(value, kind):
         expected = "a JSON array" if kind is list else "a JSON object"
@@ -170,8 +171,13 @@ def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Ent
     """Apply start_time, the re-enable rule and one_off to a compiled entry."""
     rule = entry.rule
     start_time: datetime | None = row["start_time"]
+    if start_time is not None:
+        try:
+            start_time = check_instant(start_time, "start_time")
+        except LimitError as exc:
+            raise EntryError(entry.name, str(exc)) from None
     if isinstance(rule, IntervalRule) and start_time is not None:
-        rule = IntervalRule(rule.every, anchor=start_time.astimezone(timezone.utc))
+        rule = IntervalRule(rule.every, anchor=start_time)
     if isinstance(rule, CrontabRule) and next_window(rule, now) is None:
         raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
     # Windows missed before the row's last edit (a re-enable, say) are not caught up,

@@ -34,6 +34,7 @@ from django.db import DatabaseError, transaction
 from safebeat.records import TickResult
 from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
+from safebeat.stores.postgres.loaders import read_unreadable_timestamps
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, tick_limits
 
 #: The bound on each statement of a tick, as the ORM path sets it.
@@ -119,6 +120,7 @@ def _cursor(connection: Any) -> Iterator[Any]:
         raw = psycopg.ClientCursor(connection.connection)
         logged = connection.queries_logged
         wrapper = connection.make_debug_cursor(raw) if logged else connection.make_cursor(raw)
+    read_unreadable_timestamps(wrapper.cursor.adapters)  # this cursor's, not the connection's
     with wrapper:
         yield wrapper
 

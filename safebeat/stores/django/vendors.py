@@ -185,7 +185,7 @@ def tick_transaction(
 
 
 def _postgres_lock(connection: Any, namespace: str, lock_timeout: timedelta) -> datetime:
-    bound = f"{int(lock_timeout.total_seconds() * 1000)}ms"
+    bound = f"{max(1, math.ceil(lock_timeout / timedelta(milliseconds=1)))}ms"  # never 0ms: none
     with connection.cursor() as cursor:
         cursor.execute(Q["postgres_tick_limits"], [bound, bound])
         cursor.execute(Q["postgres_try_tick_lock"], [advisory_key("tick", namespace)])

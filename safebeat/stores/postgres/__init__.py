@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.records import TickResult
 from safebeat.stores.base import StoreCheck
+from safebeat.stores.postgres.loaders import read_unreadable_timestamps
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
 from safebeat.stores.sql_common import advisory_key
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
@@ -78,6 +79,7 @@ class PostgresStore(PostgresOperations):
                 keepalives_count=3,
                 tcp_user_timeout=int(self._connect_timeout * 3000),
             )
+            read_unreadable_timestamps(self._conn.adapters)
         return self._conn
 
     @contextmanager

@@ -12,12 +12,12 @@ from typing import Any
 from safebeat import records
 from safebeat.identity import Replica
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.decoding import audit_record, record_of_row, state_of_row
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
     DispatchRow,
     as_columns,
     audit_columns,
-    audit_record,
     replica_columns,
 )
 
@@ -29,7 +29,7 @@ class AdminStatements(AdminAdapter, Statements):
     def states(self, namespace: str) -> dict[str, records.EntryState]:
         with self._cursors.read("load entry states") as cursor:
             cursor.execute(Q["all_states"], {"namespace": namespace})
-            return {row[0]: records.EntryState(*row) for row in cursor.fetchall()}
+            return {row[0]: state_of_row(row) for row in cursor.fetchall()}
 
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._cursors.read("list replicas") as cursor:
@@ -161,8 +161,11 @@ class AdminStatements(AdminAdapter, Statements):
 
 
 def _record(row: Sequence[Any]) -> records.DispatchRecord:
-    values = list(row)
-    values[3] = records.Status(values[3])
-    if values[18] is not None:
-        values[18] = records.Outcome(values[18])
-    return records.DispatchRecord(*values)
+    def decode() -> records.DispatchRecord:
+        values = list(row)
+        values[3] = records.Status(values[3])
+        if values[18] is not None:
+            values[18] = records.Outcome(values[18])
+        return records.DispatchRecord(*values)
+
+    return record_of_row(row, decode)

@@ -9,6 +9,7 @@ errors, and decides where a transaction begins and ends (see `CursorSource`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -78,7 +79,9 @@ def tick_limits(lock_timeout: timedelta, statement_timeout: timedelta) -> dict[s
 
 
 def _ms(value: timedelta) -> str:
-    return f"{int(value.total_seconds() * 1000)}ms"
+    """`value` in whole milliseconds, rounded up: never `0ms`, which PostgreSQL reads as
+    "no timeout" (the settings refuse timeouts under 1 ms, `safebeat.limits.MIN_TIMEOUT`)."""
+    return f"{max(1, math.ceil(value / timedelta(milliseconds=1)))}ms"
 
 
 def now_of(cursor: Cursor) -> datetime:

@@ -19,7 +19,6 @@ from safebeat.identity import Replica
 from safebeat.records import (
     Claim,
     Definition,
-    EntryState,
     Reclaim,
     ReclaimPage,
     Registration,
@@ -29,6 +28,7 @@ from safebeat.records import (
     states_after,
     take_over_page,
 )
+from safebeat.stores.decoding import state_of_row
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
 from safebeat.stores.sql_common import (
     FIRST_STALE,
@@ -73,7 +73,7 @@ def _tick(
         if own_transaction:
             cursor.execute("ROLLBACK")
         return None
-    states = {row[0]: EntryState(*row) for row in state_rows}
+    states = {row[0]: state_of_row(row) for row in state_rows}
     plan = call.planner(now, states)
     rows = dispatch_rows(plan)
     parts, params = [], {"namespace": call.namespace, "now": now, **replica_columns(call.replica)}

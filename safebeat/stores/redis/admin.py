@@ -11,6 +11,7 @@ from typing import cast
 from safebeat import records
 from safebeat.identity import Replica
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.decoding import DECODE_ERRORS, audit_record
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
     SLICE,
@@ -22,7 +23,7 @@ from safebeat.stores.redis.base import (
     key_prefix,
     pause_value,
 )
-from safebeat.stores.sql_common import audit_columns, audit_record
+from safebeat.stores.sql_common import audit_columns
 
 
 class RedisAdmin(AdminAdapter, RedisBase):
@@ -117,7 +118,11 @@ class RedisAdmin(AdminAdapter, RedisBase):
         for row_id, at, text in rows:
             fields = json.loads(text)
             values = [fields[k] for k in ("actor", "action", "entry", "windows", "note")]
-            found.append(audit_record(int(row_id), _instant(at), values))
+            try:
+                instant: object = _instant(at)
+            except DECODE_ERRORS:  # the record says it cannot be read (decoding.audit_record)
+                instant = at
+            found.append(audit_record(int(row_id), instant, values))
         found.sort(key=lambda r: r.id, reverse=True)
         return found
 

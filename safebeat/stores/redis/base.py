@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -23,6 +23,7 @@ from safebeat.records import (
     Outcome,
     Status,
 )
+from safebeat.stores.decoding import DECODE_ERRORS, problem_of, record_of, unreadable_state
 from safebeat.stores.redis.checks import check_eviction
 from safebeat.stores.redis.connection import Client, Timeouts, connect
 from safebeat.stores.sharing import Sharing
@@ -95,17 +96,20 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
         anchor, defined_at, digest = anchors[i], defined[i], digests[i]
         if anchor is None or defined_at is None or digest is None:
             continue  # not registered (or only partly, after an eviction)
-        states[name] = EntryState(
-            name=name,
-            anchor=share(_instant(anchor)),
-            defined_at=share(_instant(defined_at)),
-            last_window=share(_maybe_instant(lasts[i])),
-            digest=digest,
-            schedule=share(schedules[i] or ""),
-            running_since=_maybe_instant(running[i]),
-            **_pause(paused[i]),
-            queued_since=_maybe_instant(queued[i]),
-        )
+        try:
+            states[name] = EntryState(
+                name=name,
+                anchor=share(_instant(anchor)),
+                defined_at=share(_instant(defined_at)),
+                last_window=share(_maybe_instant(lasts[i])),
+                digest=digest,
+                schedule=share(schedules[i] or ""),
+                running_since=_maybe_instant(running[i]),
+                **_pause(paused[i]),
+                queued_since=_maybe_instant(queued[i]),
+            )
+        except DECODE_ERRORS as exc:  # a value not as safebeat writes it: this entry only
+            states[name] = unreadable_state(name, problem_of(exc))
     return states
 
 
@@ -140,7 +144,12 @@ def _micros(duration: timedelta) -> int:
 
 
 def _record(row_id: int, flat: Sequence[str]) -> DispatchRecord:
+    """The history record of a hash's fields, or an unreadable one if a value cannot be read."""
     fields = dict(zip(flat[::2], flat[1::2], strict=True))
+    return record_of(row_id, fields.get("entry", ""), lambda: _decoded_record(row_id, fields))
+
+
+def _decoded_record(row_id: int, fields: Mapping[str, str]) -> DispatchRecord:
 
     def number(name: str) -> int | None:
         value = fields.get(name)

@@ -10,7 +10,8 @@ from datetime import datetime
 from safebeat import records
 from safebeat.identity import Replica
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
-from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
+from safebeat.stores.decoding import DECODE_ERRORS, audit_record
+from safebeat.stores.sql_common import audit_columns, replica_columns
 from safebeat.stores.sqlite.connection import (
     Q,
     SqliteConnection,
@@ -85,7 +86,7 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             rows = conn.execute(
                 Q["audit"], {"namespace": namespace, "entry": entry, "limit": limit}
             ).fetchall()
-        return [audit_record(r[0], _instant(r[1]), r[2:]) for r in rows]
+        return [audit_record(r[0], _maybe_readable(r[1]), r[2:]) for r in rows]
 
     def forget_entry(self, namespace: str, entry: str) -> bool:
         with self._write("forget an entry") as conn:
@@ -134,3 +135,12 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
         with self._boundary("read the stored entries' version") as conn:
             row = conn.execute(Q["runtime_version"], {"namespace": namespace}).fetchone()
         return int(row[0])
+
+
+def _maybe_readable(micros: object) -> object:
+    """An instant from its microseconds, or the stored value if it cannot be one (the audit
+    record then says so: `decoding.audit_record`)."""
+    try:
+        return _instant(micros)
+    except DECODE_ERRORS:
+        return micros

@@ -23,6 +23,7 @@ from safebeat.records import (
     Status,
     system_clock,
 )
+from safebeat.stores.decoding import record_of, state_of
 from safebeat.stores.sql_common import DispatchRow
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import redact
@@ -49,6 +50,11 @@ def _maybe_instant(micros: int | None) -> datetime | None:
 
 
 def _state(row: Sequence[Any]) -> EntryState:
+    """The state of a row, or an unreadable one if a value is not what safebeat writes."""
+    return state_of(row[0], lambda: _decoded_state(row))
+
+
+def _decoded_state(row: Sequence[Any]) -> EntryState:
     name, anchor, defined_at, last_window, digest, schedule, running_since, paused = row[:8]
     paused_until, pause_note, queued = row[8:11]
     return EntryState(
@@ -67,6 +73,11 @@ def _state(row: Sequence[Any]) -> EntryState:
 
 
 def _record(r: Sequence[Any]) -> DispatchRecord:
+    """The history record of a row, or an unreadable one if a value cannot be read."""
+    return record_of(r[0], str(r[1]), lambda: _decoded_record(r))
+
+
+def _decoded_record(r: Sequence[Any]) -> DispatchRecord:
     return DispatchRecord(
         id=r[0],
         entry=r[1],

@@ -9,10 +9,11 @@ from datetime import datetime
 from safebeat import records
 from safebeat.identity import Replica
 from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.decoding import DECODE_ERRORS, audit_record
 from safebeat.stores.django import vendors
-from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record
+from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record, one_by_one
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.sql_common import audit_columns, audit_record, replica_columns
+from safebeat.stores.sql_common import audit_columns, replica_columns
 
 #: The counter that moves with every change to the entries added at run time.
 RUNTIME_COUNTER = "runtime_entries"
@@ -63,7 +64,15 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             rows = m.Dispatch.objects.using(self.alias).filter(namespace=namespace)
             if entry is not None:
                 rows = rows.filter(entry=entry)
-            values = list(rows.order_by("-window_at", "-id").values_list(*HISTORY_COLUMNS)[:limit])
+            ordered = rows.order_by("-window_at", "-id")
+            try:
+                values = list(ordered.values_list(*HISTORY_COLUMNS)[:limit])
+            except DECODE_ERRORS:  # a row Django cannot convert: it alone is unreadable
+                ids = list(ordered.values_list("id", flat=True)[:limit])
+                by_id = {
+                    v[0]: v for v in one_by_one(rows.filter(id__in=ids), "id", HISTORY_COLUMNS)
+                }
+                values = [by_id[i] for i in ids]
         return [_record(row) for row in values]
 
     def _store_pause(self, namespace: str, entry: str, pause: records.Pause) -> bool:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from safebeat.errors import StoreError
@@ -12,6 +13,16 @@ from safebeat.records import (
     EntryState,
     Outcome,
     Status,
+)
+from safebeat.stores.decoding import (
+    DECODE_ERRORS,
+    Unreadable,
+    problem_of,
+    record_of,
+    state_of,
+    unconverted,
+    unreadable_record,
+    unreadable_state,
 )
 from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
@@ -31,6 +42,11 @@ STATE_COLUMNS = (
     "pause_note",
     "queued_since",
 )
+
+#: Whether the row holds an instant in the nullable instant columns: Django on SQLite reads
+#: text it cannot parse as None, so a row with a value there and None read is unreadable.
+HELD_COLUMNS = ("last_window_held", "paused_until_held")
+LOADED_COLUMNS = (*STATE_COLUMNS, *HELD_COLUMNS)
 
 HISTORY_COLUMNS = (
     "id",
@@ -62,12 +78,61 @@ HISTORY_COLUMNS = (
 
 
 def _record(row: Sequence[Any]) -> DispatchRecord:
+    """The history record of a row, or an unreadable one if Django could not convert a
+    value (`one_by_one`) or a value is not an instant where one belongs (a zero date on
+    MySQL/MariaDB reads as None)."""
+    problem = unconverted(HISTORY_COLUMNS, row)
+    if problem is not None:
+        return unreadable_record(row[0], str(row[1]), problem)
+    return record_of(row[0], str(row[1]), lambda: _decoded_record(row))
+
+
+def _decoded_record(row: Sequence[Any]) -> DispatchRecord:
     values = dict(zip(HISTORY_COLUMNS, row, strict=True))
     values["window"] = values.pop("window_at")
     values["status"] = Status(values["status"])
     if values["outcome"] is not None:
         values["outcome"] = Outcome(values["outcome"])
+    _require_instants(values, "window", "claimed_at")
     return DispatchRecord(**values)
+
+
+def _state(row: Sequence[Any]) -> EntryState:
+    """The state of a row (LOADED_COLUMNS), or an unreadable one as `_record`, also when a
+    nullable instant column holds a value Django read as None."""
+
+    def decode() -> EntryState:
+        values = dict(zip(LOADED_COLUMNS, row, strict=True))
+        _require_instants(values, "anchor", "defined_at")
+        for held in HELD_COLUMNS:
+            column = held.removesuffix("_held")
+            if values.pop(held) and values[column] is None:
+                raise TypeError(f"its {column} holds a value Django cannot read as an instant")
+        return EntryState(**{**values, "paused": bool(values["paused"])})
+
+    problem = unconverted(LOADED_COLUMNS, row)
+    if problem is not None:
+        return unreadable_state(str(row[0]), problem)
+    return state_of(str(row[0]), decode)
+
+
+def _require_instants(values: Mapping[str, Any], *names: str) -> None:
+    for name in names:
+        if not isinstance(values[name], datetime):
+            raise TypeError(f"its {name} holds {values[name]!r}, not an instant")
+
+
+def one_by_one(rows: Any, key: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
+    """The `columns` of each of `rows` (a queryset), read row by row: after one row held a
+    value Django could not convert, so that it fails alone. A row that fails again comes
+    as its `key` and, in every other column, an `Unreadable` saying what failed."""
+    for value in rows.values_list(key, flat=True):
+        try:
+            [found] = rows.filter(**{key: value}).values_list(*columns)
+        except DECODE_ERRORS as exc:
+            failed = Unreadable(problem_of(exc))
+            found = tuple(value if column == key else failed for column in columns)
+        yield found
 
 
 class DjangoOrmRows(DjangoDatabase):
@@ -86,10 +151,13 @@ class DjangoOrmRows(DjangoDatabase):
 
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
         from django.db.models import (  # noqa: PLC0415
+            BooleanField,
             Case,
             DateTimeField,
+            ExpressionWrapper,
             F,
             OuterRef,
+            Q,
             Subquery,
             When,
         )
@@ -129,12 +197,22 @@ class DjangoOrmRows(DjangoDatabase):
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
             rows = rows.filter(name__in=list(names))
-        states: dict[str, EntryState] = {}
-        annotated = rows.annotate(running_since=Subquery(running), queued_since=Subquery(queued))
-        for values in annotated.values_list(*STATE_COLUMNS):
-            state = dict(zip(STATE_COLUMNS, values, strict=True))
-            states[state["name"]] = EntryState(**{**state, "paused": bool(state["paused"])})
-        return states
+        annotated = rows.annotate(
+            running_since=Subquery(running),
+            queued_since=Subquery(queued),
+            **{
+                held: ExpressionWrapper(
+                    Q(**{f"{held.removesuffix('_held')}__isnull": False}),
+                    output_field=BooleanField(),
+                )
+                for held in HELD_COLUMNS
+            },
+        )
+        try:
+            found = list(annotated.values_list(*LOADED_COLUMNS))
+        except DECODE_ERRORS:  # a row Django cannot convert: it alone is unreadable
+            found = list(one_by_one(annotated, "name", LOADED_COLUMNS))
+        return {values[0]: _state(values) for values in found}
 
     def _check_lengths(self, namespace: str, names: Sequence[str]) -> None:
         """MySQL keys are bounded varchars, and INSERT IGNORE would truncate: refuse instead."""
