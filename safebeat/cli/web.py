@@ -46,6 +46,17 @@ def _bind(value: str) -> tuple[str, int]:
     help="The basic-auth password of --user [env: SAFEBEAT_WEB_PASSWORD].",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    envvar="SAFEBEAT_WEB_ALLOWED_HOSTS",
+    metavar="HOST[:PORT]",
+    help="Also answer requests for this host, as a proxy in front names it (repeat for "
+    "more; * for any, with credentials only). Loopback names and the --bind address on its "
+    "port are always answered; other hosts get 400 "
+    "[env: SAFEBEAT_WEB_ALLOWED_HOSTS, space-separated].",
+)
+@click.option(
     "--read-only",
     is_flag=True,
     envvar="SAFEBEAT_WEB_READ_ONLY",
@@ -60,6 +71,7 @@ def web(
     token: str | None,
     user: str | None,
     password: str | None,
+    allowed_hosts: tuple[str, ...],
     read_only: bool,
 ) -> None:
     """Serve the web console: entries, history, replicas, doctor; pause, trigger, backfill.
@@ -77,6 +89,7 @@ def web(
         ) from exc
     try:
         credentials = console.Credentials(token=token or None, username=user, password=password)
+        hosts = console.AllowedHosts.bound(host, port, allowed_hosts)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from exc
     if not credentials.required and not console.is_loopback(host):
@@ -85,6 +98,12 @@ def web(
             "triggers entries: give --token (or SAFEBEAT_WEB_TOKEN) or --user and --password, "
             "or bind 127.0.0.1"
         )
+    if not credentials.required and hosts.any:
+        raise UsageProblem(
+            "--allowed-host * answers a page of any site whose name resolves to this "
+            "machine (DNS rebinding), and the console has no credentials: list the host "
+            "names instead, or give --token or --user and --password"
+        )
     options.app  # noqa: B018 - import the app now: a bad -A is an error before serving
     application = console.app(
         options.app,
@@ -92,9 +111,16 @@ def web(
         namespace=options.namespace,
         read_only=read_only,
         credentials=credentials,
+        allowed_hosts=hosts,
     )
     with opened(options) as (config, store):  # fail now, in one line, not at the first page
         where = f"{store.display_url}, namespace {config.namespace!r}"
     mode = "read-only" if read_only else "read-write"
     click.echo(f"safebeat web: {where} ({mode}) on http://{bind}/", err=True)
+    if not allowed_hosts and not console.is_loopback(host):
+        click.echo(
+            f"safebeat web: answering requests for {hosts} only; add the names clients use "
+            "with --allowed-host",
+            err=True,
+        )
     uvicorn.run(application, host=host, port=port, log_level="warning")

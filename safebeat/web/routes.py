@@ -29,7 +29,15 @@ from safebeat.identity import format_window
 from safebeat.records import Pause
 from safebeat.web import pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
-from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials, actor_of
+from safebeat.web.security import (
+    CSRF_FIELD,
+    AllowedHosts,
+    CheckHost,
+    Credentials,
+    Csrf,
+    RequireCredentials,
+    actor_of,
+)
 
 _HERE = Path(__file__).parent
 #: What the entry's page says after pause or resume, by its `done` query value.
@@ -44,9 +52,10 @@ Endpoint = Callable[[Request], Any]
 class Pages:
     """The endpoints of one console: each renders a template from `Console`'s answers."""
 
-    def __init__(self, console: Console, csrf: Csrf) -> None:
+    def __init__(self, console: Console, csrf: Csrf, hosts: AllowedHosts) -> None:
         self.console = console
         self.csrf = csrf
+        self.hosts = hosts
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -148,7 +157,8 @@ class Pages:
             message = "this console is read-only: it shows the schedule but changes nothing"
             return form, self.problem(request, 403, "Read-only", message)
         token = form.get(CSRF_FIELD)
-        refused = self.csrf.problem(request, token if isinstance(token, str) else None)
+        submitted = token if isinstance(token, str) else None
+        refused = self.csrf.problem(request, submitted, self.hosts)
         if refused is not None:
             return form, self.problem(request, 403, "Refused", refused)
         return form, None
@@ -218,9 +228,10 @@ class Pages:
         return self.render(request, "published.html", title=title, name=name, published=published)
 
 
-def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
-    """The ASGI app serving `console`, behind `credentials` (if any) and `csrf`."""
-    pages = Pages(console, csrf)
+def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: AllowedHosts) -> Starlette:
+    """The ASGI app serving `console` to the `hosts` it answers to, behind `credentials`
+    (if any) and `csrf`."""
+    pages = Pages(console, csrf, hosts)
     entry = "/entries/{name:path}"
     routes = [
         Route("/", pages.entries, name="entries"),
@@ -242,7 +253,10 @@ def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequireCredentials, credentials=credentials)],
+        middleware=[
+            Middleware(CheckHost, hosts=hosts),
+            Middleware(RequireCredentials, credentials=credentials),
+        ],
         lifespan=lifespan,
     )
 

@@ -1,13 +1,17 @@
-"""Who may use the console, and proof that a POST came from its own page.
+"""Who may use the console, which names it answers to, and proof that a POST came from
+its own page.
 
 - Credentials: a token (`Authorization: Bearer <token>`, or as the password of HTTP basic
   auth with any user name) and/or a user name and password for HTTP basic auth. Without
   any, every request is let in: fine on a loopback address or behind the host app's own
   auth, which is why standalone serving refuses other addresses without them.
+- Hosts: a request whose `Host` is not one the console answers to (loopback names, the
+  address it is bound to, and the names given for a proxy) gets 400, so a page whose
+  domain resolves to 127.0.0.1 (DNS rebinding) reads and changes nothing.
 - CSRF: every action is a POST carrying a token that is the HMAC of a random per-browser
-  cookie under a per-process secret; a POST without it, or whose `Origin` names another
-  host, is refused. Only the host is compared: behind a proxy that ends TLS, the console
-  sees `http` where the browser says `https`.
+  cookie under a per-process secret; a POST without it, or whose `Origin` names a host
+  the console does not answer to, is refused. Only the host is compared: behind a proxy
+  that ends TLS, the console sees `http` where the browser says `https`.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -83,6 +89,106 @@ def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
+#: The names of this machine a console always answers to, on any port.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _host_and_port(value: str) -> tuple[str, str | None]:
+    """`host[:port]` (a `Host` header, or an allowed name) as its lower-case host, IPv6 in
+    brackets, and its port; the port is None where none is given."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        host, bracket, rest = value.partition("]")
+        port = rest[1:] if rest.startswith(":") else None
+        return host + bracket, port
+    if value.count(":") > 1:  # a bare IPv6 address
+        return f"[{value}]", None
+    host, colon, port = value.partition(":")
+    return host, port if colon else None
+
+
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The `Host` values a console answers to: each `name` (any port) or `name:port`,
+    or every one with `*` (where something in front checks the host)."""
+
+    names: frozenset[tuple[str, str | None]]
+    any: bool = False
+
+    @classmethod
+    def of(cls, names: Iterable[str], *, loopback: bool = True) -> AllowedHosts:
+        """These names, and with `loopback` the loopback names on any port; ValueError
+        names one that is not a host."""
+        listed = list(names)
+        parsed: set[tuple[str, str | None]] = set()
+        if loopback:
+            parsed |= {(host, None) for host in LOOPBACK_HOSTS}
+        for name in listed:
+            if name.strip() == "*":
+                continue
+            host, port = _host_and_port(name)
+            if not host or "/" in name or "@" in name or (port is not None and not _port(port)):
+                raise ValueError(
+                    f"allowed host {name!r}: give a host name or address, with or without a "
+                    "port (ops.example.com, ops.example.com:8443, 10.0.0.5), or *"
+                )
+            parsed.add((host, port))
+        return cls(frozenset(parsed), any=any(name.strip() == "*" for name in listed))
+
+    @classmethod
+    def bound(cls, host: str, port: int, names: Iterable[str] = ()) -> AllowedHosts:
+        """What a console bound to `host:port` answers to: the loopback names and that
+        address on that port, and `names` (a proxy's)."""
+        listed = [f"{name}:{port}" for name in LOOPBACK_HOSTS]
+        if host not in ("0.0.0.0", "::", ""):  # noqa: S104 - a wildcard is no Host
+            listed.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return cls.of([*listed, *names], loopback=False)
+
+    def allows(self, value: str | None) -> bool:
+        """Whether a `Host` value (or an `Origin`'s host and port) is one of these."""
+        if self.any:
+            return True
+        if not value:
+            return False
+        host, port = _host_and_port(value)
+        if port is not None and not _port(port):
+            return False
+        return (host, port) in self.names or (host, None) in self.names
+
+    def __str__(self) -> str:
+        if self.any:
+            return "any host"
+        shown = sorted(host if port is None else f"{host}:{port}" for host, port in self.names)
+        return ", ".join(shown)
+
+
+def _port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and 0 < int(text) < 65536
+
+
+class CheckHost:
+    """ASGI middleware: a request whose `Host` the console does not answer to gets 400
+    (what stops DNS rebinding: a page on another domain that resolves to this address)."""
+
+    def __init__(self, app: ASGIApp, hosts: AllowedHosts) -> None:
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and not self.hosts.any:
+            host = Headers(scope=scope).get("host")
+            if not self.hosts.allows(host):
+                response = PlainTextResponse(
+                    f"safebeat console: it does not answer to the host {host!r} "
+                    f"(it answers to {self.hosts}); served behind a proxy or under another "
+                    "name, add that name with --allowed-host or allowed_hosts=[...]",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 class RequireCredentials:
     """ASGI middleware: a request without the credentials gets 401 and a basic-auth prompt."""
 
@@ -134,10 +240,11 @@ class Csrf:
                 secure=request.url.scheme == "https",
             )
 
-    def problem(self, request: Request, submitted: str | None) -> str | None:
-        """Why a POST is refused, or None if it carries this browser's token."""
+    def problem(self, request: Request, submitted: str | None, hosts: AllowedHosts) -> str | None:
+        """Why a POST is refused, or None if it carries this browser's token and, if it
+        says where it came from, came from a host the console answers to."""
         origin = request.headers.get("origin")
-        if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        if origin is not None and not _same_site(origin, request, hosts):
             return f"this action came from another site ({origin}); use the console's own page"
         nonce = request.cookies.get(CSRF_COOKIE)
         if not nonce or not submitted or not hmac.compare_digest(submitted, self._sign(nonce)):
@@ -146,6 +253,17 @@ class Csrf:
                 "(missing or wrong CSRF token): reload the page and try again"
             )
         return None
+
+
+def _same_site(origin: str, request: Request, hosts: AllowedHosts) -> bool:
+    """Whether `Origin` names a host the console answers to; with `*`, the request's own."""
+    try:
+        netloc = urlsplit(origin).netloc
+    except ValueError:  # an unbalanced [
+        return False
+    if hosts.any:
+        return bool(netloc) and netloc == request.headers.get("host")
+    return hosts.allows(netloc)
 
 
 def is_loopback(host: str) -> bool:

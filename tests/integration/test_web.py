@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 from celery import Celery
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -32,6 +32,14 @@ from tests.integration.beat import make_app, tick_until
 
 ENTRY = "every-1s"
 PAGES = ("/", f"/entries/{ENTRY}", "/replicas", "/doctor")
+#: Where the tests' browser finds the console: a loopback name, as `safebeat web` serves.
+LOCAL_HOST = "127.0.0.1:8765"
+
+
+def local(app: Any, **options: Any) -> TestClient:
+    """A test client of `app` that asks for it by a loopback name, as a browser on the
+    console's machine does (Starlette's default, `testserver`, is answered by no console)."""
+    return TestClient(app, base_url=f"http://{LOCAL_HOST}", **options)
 
 
 @dataclass
@@ -94,7 +102,7 @@ def filled(
 
 @pytest.fixture
 def client(filled: Filled) -> Iterator[TestClient]:
-    with TestClient(safebeat.web.app(filled.app)) as test_client:
+    with local(safebeat.web.app(filled.app)) as test_client:
         yield test_client
 
 
@@ -148,7 +156,7 @@ def test_no_page_shows_the_store_password(pg_url: str, namespace: str) -> None:
     store.close()
     down = with_password(f"postgresql://postgres@127.0.0.1:1/{namespace}")
     for console, status in ((url, 200), (down, 503)):
-        with TestClient(safebeat.web.app(url=console, namespace=namespace)) as test_client:
+        with local(safebeat.web.app(url=console, namespace=namespace)) as test_client:
             for path in PAGES:
                 page = test_client.get(path)
                 # The doctor reports an unreachable store as its finding.
@@ -162,7 +170,7 @@ def test_pause_then_resume_flags_the_entry_in_the_store(client: TestClient, fill
     a page served through a proxy that ends TLS may pause too."""
     token = csrf_token(client)
     # The browser says https where a proxy ending TLS talks http to the console: same host.
-    origin = {"Origin": "https://testserver"}
+    origin = {"Origin": f"https://{LOCAL_HOST}"}
     paused = client.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token}, headers=origin)
     assert paused.status_code == 200
     assert paused.url.path == f"/entries/{ENTRY}"
@@ -190,7 +198,7 @@ def test_an_action_without_its_csrf_token_is_refused(client: TestClient, filled:
     )
     assert elsewhere.status_code == 403
     assert "another site" in elsewhere.text
-    other_browser = TestClient(safebeat.web.app(filled.app))
+    other_browser = local(safebeat.web.app(filled.app))
     stolen = other_browser.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token})
     assert stolen.status_code == 403
     assert not filled.store.states(filled.namespace)[ENTRY].paused
@@ -198,7 +206,7 @@ def test_an_action_without_its_csrf_token_is_refused(client: TestClient, filled:
 
 def test_read_only_shows_no_action_and_refuses_every_post(filled: Filled) -> None:
     """With read_only, pages have no forms and every action is 403, changing nothing."""
-    with TestClient(safebeat.web.app(filled.app, read_only=True)) as test_client:
+    with local(safebeat.web.app(filled.app, read_only=True)) as test_client:
         page = test_client.get(f"/entries/{ENTRY}")
         assert page.status_code == 200
         assert "<form" not in page.text
@@ -270,7 +278,7 @@ def test_backfill_refuses_the_future_and_a_time_without_a_zone(client: TestClien
 def test_without_the_app_trigger_says_it_needs_one(filled: Filled) -> None:
     """Opened on a store URL alone, the console shows and pauses but cannot publish."""
     console = safebeat.web.app(url=filled.url, namespace=filled.namespace)
-    with TestClient(console) as test_client:
+    with local(console) as test_client:
         page = test_client.get(f"/entries/{ENTRY}")
         assert page.status_code == 200
         assert "start the console with -A" in page.text
@@ -286,7 +294,7 @@ def test_without_the_app_trigger_says_it_needs_one(filled: Filled) -> None:
 def test_mounted_under_a_prefix_its_links_and_actions_stay_there(filled: Filled) -> None:
     """Mounted at /safebeat in a host app, every link and form points under /safebeat."""
     host = Starlette(routes=[Mount("/safebeat", safebeat.web.app(filled.app))])
-    with TestClient(host) as test_client:
+    with local(host) as test_client:
         entries = test_client.get("/safebeat/")
         assert entries.status_code == 200
         links = re.findall(r'(?:href|action)="([^"]+)"', entries.text)
@@ -301,7 +309,7 @@ def test_mounted_under_a_prefix_its_links_and_actions_stay_there(filled: Filled)
 def test_configured_credentials_are_required_of_every_request(filled: Filled) -> None:
     """With a token or a user and password, a request without them is 401 with a prompt."""
     token_app = safebeat.web.app(filled.app, credentials=Credentials(token="s3cret-token"))
-    with TestClient(token_app) as test_client:
+    with local(token_app) as test_client:
         refused = test_client.get("/")
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"].startswith("Basic")
@@ -313,7 +321,7 @@ def test_configured_credentials_are_required_of_every_request(filled: Filled) ->
     basic_app = safebeat.web.app(
         filled.app, credentials=Credentials(username="ops", password="pw-1")
     )
-    with TestClient(basic_app) as test_client:
+    with local(basic_app) as test_client:
         assert test_client.get("/", auth=("ops", "pw-2")).status_code == 401
         assert test_client.get("/", auth=("ops", "pw-1")).status_code == 200
 
@@ -334,7 +342,7 @@ def test_standalone_refuses_a_public_address_without_credentials(sqlite_url: str
 def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> None:
     """A namespace without entries says so and lists the store's namespaces, as status does."""
     console = safebeat.web.app(url=filled.url, namespace="nothing-here")
-    with TestClient(console) as test_client:
+    with local(console) as test_client:
         page = test_client.get("/")
     assert page.status_code == 200
     assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
@@ -349,7 +357,7 @@ def signed_in(filled: Filled) -> Iterator[TestClient]:
     """A console behind basic auth, with the operator `ops` signed in."""
     console = safebeat.web.app(filled.app, credentials=Credentials(username="ops", password="pw"))
     basic = base64.b64encode(b"ops:pw").decode()
-    with TestClient(console, headers={"Authorization": f"Basic {basic}"}) as test_client:
+    with local(console, headers={"Authorization": f"Basic {basic}"}) as test_client:
         yield test_client
 
 
@@ -463,8 +471,82 @@ def test_mounted_behind_the_host_apps_auth_the_host_user_is_the_actor(filled: Fi
         routes=[Mount("/safebeat", safebeat.web.app(filled.app))],
         middleware=[Middleware(AuthenticationMiddleware, backend=Everyone())],
     )
-    with TestClient(host) as test_client:
+    with local(host) as test_client:
         token = csrf_token(test_client, f"/safebeat/entries/{ENTRY}")
         test_client.post(f"/safebeat/entries/{ENTRY}/pause", data={"csrf_token": token})
     [record] = filled.store.audit(filled.namespace)
     assert (record.actor, record.action.value) == ("dana", "pause")
+
+
+# --- safe to expose ---------------------------------------------------------------------
+
+
+def test_a_foreign_host_is_refused_and_changes_nothing(filled: Filled) -> None:
+    """DNS rebinding: a page of evil.example, a name that resolves to 127.0.0.1, asks the
+    console for its pages and POSTs a pause with its own Host and Origin: each gets 400,
+    nothing is paused, and the console's own page still works."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        token = csrf_token(test_client)
+        evil = {"Host": "evil.example:8765", "Origin": "http://evil.example:8765"}
+        for path in PAGES:
+            page = test_client.get(path, headers=evil)
+            assert page.status_code == 400, path
+            assert "csrf_token" not in page.text
+            assert "--allowed-host" in page.text
+        paused = test_client.post(
+            f"/entries/{ENTRY}/pause", data={"csrf_token": token}, headers=evil
+        )
+        assert paused.status_code == 400
+        assert test_client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+        assert test_client.get("/", headers={"Host": "[::1]"}).status_code == 200
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert filled.store.audit(filled.namespace) == []
+
+
+def test_an_origin_is_checked_against_the_allowed_hosts_not_the_requests_host(
+    filled: Filled,
+) -> None:
+    """Behind a proxy named ops.example.com (`allowed_hosts`), a POST from that origin
+    pauses, whether the proxy passes the Host on or not; one whose Origin is another
+    site is refused, even with a Host that matches it."""
+    console = safebeat.web.app(filled.app, allowed_hosts=["ops.example.com"])
+    with local(console) as test_client:
+        token = csrf_token(test_client)
+        pause = f"/entries/{ENTRY}/pause"
+        for host in ("ops.example.com", LOCAL_HOST):
+            headers = {"Host": host, "Origin": "https://ops.example.com"}
+            assert test_client.post(pause, data={"csrf_token": token}, headers=headers).is_success
+            assert filled.store.states(filled.namespace)[ENTRY].paused
+            test_client.post(f"/entries/{ENTRY}/resume", data={"csrf_token": token})
+        forged = {"Host": LOCAL_HOST, "Origin": f"http://{LOCAL_HOST}.evil.example"}
+        refused = test_client.post(pause, data={"csrf_token": token}, headers=forged)
+        assert refused.status_code == 403
+        assert test_client.get("/", headers={"Host": "other.example.com"}).status_code == 400
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def web_command(sqlite_url: str, *args: str) -> Result:
+    """`safebeat web ARGS` on `sqlite_url`; expected to stop before serving."""
+    return CliRunner().invoke(main, ["--url", sqlite_url, "web", *args])
+
+
+def refused_in_one_line(result: Result, said: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--allowed-host", "*"], "DNS rebinding"),
+        (["--allowed-host", "https://ops.example.com"], "give a host name"),
+        (["--allowed-host", "ops.example.com:99999"], "give a host name"),
+    ],
+)
+def test_safebeat_web_refuses_a_bad_allowed_host_in_one_line(
+    sqlite_url: str, args: list[str], said: str
+) -> None:
+    """`--allowed-host *` without credentials (it would answer a rebinding page), a URL
+    for a host, or a port beyond 65535 exits 2 with one line naming it."""
+    refused_in_one_line(web_command(sqlite_url, *args), said)

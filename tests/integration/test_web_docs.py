@@ -83,12 +83,13 @@ def test_safebeat_web_prints_what_the_page_shows(project: Path) -> None:
 def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The page's main.py serves the console under /safebeat, asks for the password, and
-    pauses an entry with a POST from its own form."""
+    """The page's main.py serves the console under /safebeat at ops.example.com, asks
+    for the password, and pauses an entry with a POST from its own form; another host
+    gets 400."""
     (project / "main.py").write_text(PAGE.files()["main.py"])
     monkeypatch.setenv("SAFEBEAT_WEB_PASSWORD", "correct horse")
     main = importlib.import_module("main")
-    with TestClient(main.app) as client:
+    with TestClient(main.app, base_url="https://ops.example.com") as client:
         assert client.get("/safebeat/").status_code == 401
         client.auth = ("ops", "correct horse")
         entries = client.get("/safebeat/")
@@ -101,6 +102,7 @@ def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
             "/safebeat/entries/send-invoices/pause", data={"csrf_token": token.group(1)}
         )
         assert paused.status_code == 200
+        assert client.get("/safebeat/", headers={"Host": "evil.example"}).status_code == 400
     store = open_store(f"sqlite:///{project}/safebeat.sqlite3")
     assert store.states("proj")["send-invoices"].paused
     store.close()
