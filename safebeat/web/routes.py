@@ -35,6 +35,7 @@ from safebeat.web.security import (
     CheckHost,
     Credentials,
     Csrf,
+    HardeningHeaders,
     RequireCredentials,
     actor_of,
 )
@@ -230,7 +231,7 @@ class Pages:
 
 def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: AllowedHosts) -> Starlette:
     """The ASGI app serving `console` to the `hosts` it answers to, behind `credentials`
-    (if any) and `csrf`."""
+    (if any) and `csrf`, every response with the hardening headers."""
     pages = Pages(console, csrf, hosts)
     entry = "/entries/{name:path}"
     routes = [
@@ -254,6 +255,7 @@ def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: Allowed
     return Starlette(
         routes=routes,
         middleware=[
+            Middleware(HardeningHeaders),
             Middleware(CheckHost, hosts=hosts),
             Middleware(RequireCredentials, credentials=credentials),
         ],

@@ -12,6 +12,8 @@ its own page.
   cookie under a per-process secret; a POST without it, or whose `Origin` names a host
   the console does not answer to, is refused. Only the host is compared: behind a proxy
   that ends TLS, the console sees `http` where the browser says `https`.
+- Headers: every response forbids framing, MIME sniffing and cross-origin referrers, and
+  pages may load nothing but the console's own stylesheet.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from starlette.datastructures import Headers
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The cookie holding the browser's CSRF nonce.
 CSRF_COOKIE = "safebeat_csrf"
@@ -187,6 +189,40 @@ class CheckHost:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+#: Sent with every response of the console.
+HARDENING_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+        "base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+class HardeningHeaders:
+    """ASGI middleware: every response forbids framing (clickjacking), MIME sniffing and
+    referrers to other sites, and lets a page load only the console's stylesheet."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_hardened(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HARDENING_HEADERS.items():
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_hardened)
 
 
 class RequireCredentials:

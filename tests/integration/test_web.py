@@ -525,6 +525,30 @@ def test_an_origin_is_checked_against_the_allowed_hosts_not_the_requests_host(
     assert not filled.store.states(filled.namespace)[ENTRY].paused
 
 
+def test_every_response_forbids_framing_sniffing_and_foreign_referrers(filled: Filled) -> None:
+    """Pages, errors, refusals, the login prompt and the stylesheet all carry
+    X-Frame-Options DENY, a CSP with frame-ancestors 'none', nosniff and a same-origin
+    Referrer-Policy."""
+    open_console = local(safebeat.web.app(filled.app))
+    guarded = local(safebeat.web.app(filled.app, credentials=Credentials(token="t0ken")))
+    responses = [
+        open_console.get("/"),
+        open_console.get(f"/entries/{ENTRY}"),
+        open_console.get("/entries/no-such-entry"),
+        open_console.get("/static/console.css"),
+        open_console.post(f"/entries/{ENTRY}/pause", data={}),
+        open_console.get("/", headers={"Host": "evil.example"}),
+        guarded.get("/"),
+    ]
+    assert [r.status_code for r in responses] == [200, 200, 404, 200, 403, 400, 401]
+    for response in responses:
+        headers = response.headers
+        assert headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "same-origin"
+
+
 def web_command(sqlite_url: str, *args: str) -> Result:
     """`safebeat web ARGS` on `sqlite_url`; expected to stop before serving."""
     return CliRunner().invoke(main, ["--url", sqlite_url, "web", *args])
