@@ -1,7 +1,9 @@
 """The console's pages and actions as a Starlette app; see `safebeat.web.app`.
 
 Pages are GETs and change nothing; every action is a POST that passes the read-only and
-CSRF checks first. Store calls run in the thread pool (stores are synchronous).
+CSRF checks first. Every path built from an entry name is percent-encoded, so a name with
+`/..`, `?`, `#` or `%` links to, and acts on, itself. Store calls run in the thread pool
+(stores are synchronous).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from starlette.applications import Starlette
@@ -50,6 +53,13 @@ _DONE = {
 Endpoint = Callable[[Request], Any]
 
 
+def path_for(request: Request, route: str, **params: Any) -> str:
+    """The path of `route` under the console's mount, each parameter percent-encoded
+    whole (a `/`, `?`, `#` or `%` in an entry name stays in the name)."""
+    quoted = {key: quote(str(value), safe="") for key, value in params.items()}
+    return request.url_for(route, **quoted).path
+
+
 class Pages:
     """The endpoints of one console: each renders a template from `Console`'s answers."""
 
@@ -70,7 +80,7 @@ class Pages:
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> Response:
         html = self.templates.get_template(template).render(
-            url=lambda route, **params: request.url_for(route, **params).path,
+            url=functools.partial(path_for, request),
             csrf_field=CSRF_FIELD,
             csrf_token=self.csrf.token(request),
             read_only=self.console.read_only,
@@ -180,7 +190,7 @@ class Pages:
                 )
             except SafebeatError as exc:
                 return self.failure(request, exc, 400 if until_text else 404)
-            target = request.url_for("entry", name=name).path
+            target = path_for(request, "entry", name=name)
             done = ("paused-until" if until_text else "paused") if paused else "resumed"
             return RedirectResponse(f"{target}?done={done}", status_code=303)
 

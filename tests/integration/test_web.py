@@ -4,6 +4,7 @@ real scheduler that published to a real Redis broker."""
 from __future__ import annotations
 
 import base64
+import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -480,6 +481,35 @@ def test_mounted_behind_the_host_apps_auth_the_host_user_is_the_actor(filled: Fi
 
 # --- safe to expose ---------------------------------------------------------------------
 
+VICTIM = "victim"
+#: Names whose unencoded paths would act on `victim`, or on no entry at all.
+TRICKY = ("x/../victim", "victim?x=1", "victim#top", "50%off", "x/pause")
+NAMES = (VICTIM, *TRICKY)
+
+
+@pytest.fixture
+def tricky(
+    redis_url: str, sqlite_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Filled]:
+    """A SQLite store where beat registered `victim` and the tricky names (hourly, so no
+    window comes due during a test), and the Celery app defining them."""
+    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    queue = f"web-{namespace}"
+    schedule = {name: {"task": "faults.tick", "schedule": 3600.0} for name in (VICTIM, *TRICKY)}
+    app = make_app(redis_url, queue, sqlite_url, namespace, beat_schedule=schedule)
+    scheduler = Scheduler(app, monotonic=FakeClock().monotonic)
+    scheduler.tick()
+    store = open_store(sqlite_url)
+    yield Filled(app, sqlite_url, namespace, queue, store, redis_url)
+    store.close()
+    scheduler.close()
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+def actions_of(page: str) -> dict[str, str]:
+    """The path each form of a page posts to, by the action's last word."""
+    return {path.rpartition("/")[2]: path for path in re.findall(r'action="([^"]+)"', page)}
+
 
 def test_a_foreign_host_is_refused_and_changes_nothing(filled: Filled) -> None:
     """DNS rebinding: a page of evil.example, a name that resolves to 127.0.0.1, asks the
@@ -547,6 +577,52 @@ def test_every_response_forbids_framing_sniffing_and_foreign_referrers(filled: F
         assert "frame-ancestors 'none'" in headers["content-security-policy"]
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["referrer-policy"] == "same-origin"
+
+
+def test_a_name_with_path_characters_links_to_and_acts_on_itself(tricky: Filled) -> None:
+    """Entries named `x/../victim`, `victim?x=1`, `victim#top`, `50%off` and `x/pause`:
+    each link opens that entry's page, and its pause, resume, trigger and backfill forms
+    act on that entry alone, never on `victim`."""
+    store, namespace = tricky.store, tricky.namespace
+
+    def sent(name: str) -> int:
+        """How many windows of `name` were sent by hand (trigger)."""
+        return len([r for r in store.history(namespace, name) if r.reason])
+
+    anchor = store.states(namespace)[VICTIM].anchor
+    span = {"start": format_window(anchor - timedelta(hours=2)), "end": format_window(anchor)}
+    with local(safebeat.web.app(tricky.app)) as test_client:
+        entries = test_client.get("/").text
+        links = dict(re.findall(r'<a href="([^"]+)">([^<]+)</a></td>', entries))
+        assert sorted(links.values()) == sorted(html.escape(n) for n in (VICTIM, *TRICKY))
+        for path, shown in links.items():
+            name = html.unescape(shown)
+            before = {n: sent(n) for n in NAMES}
+            page = test_client.get(path)
+            assert page.status_code == 200, name
+            assert f"<h1>{shown}" in page.text, name
+            token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+            assert token
+            actions = actions_of(page.text)
+            paused = test_client.post(actions["pause"], data={"csrf_token": token.group(1)})
+            assert paused.url.raw_path.decode().partition("?")[0] == path, name
+            states = store.states(namespace)
+            assert [n for n, s in states.items() if s.paused] == [name]
+            resumed = test_client.post(
+                actions_of(paused.text)["resume"], data={"csrf_token": token.group(1)}
+            )
+            assert resumed.status_code == 200
+            triggered = test_client.post(actions["trigger"], data={"csrf_token": token.group(1)})
+            assert f"Triggered {shown}" in triggered.text, name
+            preview = test_client.post(
+                actions["backfill"], data={"csrf_token": token.group(1), **span}
+            )
+            assert f"Backfill {shown}:" in preview.text, name
+            assert [n for n in NAMES if sent(n) != before[n]] == [name]
+    assert not any(s.paused for s in store.states(namespace).values())
+    assert sorted(r.entry for r in store.audit(namespace) if r.action.value == "pause") == sorted(
+        (VICTIM, *TRICKY)
+    )
 
 
 def web_command(sqlite_url: str, *args: str) -> Result:
