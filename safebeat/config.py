@@ -39,6 +39,7 @@ COMMAND_VARIABLES = frozenset(
     {
         "SAFEBEAT_DEBUG",
         "SAFEBEAT_WEB_TOKEN",
+        "SAFEBEAT_WEB_TOKEN_ACTOR",
         "SAFEBEAT_WEB_USER",
         "SAFEBEAT_WEB_PASSWORD",
         "SAFEBEAT_WEB_READ_ONLY",

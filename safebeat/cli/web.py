@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from safebeat.cli.context import Options
 from safebeat.cli.errors import UsageProblem
 from safebeat.cli.options import opened, store_options
+
+#: The variables of `safebeat web`'s options (see also `safebeat.config.COMMAND_VARIABLES`).
+CREDENTIAL_VARIABLES = ("SAFEBEAT_WEB_TOKEN", "SAFEBEAT_WEB_USER", "SAFEBEAT_WEB_PASSWORD")
 
 
 def _bind(value: str) -> tuple[str, int]:
@@ -16,6 +21,16 @@ def _bind(value: str) -> tuple[str, int]:
             f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:8765", param_hint="--bind"
         )
     return host.strip("[]"), int(port)
+
+
+def _empty_variables(given: dict[str, str | None]) -> list[str]:
+    """The credential variables set to "" where no option gave a value: click reads an
+    empty variable as unset, which would serve without the credential meant."""
+    return [
+        var
+        for var, value in zip(CREDENTIAL_VARIABLES, given.values(), strict=True)
+        if value is None and os.environ.get(var) == ""
+    ]
 
 
 @click.command()
@@ -46,6 +61,14 @@ def _bind(value: str) -> tuple[str, int]:
     help="The basic-auth password of --user [env: SAFEBEAT_WEB_PASSWORD].",
 )
 @click.option(
+    "--token-actor",
+    envvar="SAFEBEAT_WEB_TOKEN_ACTOR",
+    default="token",
+    show_default=True,
+    metavar="NAME",
+    help="Who a request with the token acts as in the audit trail [env: SAFEBEAT_WEB_TOKEN_ACTOR].",
+)
+@click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
@@ -71,6 +94,7 @@ def web(
     token: str | None,
     user: str | None,
     password: str | None,
+    token_actor: str,
     allowed_hosts: tuple[str, ...],
     read_only: bool,
 ) -> None:
@@ -87,8 +111,16 @@ def web(
         raise click.ClickException(
             f'safebeat web needs the web extra ({exc.name} is missing): pip install "safebeat[web]"'
         ) from exc
+    empty = _empty_variables({"token": token, "user": user, "password": password})
+    if empty:
+        raise UsageProblem(
+            f"{' and '.join(empty)} set but empty: an empty credential would let every "
+            "request in; give it a value, or unset it"
+        )
     try:
-        credentials = console.Credentials(token=token or None, username=user, password=password)
+        credentials = console.Credentials(
+            token=token, username=user, password=password, token_actor=token_actor
+        )
         hosts = console.AllowedHosts.bound(host, port, allowed_hosts)
     except ValueError as exc:
         raise UsageProblem(str(exc)) from exc

@@ -47,7 +47,8 @@ def app(
     (`LOOPBACK_HOSTS`, any port) or one of `allowed_hosts` (`ops.example.com`, or
     `ops.example.com:8443` for that port only; `*` for any, where your app or proxy
     checks the host itself), or exactly those of an `AllowedHosts`; any other gets 400. A
-    POST's `Origin` must name one of them too. Raise ValueError for a bad allowed host.
+    POST's `Origin` must name one of them too. Raise ValueError for an empty credential or
+    a bad allowed host.
     """
     console = Console(
         Options.for_app(celery_app, url=url, namespace=namespace), read_only=read_only

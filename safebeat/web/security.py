@@ -4,7 +4,8 @@ its own page.
 - Credentials: a token (`Authorization: Bearer <token>`, or as the password of HTTP basic
   auth with any user name) and/or a user name and password for HTTP basic auth. Without
   any, every request is let in: fine on a loopback address or behind the host app's own
-  auth, which is why standalone serving refuses other addresses without them.
+  auth, which is why standalone serving refuses other addresses without them. An empty
+  token, user name or password is refused, never taken for "no credentials".
 - Hosts: a request whose `Host` is not one the console answers to (loopback names, the
   address it is bound to, and the names given for a proxy) gets 400, so a page whose
   domain resolves to 127.0.0.1 (DNS rebinding) reads and changes nothing.
@@ -14,6 +15,8 @@ its own page.
   that ends TLS, the console sees `http` where the browser says `https`.
 - Headers: every response forbids framing, MIME sniffing and cross-origin referrers, and
   pages may load nothing but the console's own stylesheet.
+- The audit actor: only what was checked (the host app's signed-in user, the basic-auth
+  user whose password matched, the token's actor), else the client's address.
 """
 
 from __future__ import annotations
@@ -41,11 +44,15 @@ CSRF_FIELD = "csrf_token"
 
 @dataclass(frozen=True)
 class Credentials:
-    """What a request must present; with neither a token nor a user, nothing."""
+    """What a request must present; with neither a token nor a user, nothing.
+
+    `token_actor` is who a request bearing the token acts as in the audit trail.
+    """
 
     token: str | None = None
     username: str | None = None
     password: str | None = None
+    token_actor: str = "token"  # noqa: S105 - a name for the audit trail, not a secret
 
     def __post_init__(self) -> None:
         if (self.username is None) != (self.password is None):
@@ -53,29 +60,49 @@ class Credentials:
                 "basic auth needs both a user name and a password "
                 "(--user and --password, or SAFEBEAT_WEB_USER and SAFEBEAT_WEB_PASSWORD)"
             )
+        for given, what in (
+            (self.token, "the token (--token, SAFEBEAT_WEB_TOKEN)"),
+            (self.username, "the user name (--user, SAFEBEAT_WEB_USER)"),
+            (self.password, "the password (--password, SAFEBEAT_WEB_PASSWORD)"),
+        ):
+            if given is not None and not given.strip():
+                raise ValueError(
+                    f"{what} is empty: an empty credential would let every request in; "
+                    "give a value, or leave it out for a console without credentials"
+                )
+        if not self.token_actor.strip():
+            raise ValueError("the token's actor (--token-actor) is empty: give a name")
 
     @property
     def required(self) -> bool:
-        return bool(self.token or self.username)
+        return self.token is not None or self.username is not None
 
     def accept(self, authorization: str | None) -> bool:
         """Whether an `Authorization` header value satisfies these credentials."""
+        return self.actor(authorization) is not None
+
+    def actor(self, authorization: str | None) -> str | None:
+        """Who an `Authorization` header value proves to be: the basic-auth user name whose
+        password matched, or `token_actor` for the token; "" where nothing is required
+        (nobody is proven); None where it does not satisfy these credentials."""
         if not self.required:
-            return True
+            return ""
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() == "bearer":
-            return self.token is not None and _same(value.strip(), self.token)
+            given = value.strip()
+            return self.token_actor if self.token and _same(given, self.token) else None
         if scheme.lower() == "basic":
             user, password = _basic(value)
             if self.token is not None and _same(password, self.token):
-                return True
-            return (
+                return self.token_actor  # any user name: the name proves nothing
+            if (
                 self.username is not None
                 and self.password is not None
                 and _same(user, self.username)
                 and _same(password, self.password)
-            )
-        return False
+            ):
+                return self.username
+        return None
 
 
 def _basic(value: str) -> tuple[str, str]:
@@ -225,8 +252,13 @@ class HardeningHeaders:
         await self.app(scope, receive, send_hardened)
 
 
+#: Where RequireCredentials leaves who the request proved to be, for `actor_of`.
+ACTOR_KEY = "safebeat.actor"
+
+
 class RequireCredentials:
-    """ASGI middleware: a request without the credentials gets 401 and a basic-auth prompt."""
+    """ASGI middleware: a request without the credentials gets 401 and a basic-auth prompt;
+    one with them carries who they prove (`ACTOR_KEY` in its scope)."""
 
     def __init__(self, app: ASGIApp, credentials: Credentials) -> None:
         self.app = app
@@ -235,7 +267,8 @@ class RequireCredentials:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             header = dict(scope["headers"]).get(b"authorization")
-            if not self.credentials.accept(None if header is None else header.decode("latin-1")):
+            actor = self.credentials.actor(None if header is None else header.decode("latin-1"))
+            if actor is None:
                 response = PlainTextResponse(
                     "safebeat console: log in with the console's token or user name and password",
                     status_code=401,
@@ -243,6 +276,7 @@ class RequireCredentials:
                 )
                 await response(scope, receive, send)
                 return
+            scope = {**scope, ACTOR_KEY: actor} if actor else scope
         await self.app(scope, receive, send)
 
 
@@ -314,19 +348,16 @@ def is_loopback(host: str) -> bool:
 
 def actor_of(request: Request) -> str:
     """Who a request acts as, for the audit trail: the host app's signed-in user (a mount
-    behind Starlette's AuthenticationMiddleware), else the basic-auth user name, else
-    `token` for a bearer token, else `web <client address>` (an open loopback console)."""
+    behind Starlette's AuthenticationMiddleware), else who the console's credentials
+    proved (the basic-auth user, the token's actor), else `web <client address>` (an open
+    console). Never a name the client merely sent."""
     user = request.scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
         name = getattr(user, "display_name", "") or getattr(user, "username", "")
         if name:
             return str(name)
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "basic":
-        name, _password = _basic(value)
-        if name:
-            return name
-    if scheme.lower() == "bearer":
-        return "token"
+    proven = request.scope.get(ACTOR_KEY)
+    if proven:
+        return str(proven)
     client = request.client
     return f"web {client.host if client is not None else 'unknown'}"

@@ -625,6 +625,43 @@ def test_a_name_with_path_characters_links_to_and_acts_on_itself(tricky: Filled)
     )
 
 
+def test_the_actor_is_only_ever_what_the_credentials_proved(filled: Filled) -> None:
+    """A basic-auth name the console did not check is ignored: an open console records
+    `web <client>`, a token console its token's actor (any user name beside the token),
+    a user-and-password console that user."""
+    forged = {"Authorization": "Basic " + base64.b64encode(b"mallory:x").decode()}
+    token = Credentials(token="t0ken", token_actor="deploy-bot")
+    consoles = [
+        (Credentials(), forged, "web testclient"),
+        (token, {"Authorization": "Bearer t0ken"}, "deploy-bot"),
+        (token, {"Authorization": "Basic " + base64.b64encode(b"mallory:t0ken").decode()},
+         "deploy-bot"),
+        (Credentials(token="t0ken"), {"Authorization": "Bearer t0ken"}, "token"),
+        (Credentials(username="ops", password="pw"),
+         {"Authorization": "Basic " + base64.b64encode(b"ops:pw").decode()}, "ops"),
+    ]  # fmt: skip
+    for credentials, headers, actor in consoles:
+        console = safebeat.web.app(filled.app, credentials=credentials)
+        with local(console, headers=headers) as test_client:
+            test_client.post(
+                f"/entries/{ENTRY}/pause", data={"csrf_token": csrf_token(test_client)}
+            )
+        [record, *_] = filled.store.audit(filled.namespace)
+        assert record.actor == actor, credentials
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [{"token": ""}, {"token": "  "}, {"username": "", "password": "x"},
+     {"username": "ops", "password": ""}, {"token": "t", "token_actor": ""}],
+)  # fmt: skip
+def test_an_empty_credential_is_refused_not_taken_for_none(credentials: dict[str, str]) -> None:
+    """An empty token, user name or password is a ValueError that says so, never a console
+    that lets every request in."""
+    with pytest.raises(ValueError, match="is empty"):
+        safebeat.web.app(url="memory://", credentials=Credentials(**credentials))
+
+
 def web_command(sqlite_url: str, *args: str) -> Result:
     """`safebeat web ARGS` on `sqlite_url`; expected to stop before serving."""
     return CliRunner().invoke(main, ["--url", sqlite_url, "web", *args])
@@ -649,4 +686,28 @@ def test_safebeat_web_refuses_a_bad_allowed_host_in_one_line(
 ) -> None:
     """`--allowed-host *` without credentials (it would answer a rebinding page), a URL
     for a host, or a port beyond 65535 exits 2 with one line naming it."""
+    refused_in_one_line(web_command(sqlite_url, *args), said)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--token", ""], {}, "the token"),
+        (["--user", "", "--password", "x"], {}, "the user name"),
+        (["--user", "ops", "--password", ""], {}, "the password"),
+        ([], {"SAFEBEAT_WEB_TOKEN": ""}, "SAFEBEAT_WEB_TOKEN set but empty"),
+        (["--user", "ops"], {"SAFEBEAT_WEB_PASSWORD": ""}, "SAFEBEAT_WEB_PASSWORD set but empty"),
+    ],
+)
+def test_safebeat_web_refuses_an_empty_credential_in_one_line(
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    """An empty token, user name or password, as a flag or a variable set to nothing,
+    exits 2 with one line naming it, before serving a console without it."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
     refused_in_one_line(web_command(sqlite_url, *args), said)
