@@ -1,9 +1,10 @@
 """The console's pages and actions as a Starlette app; see `safebeat.web.app`.
 
 Pages are GETs and change nothing; every action is a POST that passes the read-only and
-CSRF checks first. Every path built from an entry name is percent-encoded, so a name with
-`/..`, `?`, `#` or `%` links to, and acts on, itself. Store calls run in the thread pool
-(stores are synchronous).
+CSRF checks first, and whose form is bounded (`MAX_FORM_BYTES`, `FIELD_LIMITS`). Every
+path built from an entry name is percent-encoded, so a name with `/..`, `?`, `#` or `%`
+links to, and acts on, itself. Store calls run in the thread pool (stores are
+synchronous).
 """
 
 from __future__ import annotations
@@ -14,15 +15,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -51,6 +51,10 @@ _DONE = {
     "resumed": "Resumed.",
 }
 Endpoint = Callable[[Request], Any]
+#: The largest action form the console reads, in bytes; a larger one is refused (413).
+MAX_FORM_BYTES = 16 * 1024
+#: The most characters each field of an action form may hold; a longer one is refused (400).
+FIELD_LIMITS = {"note": 500, "until": 64, "start": 64, "end": 64, "confirm": 3}
 
 
 def path_for(request: Request, route: str, **params: Any) -> str:
@@ -58,6 +62,14 @@ def path_for(request: Request, route: str, **params: Any) -> str:
     whole (a `/`, `?`, `#` or `%` in an entry name stays in the name)."""
     quoted = {key: quote(str(value), safe="") for key, value in params.items()}
     return request.url_for(route, **quoted).path
+
+
+class Refused(Exception):
+    """An action's form refused before it is read further: the response says why."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 class Pages:
@@ -161,18 +173,51 @@ class Pages:
             request, "doctor.html", read, as_name="findings", title="Doctor"
         )
 
-    async def _action_form(self, request: Request) -> tuple[FormData, Response | None]:
-        """The POSTed form, or the response refusing it (read-only, CSRF)."""
-        form = await request.form()
+    async def _action_form(self, request: Request) -> tuple[dict[str, str], Response | None]:
+        """The POSTed form, or the response refusing it: read-only (403), larger than
+        `MAX_FORM_BYTES` (413), without this browser's CSRF token (403), or a field longer
+        than its limit (400)."""
         if self.console.read_only:
             message = "this console is read-only: it shows the schedule but changes nothing"
-            return form, self.problem(request, 403, "Read-only", message)
-        token = form.get(CSRF_FIELD)
-        submitted = token if isinstance(token, str) else None
-        refused = self.csrf.problem(request, submitted, self.hosts)
-        if refused is not None:
-            return form, self.problem(request, 403, "Refused", refused)
+            return {}, self.problem(request, 403, "Read-only", message)
+        try:
+            form = await self._bounded_form(request)
+        except Refused as refused:
+            return {}, refused.response
+        why = self.csrf.problem(request, form.get(CSRF_FIELD), self.hosts)
+        if why is not None:
+            return form, self.problem(request, 403, "Refused", why)
+        for field, limit in FIELD_LIMITS.items():
+            if len(form.get(field, "")) > limit:
+                message = (
+                    f"the {field} is {len(form[field]):,} characters long; the console "
+                    f"takes at most {limit}"
+                )
+                return form, self.problem(request, 400, "Too long", message)
         return form, None
+
+    async def _bounded_form(self, request: Request) -> dict[str, str]:
+        """The url-encoded form of the request, read up to `MAX_FORM_BYTES`: the first
+        value of each field, any byte sequence decoded (invalid UTF-8 replaced)."""
+        too_large = Refused(
+            PlainTextResponse(
+                f"safebeat console: a form of more than {MAX_FORM_BYTES:,} bytes is refused",
+                status_code=413,
+            )
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+            raise too_large
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise too_large
+        text = body.decode("utf-8", "replace")
+        form: dict[str, str] = {}
+        for key, value in parse_qsl(text, keep_blank_values=True, errors="replace"):
+            form.setdefault(key, value)
+        return form
 
     def pause(self, paused: bool) -> Endpoint:
         async def endpoint(request: Request) -> Response:

@@ -115,7 +115,12 @@ def _basic(value: str) -> tuple[str, str]:
 
 
 def _same(given: str, expected: str) -> bool:
-    return hmac.compare_digest(given.encode(), expected.encode())
+    """Compare in constant time, as bytes: `compare_digest` refuses str beyond ASCII."""
+    return hmac.compare_digest(_bytes(given), _bytes(expected))
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "replace")  # a lone surrogate too
 
 
 #: The names of this machine a console always answers to, on any port.
@@ -287,7 +292,7 @@ class Csrf:
         self.secret = secret or secrets.token_bytes(32)
 
     def _sign(self, nonce: str) -> str:
-        return hmac.new(self.secret, nonce.encode(), hashlib.sha256).hexdigest()
+        return hmac.new(self.secret, _bytes(nonce), hashlib.sha256).hexdigest()
 
     def token(self, request: Request) -> str:
         """The token for this browser's forms; a new browser gets a nonce to set as cookie."""
@@ -312,12 +317,13 @@ class Csrf:
 
     def problem(self, request: Request, submitted: str | None, hosts: AllowedHosts) -> str | None:
         """Why a POST is refused, or None if it carries this browser's token and, if it
-        says where it came from, came from a host the console answers to."""
+        says where it came from, came from a host the console answers to (any value of
+        either is an answer, never an error)."""
         origin = request.headers.get("origin")
         if origin is not None and not _same_site(origin, request, hosts):
             return f"this action came from another site ({origin}); use the console's own page"
         nonce = request.cookies.get(CSRF_COOKIE)
-        if not nonce or not submitted or not hmac.compare_digest(submitted, self._sign(nonce)):
+        if not nonce or not submitted or not _same(submitted, self._sign(nonce)):
             return (
                 "this form has expired or did not come from the console "
                 "(missing or wrong CSRF token): reload the page and try again"

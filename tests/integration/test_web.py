@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -33,6 +33,7 @@ from tests.integration.beat import make_app, tick_until
 
 ENTRY = "every-1s"
 PAGES = ("/", f"/entries/{ENTRY}", "/replicas", "/doctor")
+FORM = "application/x-www-form-urlencoded"
 #: Where the tests' browser finds the console: a loopback name, as `safebeat web` serves.
 LOCAL_HOST = "127.0.0.1:8765"
 
@@ -711,3 +712,65 @@ def test_safebeat_web_refuses_an_empty_credential_in_one_line(
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     refused_in_one_line(web_command(sqlite_url, *args), said)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (urlencode({"csrf_token": "é" * 64}), FORM),
+        (urlencode({"csrf_token": "\u2028<script>"}), FORM),
+        ("csrf_token=%ff%fe%ed%a0%80", FORM),  # not UTF-8, a surrogate's bytes among them
+        (b"csrf_token=\xff\xfe", FORM),  # raw bytes beyond ASCII
+        ("csrf_token=" + "0" * 16_000, FORM),
+        ("csrf_token=%00", FORM),
+        ("csrf_token=", FORM),
+        ("csrf_token=+", FORM),
+        ("csrf_token&csrf_token=x", FORM),
+        ('--b\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\nx\r\n--b--\r\n',
+         "multipart/form-data; boundary=b"),
+    ],
+    ids=["non-ascii", "line-separator", "invalid-utf8", "raw-bytes", "huge", "nul", "empty",
+         "space", "no-value", "multipart"],
+)  # fmt: skip
+def test_any_csrf_token_is_refused_with_403_never_a_500(
+    filled: Filled, body: str | bytes, content_type: str
+) -> None:
+    """Whatever the form's csrf_token holds (beyond ASCII, not UTF-8, 16,000 characters,
+    nothing), or however the form is sent, a POST without the right token is 403 and
+    changes nothing."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        csrf_token(test_client)  # the browser has its cookie
+        refused = test_client.post(
+            f"/entries/{ENTRY}/pause", content=body, headers={"Content-Type": content_type}
+        )
+    assert refused.status_code == 403
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+@pytest.mark.parametrize(
+    ("field", "size", "status"),
+    [("note", 501, 400), ("until", 65, 400), ("start", 65, 400), ("note", 20_000, 413)],
+)
+def test_a_field_over_its_limit_is_refused_and_changes_nothing(
+    filled: Filled, field: str, size: int, status: int
+) -> None:
+    """A pause note over 500 characters, an instant over 64, is 400 naming the field and
+    its limit; a form over 16 KiB is 413. Nothing is paused or audited."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        form = {"csrf_token": csrf_token(test_client), field: "x" * size}
+        action = "backfill" if field == "start" else "pause"
+        refused = test_client.post(f"/entries/{ENTRY}/{action}", data=form)
+    assert refused.status_code == status
+    if status == 400:
+        assert f"the {field} is {size:,} characters long" in refused.text
+        assert "at most" in refused.text
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert filled.store.audit(filled.namespace) == []
+
+
+def test_a_note_at_its_limit_is_kept_whole(filled: Filled) -> None:
+    """A pause note of exactly 500 characters, the form's own limit, pauses with it."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        form = {"csrf_token": csrf_token(test_client), "note": "n" * 500}
+        assert test_client.post(f"/entries/{ENTRY}/pause", data=form).status_code == 200
+    assert filled.store.states(filled.namespace)[ENTRY].pause_note == "n" * 500
