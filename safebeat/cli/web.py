@@ -16,9 +16,13 @@ CREDENTIAL_VARIABLES = ("SAFEBEAT_WEB_TOKEN", "SAFEBEAT_WEB_USER", "SAFEBEAT_WEB
 
 def _bind(value: str) -> tuple[str, int]:
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isascii() or not port.isdigit():
         raise click.BadParameter(
             f"{value!r} is not HOST:PORT, e.g. 127.0.0.1:8765", param_hint="--bind"
+        )
+    if not 0 < int(port) < 65536:
+        raise click.BadParameter(
+            f"{value!r}: port {int(port)} is not a TCP port (1 to 65535)", param_hint="--bind"
         )
     return host.strip("[]"), int(port)
 

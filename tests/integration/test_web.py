@@ -714,6 +714,15 @@ def test_safebeat_web_refuses_an_empty_credential_in_one_line(
     refused_in_one_line(web_command(sqlite_url, *args), said)
 
 
+@pytest.mark.parametrize("port", ["99999", "0", "65536"])
+def test_safebeat_web_refuses_a_port_that_is_no_tcp_port_in_one_line(
+    sqlite_url: str, port: str
+) -> None:
+    """`--bind 127.0.0.1:99999` exits 2 with one line naming the port, not a traceback."""
+    result = web_command(sqlite_url, "--bind", f"127.0.0.1:{port}")
+    refused_in_one_line(result, f"port {port} is not a TCP port")
+
+
 @pytest.mark.parametrize(
     ("body", "content_type"),
     [
