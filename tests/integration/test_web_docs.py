@@ -5,6 +5,7 @@ mounts a console that asks for its password and acts."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests import services
 from tests.docpages import Page, missing_lines
 
 PAGE = Page(Path(__file__).parents[2] / "docs" / "web.md")
+SECURITY = Page(Path(__file__).parents[2] / "docs" / "security.md")
 
 
 @pytest.fixture
@@ -135,3 +137,41 @@ def test_celery_safebeat_web_serves_the_same_console(project: Path) -> None:
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_the_console_behind_a_proxy_answers_its_names_only(project: Path) -> None:
+    """docs/security.md's command serves a console that answers ops.example.com and its
+    loopback address, with the token, and any other host with 400."""
+    assignment, *command = SECURITY.block("behind-a-proxy").text.split()
+    variable, _, _ = assignment.partition("=")
+    assert variable == "SAFEBEAT_WEB_TOKEN"
+    assert command[:2] == ["safebeat", "web"]
+    port = services.free_port()
+    command = [word.replace(":8765", f":{port}") for word in command]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "safebeat", *command[1:]],
+        cwd=project,
+        env={**os.environ, variable: "s3cret-token"},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        answers = {}
+        deadline = time.monotonic() + 30
+        for host in ("ops.example.com", f"127.0.0.1:{port}", "evil.example"):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/",
+                headers={"Host": host, "Authorization": "Bearer s3cret-token"},
+            )
+            while host not in answers:
+                try:
+                    with urllib.request.urlopen(request, timeout=2) as page:  # noqa: S310
+                        answers[host] = page.status
+                except urllib.error.HTTPError as refused:
+                    answers[host] = refused.code
+                except (urllib.error.URLError, ConnectionError):
+                    assert time.monotonic() < deadline, "safebeat web did not serve"
+                    time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(20)
+    assert answers == {"ops.example.com": 200, f"127.0.0.1:{port}": 200, "evil.example": 400}
