@@ -34,8 +34,19 @@ _KUBERNETES_SERVICE_VAR = re.compile(r"^SAFEBEAT_(SERVICE_HOST|SERVICE_PORT|PORT
 WINDOW_VARIABLES = frozenset(
     {"SAFEBEAT_SCHEDULED_TIME", "SAFEBEAT_JOB_NAME", "SAFEBEAT_ENTRY", "SAFEBEAT_WINDOW"}
 )
-#: Variables of the `safebeat` command itself, not settings (SAFEBEAT_DEBUG: show tracebacks).
-COMMAND_VARIABLES = frozenset({"SAFEBEAT_DEBUG"})
+#: Variables of the `safebeat` command itself, not settings: SAFEBEAT_DEBUG (show
+#: tracebacks), and those of `safebeat web`'s options.
+COMMAND_VARIABLES = frozenset(
+    {
+        "SAFEBEAT_DEBUG",
+        "SAFEBEAT_WEB_TOKEN",
+        "SAFEBEAT_WEB_TOKEN_ACTOR",
+        "SAFEBEAT_WEB_USER",
+        "SAFEBEAT_WEB_PASSWORD",
+        "SAFEBEAT_WEB_READ_ONLY",
+        "SAFEBEAT_WEB_ALLOWED_HOSTS",
+    }
+)
 _KUBERNETES_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://[^/]+:\d+$")
 #: What a Redis store does about an eviction policy that could delete claims.
 RedisEviction: TypeAlias = Literal["warn", "refuse", "ignore"]

@@ -24,9 +24,23 @@ class BadInstant(ValueError):
         self.zoneless = zoneless
 
 
+def printable(text: str) -> str:
+    """`text` safe to print on a terminal: each character that is not printable (a
+    newline, ESC, another control character, a bidirectional override) as its escape,
+    `\\n`, `\\x1b`, `\\u202e`, so a name cannot add rows or colours to a table.
+    Backslashes stay as they are."""
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
 def one_line(text: str) -> str:
-    """`text` on one line: a driver's multi-line message joined with "; "."""
-    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+    """`text` on one line: a driver's multi-line message joined with "; ", and any other
+    character that is not printable escaped (see `printable`)."""
+    return printable("; ".join(line.strip() for line in str(text).splitlines() if line.strip()))
 
 
 def when(instant: datetime | None) -> str:

@@ -1,9 +1,22 @@
-"""Store URLs: which backend a URL names, and how to show it without its password."""
+"""Store URLs: which backend a URL names, and how to show it without its passwords.
+
+A URL is shown as its driver reads it, never by cutting its text apart again: parsed by
+libpq for PostgreSQL, by urllib (as redis-py reads it) for Redis and the other schemes, and
+written back with each password as `***`. A password holding a character its URL should
+have percent-encoded (`@`, `/`, `#`, `?`, `%`) may be cut short by the driver, leaving the
+rest in the host, the path or the fragment; so where the driver's reading of a password
+differs from the widest one the text allows, or the driver cannot read the URL at all,
+everything up to the last `@` is hidden, and no driver message about the URL is shown.
+"""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
-from urllib.parse import unquote_to_bytes, urlsplit, urlunsplit
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import quote, unquote, unquote_plus, unquote_to_bytes, urlsplit
 
 from safebeat.errors import ConfigError
 
@@ -23,6 +36,19 @@ SCHEMES = {
 }
 
 _PASSWORD_IN_QUERY = re.compile(r"(?i)(password=)[^&\s]*")
+#: From the first secret option of a query to its end: what the widest reading hides.
+_SECRET_OPTIONS_ON = re.compile(r"(?i)((?:^|[?&;])[^&=?#;]*password=).*$", re.DOTALL)
+#: Where one option of a query ends at the widest: before the next `&name=`.
+_NEXT_OPTION = re.compile(r"&(?=[A-Za-z_][A-Za-z0-9_.-]*=)")
+#: A secret option of a query, at the start of the query or after an `&`.
+_SECRET_OPTION = re.compile(r"(?i)(?:^|&)([^&=]*password)=")
+#: Characters of a libpq option's value shown as they are, for legibility.
+_SHOWN_AS_IS = "/:@,"
+#: What a store error says instead of a message about a URL its driver misread.
+MISREAD = (
+    "the URL's password seems to hold a character to percent-encode (@ as %40, / as %2F, "
+    "? as %3F, # as %23, % as %25); the error is not shown, as it may quote part of it"
+)
 
 
 def backend_of(url: str, *, setting: str = "safebeat_url") -> str:
@@ -40,43 +66,164 @@ def backend_of(url: str, *, setting: str = "safebeat_url") -> str:
         ) from None
 
 
-def redact(url: str) -> str:
-    """Return `url` with any password replaced by `***` (userinfo and `password=` query).
+@dataclass(frozen=True)
+class Reading:
+    """A URL as its driver reads it: how to show it, and what must never be shown.
 
-    Works for every scheme, and for text urlsplit rejects (`django://[`) too.
+    `secrets`: every text that may be a password (longest first), as written and decoded,
+    under the driver's reading and the widest one. `misread`: the driver cannot read the
+    URL, or reads its passwords otherwise than the widest reading does.
     """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return _redact_unparsable(url)
-    if parts.password is None and not _PASSWORD_IN_QUERY.search(parts.query):
-        return url
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:***@{hostport}"
-    query = _PASSWORD_IN_QUERY.sub(r"\1***", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+    shown: str
+    secrets: tuple[str, ...]
+    misread: bool
 
 
-def _redact_unparsable(url: str) -> str:
-    """Hide the password of a URL urlsplit rejects (an unbalanced `[`), reading it as it would."""
+@dataclass(frozen=True)
+class _Parsed:
+    """What a driver made of a URL: the URL written back with `***` for each password,
+    the passwords it found, and how it decodes a password as written (to compare)."""
+
+    shown: str
+    passwords: frozenset[str]
+    decode: Callable[[str], str]
+
+
+def redact(url: str) -> str:
+    """`url` as its driver reads it, every password shown as `***`; see `read`.
+
+    Never fails, whatever the text.
+    """
+    return read(url).shown
+
+
+@functools.lru_cache(maxsize=256)
+def read(url: str) -> Reading:
+    """Read `url` as its driver does (libpq for PostgreSQL, urllib as redis-py does for
+    Redis and the rest) and write it back with every password as `***`.
+
+    Where the driver cannot read it, or its passwords differ from the widest reading
+    (each from the first `:` after `://` to the last `@`, and each secret query option up
+    to the next `&name=`), the password holds a character the URL should have
+    percent-encoded: the URL is shown as `scheme://***@` and what follows its last `@`.
+    """
     scheme, separator, rest = url.partition("://")
-    if not separator:
-        return _PASSWORD_IN_QUERY.sub(r"\1***", url)
-    netloc, tail = _netloc_and_tail(rest)
-    userinfo, at, hostport = netloc.rpartition("@")
+    if not separator:  # not a URL: no user, no password, perhaps options
+        return Reading(_SECRET_OPTIONS_ON.sub(r"\1***", url), (), misread=False)
+    reader = _READERS.get(SCHEMES.get(scheme.lower(), ""), _urllib)
+    try:
+        parsed: _Parsed | None = reader(url)
+    except Exception:  # noqa: BLE001 - what the driver cannot read is shown the widest way
+        parsed = None
+    written = {text for text in _widest(rest) if text}
+    secrets = written | {unquote(text) for text in written}
+    if parsed is not None:
+        secrets |= parsed.passwords
+    ordered = tuple(sorted(secrets, key=len, reverse=True))
+    if parsed is None or parsed.passwords != {parsed.decode(text) for text in written}:
+        return Reading(_hidden(scheme, rest), ordered, misread=True)
+    return Reading(parsed.shown, ordered, misread=False)
+
+
+def _widest(rest: str) -> tuple[str, ...]:
+    """The passwords of what follows `scheme://`, read as widely as the text allows: the
+    userinfo up to the last `@`, and each secret query option up to the next `&name=`."""
+    found = []
+    userinfo, at, _ = rest.rpartition("@")
     if at and ":" in userinfo:
-        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
-    return f"{scheme}://{netloc}" + _PASSWORD_IN_QUERY.sub(r"\1***", tail)
+        found.append(userinfo.partition(":")[2])
+    _, question, query = rest.partition("?")
+    if question:
+        for match in _SECRET_OPTION.finditer(query):
+            value = query[match.end() :]
+            end = _NEXT_OPTION.search(value)
+            found.append(value if end is None else value[: end.start()])
+    return tuple(found)
 
 
-def _netloc_and_tail(rest: str) -> tuple[str, str]:
-    """Split what follows `scheme://` where urlsplit would: at the first `/`, `?` or `#`."""
-    end = next((i for i, char in enumerate(rest) if char in "/?#"), len(rest))
-    return rest[:end], rest[end:]
+def _hidden(scheme: str, rest: str) -> str:
+    """`scheme://rest` with everything up to its last `@`, and every query option from
+    the first secret one on, hidden."""
+    _, at, tail = rest.rpartition("@")
+    tail = _SECRET_OPTIONS_ON.sub(r"\1***", tail)
+    return f"{scheme}://***@{tail}" if at else f"{scheme}://{tail}"
+
+
+def _secret(option: str) -> bool:
+    """Whether a query option holds a password (`password`, `sslpassword`,
+    `sentinel_password`, `ssl_password`)."""
+    return option.lower().endswith("password")
+
+
+def _libpq(url: str) -> _Parsed:
+    """The URL as libpq reads it (`PQconninfoParse`, through psycopg)."""
+    from psycopg.conninfo import conninfo_to_dict  # noqa: PLC0415 - the postgres extra
+
+    options = {key: str(value) for key, value in conninfo_to_dict(url).items()}
+    passwords = frozenset(v for k, v in options.items() if _secret(k) and v)
+    user = quote(options.pop("user", ""), safe="")
+    if options.pop("password", ""):
+        user += ":***"
+    hosts = [h for h in options.pop("host", "").split(",") if h]
+    ports = [p for p in options.pop("port", "").split(",") if p]
+    dbname = options.pop("dbname", "")
+    if any(h.startswith("/") for h in hosts) or (ports and len(ports) != len(hosts)):
+        # Sockets, or ports libpq spreads over the hosts: shown as options, as written.
+        options = {"host": ",".join(hosts), "port": ",".join(ports), **options}
+        hosts = ports = []
+    netloc = ",".join(
+        (f"[{h}]" if ":" in h else quote(h, safe="")) + (f":{p}" if p else "")
+        for h, p in itertools.zip_longest(hosts, ports, fillvalue="")
+    )
+    if user:
+        netloc = f"{user}@{netloc}"
+    query = "&".join(
+        f"{quote(k, safe='')}={'***' if _secret(k) else quote(v, safe=_SHOWN_AS_IS)}"
+        for k, v in options.items()
+        if v
+    )
+    scheme = url.partition("://")[0]
+    path = f"/{quote(dbname, safe='')}" if dbname else ""
+    return _Parsed(
+        f"{scheme}://{netloc}{path}" + (f"?{query}" if query else ""), passwords, unquote
+    )
+
+
+def _urllib(url: str) -> _Parsed:
+    """The URL as urllib splits it, as redis-py (and safebeat's Sentinel and Cluster
+    URLs, and Django's alias) read it; passwords as written."""
+    parts = urlsplit(url)
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    passwords = {password} if password else set()
+    options = []
+    for option in parts.query.split("&") if parts.query else []:
+        key, equals, value = option.partition("=")
+        if equals and _secret(unquote_plus(key)):
+            passwords |= {value} if value else set()
+            value = "***"
+        options.append(f"{key}{equals}{value}")
+    shown_user = f"{user}:***" if password else user
+    netloc = f"{shown_user}@{hostport}" if shown_user else hostport
+    scheme = url.partition("://")[0]
+    query = "&".join(options)
+    return _Parsed(
+        f"{scheme}://{netloc}{parts.path}" + (f"?{query}" if query else ""),
+        frozenset(passwords),
+        lambda text: text,
+    )
+
+
+def _sqlite(url: str) -> _Parsed:
+    """`sqlite:///path`: everything after `sqlite:///` is the file's path, as the SQLite
+    store reads it; no password."""
+    if not url.startswith("sqlite:///"):
+        raise ValueError("not a sqlite:/// URL")
+    return _Parsed(url, frozenset(), lambda text: text)
+
+
+_READERS: dict[str, Callable[[str], _Parsed]] = {"postgres": _libpq, "sqlite": _sqlite}
 
 
 def password_of(url: str) -> str | None:
@@ -89,11 +236,23 @@ def password_of(url: str) -> str | None:
         return userinfo.partition(":")[2] if separator and at and ":" in userinfo else None
 
 
+def _netloc_and_tail(rest: str) -> tuple[str, str]:
+    """Split what follows `scheme://` where urlsplit would: at the first `/`, `?` or `#`."""
+    end = next((i for i, char in enumerate(rest) if char in "/?#"), len(rest))
+    return rest[:end], rest[end:]
+
+
 def scrub(text: str, url: str) -> str:
-    """Remove the password of `url` from `text` (a driver's error message, say)."""
-    password = password_of(url)
-    if password:
-        text = text.replace(password, "***")
+    """`text` (a driver's message about `url`) without any password of `url`.
+
+    About a URL its driver misread (see `read`), the message may quote any piece of the
+    password, so it is replaced by one saying why, and how to write the URL.
+    """
+    reading = read(url)
+    if reading.misread:
+        return MISREAD
+    for secret in reading.secrets:
+        text = text.replace(secret, "***")
     return _PASSWORD_IN_QUERY.sub(r"\1***", text)
 
 
@@ -110,7 +269,9 @@ def django_alias(url: str, *, setting: str = "safebeat_url") -> str:
             f"{setting} {redact(url)!r}: cannot read this django:// URL; "
             "write django:// or django://<alias of DATABASES>"
         ) from None
-    if "@" in netloc:
+    if "@" in url.partition("://")[2]:
+        # Anywhere, not only in what urlsplit calls the netloc: in django://app:pw#x@alias
+        # it stops at the `#`, and "app:pw" would be taken for the alias, and shown.
         raise ConfigError(
             f"{setting} {redact(url)!r}: a django:// URL names a database alias, not a "
             "user or password; write django://<alias of DATABASES>"

@@ -9,7 +9,7 @@ import click
 from safebeat.cli.context import Options
 from safebeat.cli.options import instant, note_option, opened, require_app, store_options
 from safebeat.config import Config
-from safebeat.display import when
+from safebeat.display import printable, when
 from safebeat.entries import Entry
 from safebeat.ops import operations
 from safebeat.records import Pause
@@ -71,7 +71,7 @@ def _report(published: operations.Published, what: str) -> None:
             "a beat replica re-publishes it after safebeat_claim_timeout"
         )
     for window, error in published.failed.items():
-        click.echo(f"{what}: window {window} failed: {error}", err=True)
+        click.echo(f"{what}: window {window} failed: {printable(error)}", err=True)
     if published.already_claimed:
         click.echo(f"{what}: {published.already_claimed} window(s) already had a row; left alone")
     if published.failed:

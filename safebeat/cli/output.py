@@ -9,13 +9,16 @@ from typing import Any, TypeVar
 
 import click
 
+from safebeat.display import printable
 from safebeat.identity import format_window
 
 R = TypeVar("R")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """`rows` under `headers`, each column as wide as its widest cell."""
+    """`rows` under `headers`, each column as wide as its widest cell; a cell's newlines,
+    ESC and other control characters show as escapes (`display.printable`)."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
     ]

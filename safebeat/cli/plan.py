@@ -13,6 +13,7 @@ from safebeat.cli.context import Options, missing_store
 from safebeat.cli.options import opened, require_app, store_options
 from safebeat.cli.output import emit_json
 from safebeat.config import Config
+from safebeat.display import printable
 from safebeat.ops import deploy_preview as planning
 from safebeat.ops.deploy_preview import Change, Kind, describe_windows
 from safebeat.ops.overview import replica_statuses
@@ -88,7 +89,7 @@ def _print_plan(display_url: str, namespace: str, changes: Sequence[Change]) -> 
         if group:
             click.echo(f"\n{heading}:")
         for change in group:
-            click.echo(f"  {_PLAN_MARKS[kind]} {change.name}: {_plan_line(change)}")
+            click.echo(f"  {_PLAN_MARKS[kind]} {printable(f'{change.name}: {_plan_line(change)}')}")
             if kind is Kind.CHANGED and not change.schedule_changed:
                 continue  # same windows: only the arguments, options or policy changed
             if kind in {Kind.REMOVED, Kind.CHANGED}:

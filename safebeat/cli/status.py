@@ -13,7 +13,7 @@ from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_json, fields, table
 from safebeat.config import parse_duration
-from safebeat.display import span, when
+from safebeat.display import printable, span, when
 from safebeat.errors import ConfigError, UnreadableState
 from safebeat.ops.deploy_preview import RUN_OUTSIDE_CELERY
 from safebeat.ops.overview import (
@@ -102,7 +102,7 @@ def status(options: Options, as_json: bool) -> None:
     if broken or unreadable:
         click.echo("\nbroken entries (beat skips them):")
         for name, error in [*sorted(broken.items()), *((u.entry, u) for u in unreadable)]:
-            click.echo(f"  {name}: {error.problem}")
+            click.echo(f"  {printable(name)}: {printable(error.problem)}")
     click.echo("\nreplicas:")
     click.echo(
         table(
@@ -157,7 +157,7 @@ def health(options: Options, any_replica: bool, max_age: str) -> None:
     fresh = [r for r in mine if r.age <= limit]
     if fresh:
         best = min(fresh, key=lambda r: r.age)
-        click.echo(f"ok: {best.record.replica} heartbeated {span(best.age)} ago")
+        click.echo(f"ok: {printable(best.record.replica)} heartbeated {span(best.age)} ago")
         return
     where = "any host" if any_replica else f"host {host!r}"
     last = min(mine, key=lambda r: r.age, default=None)

@@ -13,7 +13,7 @@ from safebeat.cli.options import opened, require_app, say, store_options
 from safebeat.cli.output import emit_json
 from safebeat.cli.plan import changes_in
 from safebeat.config import Config, parse_duration
-from safebeat.display import span
+from safebeat.display import printable, span
 from safebeat.errors import SafebeatError
 from safebeat.ops import deploy_preview as planning
 from safebeat.ops import doctor, operations
@@ -63,7 +63,7 @@ def doctor_command(options: Options, as_json: bool) -> None:
         emit_json([dataclasses.asdict(f) for f in findings])
     else:
         for finding in findings:
-            click.echo(f"{finding.level.value:8} {finding.check}: {finding.message}")
+            click.echo(f"{finding.level.value:8} {finding.check}: {printable(finding.message)}")
     if any(f.level is doctor.Level.PROBLEM for f in findings):
         sys.exit(1)
 
@@ -137,7 +137,8 @@ def _prune_orphans(options: Options) -> None:
     for change in changes:
         if change.kind is Kind.REMOVED and change.run_by:
             click.echo(
-                f"kept {change.name!r}: live replica(s) {', '.join(change.run_by)} still run it; "
+                f"kept {change.name!r}: live replica(s) {printable(', '.join(change.run_by))} "
+                "still run it; "
                 "prune again once they run the new code",
                 err=True,
             )

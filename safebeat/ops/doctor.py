@@ -215,7 +215,7 @@ def check_publisher_confirms(context: Context) -> list[Finding]:
     try:
         driver = connection.transport.driver_type
         confirms = bool(connection.transport_options.get("confirm_publish"))
-        broker = redact(connection.as_uri(include_password=True))
+        broker = redact(connection.as_uri())  # kombu masks the password itself
     finally:
         connection.release()
     if driver != "amqp":

@@ -1,7 +1,10 @@
 """The console's pages and actions as a Starlette app; see `safebeat.web.app`.
 
 Pages are GETs and change nothing; every action is a POST that passes the read-only and
-CSRF checks first. Store calls run in the thread pool (stores are synchronous).
+CSRF checks first, and whose form is bounded (`MAX_FORM_BYTES`, `FIELD_LIMITS`). Every
+path built from an entry name is percent-encoded, so a name with `/..`, `?`, `#` or `%`
+links to, and acts on, itself. Store calls run in the thread pool (stores are
+synchronous).
 """
 
 from __future__ import annotations
@@ -12,24 +15,33 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from safebeat import display
+from safebeat import display, limits
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
 from safebeat.records import Pause
 from safebeat.web import pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
-from safebeat.web.security import CSRF_FIELD, Credentials, Csrf, RequireCredentials, actor_of
+from safebeat.web.security import (
+    CSRF_FIELD,
+    AllowedHosts,
+    CheckHost,
+    Credentials,
+    Csrf,
+    HardeningHeaders,
+    RequireCredentials,
+    actor_of,
+)
 
 _HERE = Path(__file__).parent
 #: What the entry's page says after pause or resume, by its `done` query value.
@@ -39,14 +51,34 @@ _DONE = {
     "resumed": "Resumed.",
 }
 Endpoint = Callable[[Request], Any]
+#: The largest action form the console reads, in bytes; a larger one is refused (413).
+MAX_FORM_BYTES = 16 * 1024
+#: The most characters each field of an action form may hold; a longer one is refused (400).
+FIELD_LIMITS = {"note": limits.NOTE_CHARS, "until": 64, "start": 64, "end": 64, "confirm": 3}
+
+
+def path_for(request: Request, route: str, **params: Any) -> str:
+    """The path of `route` under the console's mount, each parameter percent-encoded
+    whole (a `/`, `?`, `#` or `%` in an entry name stays in the name)."""
+    quoted = {key: quote(str(value), safe="") for key, value in params.items()}
+    return request.url_for(route, **quoted).path
+
+
+class Refused(Exception):
+    """An action's form refused before it is read further: the response says why."""
+
+    def __init__(self, response: Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
 
 
 class Pages:
     """The endpoints of one console: each renders a template from `Console`'s answers."""
 
-    def __init__(self, console: Console, csrf: Csrf) -> None:
+    def __init__(self, console: Console, csrf: Csrf, hosts: AllowedHosts) -> None:
         self.console = console
         self.csrf = csrf
+        self.hosts = hosts
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -60,7 +92,7 @@ class Pages:
         self, request: Request, template: str, status_code: int = 200, **context: Any
     ) -> Response:
         html = self.templates.get_template(template).render(
-            url=lambda route, **params: request.url_for(route, **params).path,
+            url=functools.partial(path_for, request),
             csrf_field=CSRF_FIELD,
             csrf_token=self.csrf.token(request),
             read_only=self.console.read_only,
@@ -141,17 +173,51 @@ class Pages:
             request, "doctor.html", read, as_name="findings", title="Doctor"
         )
 
-    async def _action_form(self, request: Request) -> tuple[FormData, Response | None]:
-        """The POSTed form, or the response refusing it (read-only, CSRF)."""
-        form = await request.form()
+    async def _action_form(self, request: Request) -> tuple[dict[str, str], Response | None]:
+        """The POSTed form, or the response refusing it: read-only (403), larger than
+        `MAX_FORM_BYTES` (413), without this browser's CSRF token (403), or a field longer
+        than its limit (400)."""
         if self.console.read_only:
             message = "this console is read-only: it shows the schedule but changes nothing"
-            return form, self.problem(request, 403, "Read-only", message)
-        token = form.get(CSRF_FIELD)
-        refused = self.csrf.problem(request, token if isinstance(token, str) else None)
-        if refused is not None:
-            return form, self.problem(request, 403, "Refused", refused)
+            return {}, self.problem(request, 403, "Read-only", message)
+        try:
+            form = await self._bounded_form(request)
+        except Refused as refused:
+            return {}, refused.response
+        why = self.csrf.problem(request, form.get(CSRF_FIELD), self.hosts)
+        if why is not None:
+            return form, self.problem(request, 403, "Refused", why)
+        for field, limit in FIELD_LIMITS.items():
+            if len(form.get(field, "")) > limit:
+                message = (
+                    f"the {field} is {len(form[field]):,} characters long; the console "
+                    f"takes at most {limit}"
+                )
+                return form, self.problem(request, 400, "Too long", message)
         return form, None
+
+    async def _bounded_form(self, request: Request) -> dict[str, str]:
+        """The url-encoded form of the request, read up to `MAX_FORM_BYTES`: the first
+        value of each field, any byte sequence decoded (invalid UTF-8 replaced)."""
+        too_large = Refused(
+            PlainTextResponse(
+                f"safebeat console: a form of more than {MAX_FORM_BYTES:,} bytes is refused",
+                status_code=413,
+            )
+        )
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+            raise too_large
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                raise too_large
+        text = body.decode("utf-8", "replace")
+        form: dict[str, str] = {}
+        for key, value in parse_qsl(text, keep_blank_values=True, errors="replace"):
+            form.setdefault(key, value)
+        return form
 
     def pause(self, paused: bool) -> Endpoint:
         async def endpoint(request: Request) -> Response:
@@ -169,7 +235,7 @@ class Pages:
                 )
             except SafebeatError as exc:
                 return self.failure(request, exc, 400 if until_text else 404)
-            target = request.url_for("entry", name=name).path
+            target = path_for(request, "entry", name=name)
             done = ("paused-until" if until_text else "paused") if paused else "resumed"
             return RedirectResponse(f"{target}?done={done}", status_code=303)
 
@@ -218,9 +284,10 @@ class Pages:
         return self.render(request, "published.html", title=title, name=name, published=published)
 
 
-def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
-    """The ASGI app serving `console`, behind `credentials` (if any) and `csrf`."""
-    pages = Pages(console, csrf)
+def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: AllowedHosts) -> Starlette:
+    """The ASGI app serving `console` to the `hosts` it answers to, behind `credentials`
+    (if any) and `csrf`, every response with the hardening headers."""
+    pages = Pages(console, csrf, hosts)
     entry = "/entries/{name:path}"
     routes = [
         Route("/", pages.entries, name="entries"),
@@ -242,7 +309,11 @@ def build(console: Console, credentials: Credentials, csrf: Csrf) -> Starlette:
 
     return Starlette(
         routes=routes,
-        middleware=[Middleware(RequireCredentials, credentials=credentials)],
+        middleware=[
+            Middleware(HardeningHeaders),
+            Middleware(CheckHost, hosts=hosts),
+            Middleware(RequireCredentials, credentials=credentials),
+        ],
         lifespan=lifespan,
     )
 

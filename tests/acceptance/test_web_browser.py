@@ -39,8 +39,12 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.postgres, pytest.mark.xdist_gr
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 APP = "tests.acceptance.webapp"
-ENTRIES = {"send-invoices", "sync-crm", "weekly-report"}
 ENTRY = "send-invoices"
+#: An entry whose name, unencoded in a path, leads to ENTRY's.
+TRICKY = f"reports/../{ENTRY}"
+ENTRIES = {ENTRY, "sync-crm", "weekly-report", TRICKY}
+#: A name Chromium resolves to 127.0.0.1, as a DNS rebinding attacker's domain does.
+EVIL = "evil.example"
 CHROMIUM_FLAGS = (
     "--headless",
     "--no-sandbox",
@@ -51,7 +55,23 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
     "--no-first-run",
     "--window-size=1400,800",
+    f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
 )
+#: What a page of the attacker's domain runs once its name resolves to the console: read
+#: an entry's page for its CSRF token (and cookie), then pause the entry with them.
+REBINDING_ATTACK = """
+const done = arguments[arguments.length - 1];
+(async () => {
+  const page = await fetch("/entries/send-invoices");
+  const found = (await page.text()).match(/name="csrf_token" value="([^"]+)"/);
+  const pause = await fetch("/entries/send-invoices/pause", {
+    method: "POST",
+    headers: {"Content-Type": "application/x-www-form-urlencoded"},
+    body: "csrf_token=" + (found ? found[1] : "none"),
+  });
+  return [page.status, pause.status];
+})().then(done, (error) => done(String(error)));
+"""
 
 
 def _browser_missing() -> str | None:
@@ -245,6 +265,49 @@ def test_an_operator_pauses_triggers_and_backfills_in_chromium(
             tr.get_attribute("class") for tr in browser.find_elements(By.CSS_SELECTOR, "#audit tr")
         ]
         assert actions[1:] == ["a-backfill", "a-trigger", "a-resume", "a-pause", "a-pause"]
+    finally:
+        store.close()
+
+
+def test_a_rebinding_page_and_a_name_that_is_a_path_change_nothing_in_chromium(
+    browser: Any, console: Console
+) -> None:
+    """DNS rebinding: a page of evil.example, which Chromium resolves to 127.0.0.1, asks
+    for an entry's page to take its CSRF token, then pauses the entry with it: both
+    requests get 400 and nothing is paused. Then the entry named
+    `reports/../send-invoices` opens its own page, and its pause and resume buttons act on
+    it alone, not on send-invoices."""
+    from selenium.webdriver.common.by import By
+
+    namespace = console.namespace
+    store: Store = open_store(console.store_url)
+    try:
+        port = console.base.rpartition(":")[2]
+        # The attacker's page was served by the attacker, under their own policy: let it
+        # run its script where the console's 400 answer (which allows none) now stands.
+        browser.execute_cdp_cmd("Page.setBypassCSP", {"enabled": True})
+        browser.get(f"http://{EVIL}:{port}/entries/{ENTRY}")
+        assert "does not answer to the host" in browser.find_element(By.TAG_NAME, "body").text
+        assert not browser.find_elements(By.TAG_NAME, "form")
+        assert browser.execute_async_script(REBINDING_ATTACK) == [400, 400]
+        assert not store.states(namespace)[ENTRY].paused
+        assert store.audit(namespace) == []
+
+        browser.get(console.base + "/")
+        browser.find_element(By.LINK_TEXT, TRICKY).click()
+        assert browser.find_element(By.TAG_NAME, "h1").text.startswith(TRICKY)
+        browser.find_element(By.ID, "pause").click()
+        _wait_for(lambda: _text(browser, "done").startswith("Paused"), "the paused page")
+        assert browser.find_element(By.TAG_NAME, "h1").text.startswith(TRICKY)
+        states = store.states(namespace)
+        assert (states[TRICKY].paused, states[ENTRY].paused) == (True, False)
+        browser.find_element(By.ID, "resume").click()
+        _wait_for(lambda: _text(browser, "done") == "Resumed.", "the resumed page")
+        assert not store.states(namespace)[TRICKY].paused
+        assert [(r.action.value, r.entry) for r in store.audit(namespace)] == [
+            ("resume", TRICKY),
+            ("pause", TRICKY),
+        ]
     finally:
         store.close()
 

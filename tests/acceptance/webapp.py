@@ -2,7 +2,8 @@
 
 Configured by environment: SB_BROKER_URL and SB_QUEUE; safebeat reads its own SAFEBEAT_*
 variables. The worker hook is on, so the console shows outcomes: `sync-crm` always
-fails, `send-invoices` always succeeds, `weekly-report` is not due during a test.
+fails, `send-invoices` always succeeds, `weekly-report` is not due during a test, nor is
+`reports/../send-invoices`, whose name is a path that leads to `send-invoices`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ app.conf.update(
         "send-invoices": {"task": "shop.send_invoices", "schedule": 2.0},
         "sync-crm": {"task": "shop.sync_crm", "schedule": 3.0},
         "weekly-report": {
+            "task": "shop.weekly_report",
+            "schedule": crontab(minute="0", hour="6", day_of_week="1"),
+        },
+        "reports/../send-invoices": {
             "task": "shop.weekly_report",
             "schedule": crontab(minute="0", hour="6", day_of_week="1"),
         },

@@ -25,6 +25,7 @@ from safebeat.cli import main
 from safebeat.identity import Replica, current_replica
 from safebeat.liveness import LIVE_WITHIN
 from safebeat.ops import operations
+from safebeat.records import AuditAction, AuditEvent
 from safebeat.stores.base import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from safebeat.testing import FakeClock
@@ -479,6 +480,40 @@ def test_audit_lists_actions_newest_first_by_entry_and_as_json(
     assert [(r["action"], r["note"]) for r in listed] == [("resume", None), ("pause", "first")]
     assert listed[0]["actor"] == operations.cli_actor()
     assert len(json.loads(cli(*args, "audit", "--limit", "1", "--json").output)) == 1
+
+
+# A name that tries to forge a row (a newline, then what a row says) and a colour.
+FORGING = "report\nforged  2099-01-01T00:00:00Z  \x1b[31mrunning\x1b[0m"
+
+
+def test_control_characters_print_as_escapes_and_forge_no_row_or_colour(
+    sqlite_url: str, namespace: str
+) -> None:
+    """An entry name, a replica, an audit actor and a note holding a newline and
+    `ESC[31m` print as `\\n` and `\\x1b` in status, history, audit and doctor: every row
+    stays one line, and nothing reaches the terminal as a control sequence."""
+    store = registered(sqlite_url, namespace)
+    replica = Replica("host\x1b[2J", 7, "cccccc")
+    store.register(namespace, [Definition(FORGING, "every 60s", "d")], replica)
+    store.heartbeat(namespace, replica, "1.0\r", {FORGING: "d"})
+    store.record_audit(
+        namespace,
+        AuditEvent("mallory\n\x1b[32mops", AuditAction.PAUSE, entry=FORGING, note="\x1b]0;x\x07"),
+    )
+    args = ["--url", sqlite_url, "--namespace", namespace]
+
+    def terminal(*command: str) -> str:
+        """The output as a terminal gets it (click strips colours only from a pipe)."""
+        return CliRunner().invoke(main, [*args, *command], color=True).output
+
+    for command in (("status",), ("history", FORGING), ("audit",), ("doctor",)):
+        output = terminal(*command)
+        assert not [c for c in output if c not in "\n" and not c.isprintable()], command
+        assert "\nforged" not in output, command
+    assert "report\\nforged  2099-01-01T00:00:00Z  \\x1b[31mrunning" in terminal("status")
+    audit = terminal("audit")
+    assert "mallory\\n\\x1b[32mops" in audit
+    assert len(audit.splitlines()) == 3  # headers, rule, one row
 
 
 # --- errors are one line: a wrong -A, a missing store, an unexpected failure --------------

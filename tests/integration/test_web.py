@@ -4,17 +4,18 @@ real scheduler that published to a real Redis broker."""
 from __future__ import annotations
 
 import base64
+import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
 from celery import Celery
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
@@ -23,6 +24,7 @@ import safebeat.web
 from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.identity import Replica, current_replica, format_window
+from safebeat.limits import NOTE_CHARS
 from safebeat.stores import Store, open_store
 from safebeat.stores.base import AuditAction, AuditEvent, Definition
 from safebeat.testing import FakeClock
@@ -32,6 +34,15 @@ from tests.integration.beat import make_app, tick_until
 
 ENTRY = "every-1s"
 PAGES = ("/", f"/entries/{ENTRY}", "/replicas", "/doctor")
+FORM = "application/x-www-form-urlencoded"
+#: Where the tests' browser finds the console: a loopback name, as `safebeat web` serves.
+LOCAL_HOST = "127.0.0.1:8765"
+
+
+def local(app: Any, **options: Any) -> TestClient:
+    """A test client of `app` that asks for it by a loopback name, as a browser on the
+    console's machine does (Starlette's default, `testserver`, is answered by no console)."""
+    return TestClient(app, base_url=f"http://{LOCAL_HOST}", **options)
 
 
 @dataclass
@@ -94,7 +105,7 @@ def filled(
 
 @pytest.fixture
 def client(filled: Filled) -> Iterator[TestClient]:
-    with TestClient(safebeat.web.app(filled.app)) as test_client:
+    with local(safebeat.web.app(filled.app)) as test_client:
         yield test_client
 
 
@@ -148,7 +159,7 @@ def test_no_page_shows_the_store_password(pg_url: str, namespace: str) -> None:
     store.close()
     down = with_password(f"postgresql://postgres@127.0.0.1:1/{namespace}")
     for console, status in ((url, 200), (down, 503)):
-        with TestClient(safebeat.web.app(url=console, namespace=namespace)) as test_client:
+        with local(safebeat.web.app(url=console, namespace=namespace)) as test_client:
             for path in PAGES:
                 page = test_client.get(path)
                 # The doctor reports an unreachable store as its finding.
@@ -162,7 +173,7 @@ def test_pause_then_resume_flags_the_entry_in_the_store(client: TestClient, fill
     a page served through a proxy that ends TLS may pause too."""
     token = csrf_token(client)
     # The browser says https where a proxy ending TLS talks http to the console: same host.
-    origin = {"Origin": "https://testserver"}
+    origin = {"Origin": f"https://{LOCAL_HOST}"}
     paused = client.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token}, headers=origin)
     assert paused.status_code == 200
     assert paused.url.path == f"/entries/{ENTRY}"
@@ -190,7 +201,7 @@ def test_an_action_without_its_csrf_token_is_refused(client: TestClient, filled:
     )
     assert elsewhere.status_code == 403
     assert "another site" in elsewhere.text
-    other_browser = TestClient(safebeat.web.app(filled.app))
+    other_browser = local(safebeat.web.app(filled.app))
     stolen = other_browser.post(f"/entries/{ENTRY}/pause", data={"csrf_token": token})
     assert stolen.status_code == 403
     assert not filled.store.states(filled.namespace)[ENTRY].paused
@@ -198,7 +209,7 @@ def test_an_action_without_its_csrf_token_is_refused(client: TestClient, filled:
 
 def test_read_only_shows_no_action_and_refuses_every_post(filled: Filled) -> None:
     """With read_only, pages have no forms and every action is 403, changing nothing."""
-    with TestClient(safebeat.web.app(filled.app, read_only=True)) as test_client:
+    with local(safebeat.web.app(filled.app, read_only=True)) as test_client:
         page = test_client.get(f"/entries/{ENTRY}")
         assert page.status_code == 200
         assert "<form" not in page.text
@@ -270,7 +281,7 @@ def test_backfill_refuses_the_future_and_a_time_without_a_zone(client: TestClien
 def test_without_the_app_trigger_says_it_needs_one(filled: Filled) -> None:
     """Opened on a store URL alone, the console shows and pauses but cannot publish."""
     console = safebeat.web.app(url=filled.url, namespace=filled.namespace)
-    with TestClient(console) as test_client:
+    with local(console) as test_client:
         page = test_client.get(f"/entries/{ENTRY}")
         assert page.status_code == 200
         assert "start the console with -A" in page.text
@@ -286,7 +297,7 @@ def test_without_the_app_trigger_says_it_needs_one(filled: Filled) -> None:
 def test_mounted_under_a_prefix_its_links_and_actions_stay_there(filled: Filled) -> None:
     """Mounted at /safebeat in a host app, every link and form points under /safebeat."""
     host = Starlette(routes=[Mount("/safebeat", safebeat.web.app(filled.app))])
-    with TestClient(host) as test_client:
+    with local(host) as test_client:
         entries = test_client.get("/safebeat/")
         assert entries.status_code == 200
         links = re.findall(r'(?:href|action)="([^"]+)"', entries.text)
@@ -301,7 +312,7 @@ def test_mounted_under_a_prefix_its_links_and_actions_stay_there(filled: Filled)
 def test_configured_credentials_are_required_of_every_request(filled: Filled) -> None:
     """With a token or a user and password, a request without them is 401 with a prompt."""
     token_app = safebeat.web.app(filled.app, credentials=Credentials(token="s3cret-token"))
-    with TestClient(token_app) as test_client:
+    with local(token_app) as test_client:
         refused = test_client.get("/")
         assert refused.status_code == 401
         assert refused.headers["www-authenticate"].startswith("Basic")
@@ -313,7 +324,7 @@ def test_configured_credentials_are_required_of_every_request(filled: Filled) ->
     basic_app = safebeat.web.app(
         filled.app, credentials=Credentials(username="ops", password="pw-1")
     )
-    with TestClient(basic_app) as test_client:
+    with local(basic_app) as test_client:
         assert test_client.get("/", auth=("ops", "pw-2")).status_code == 401
         assert test_client.get("/", auth=("ops", "pw-1")).status_code == 200
 
@@ -334,7 +345,7 @@ def test_standalone_refuses_a_public_address_without_credentials(sqlite_url: str
 def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> None:
     """A namespace without entries says so and lists the store's namespaces, as status does."""
     console = safebeat.web.app(url=filled.url, namespace="nothing-here")
-    with TestClient(console) as test_client:
+    with local(console) as test_client:
         page = test_client.get("/")
     assert page.status_code == 200
     assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
@@ -349,7 +360,7 @@ def signed_in(filled: Filled) -> Iterator[TestClient]:
     """A console behind basic auth, with the operator `ops` signed in."""
     console = safebeat.web.app(filled.app, credentials=Credentials(username="ops", password="pw"))
     basic = base64.b64encode(b"ops:pw").decode()
-    with TestClient(console, headers={"Authorization": f"Basic {basic}"}) as test_client:
+    with local(console, headers={"Authorization": f"Basic {basic}"}) as test_client:
         yield test_client
 
 
@@ -463,8 +474,313 @@ def test_mounted_behind_the_host_apps_auth_the_host_user_is_the_actor(filled: Fi
         routes=[Mount("/safebeat", safebeat.web.app(filled.app))],
         middleware=[Middleware(AuthenticationMiddleware, backend=Everyone())],
     )
-    with TestClient(host) as test_client:
+    with local(host) as test_client:
         token = csrf_token(test_client, f"/safebeat/entries/{ENTRY}")
         test_client.post(f"/safebeat/entries/{ENTRY}/pause", data={"csrf_token": token})
     [record] = filled.store.audit(filled.namespace)
     assert (record.actor, record.action.value) == ("dana", "pause")
+
+
+# --- safe to expose ---------------------------------------------------------------------
+
+VICTIM = "victim"
+#: Names whose unencoded paths would act on `victim`, or on no entry at all.
+TRICKY = ("x/../victim", "victim?x=1", "victim#top", "50%off", "x/pause")
+NAMES = (VICTIM, *TRICKY)
+
+
+@pytest.fixture
+def tricky(
+    redis_url: str, sqlite_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Filled]:
+    """A SQLite store where beat registered `victim` and the tricky names (hourly, so no
+    window comes due during a test), and the Celery app defining them."""
+    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    queue = f"web-{namespace}"
+    schedule = {name: {"task": "faults.tick", "schedule": 3600.0} for name in (VICTIM, *TRICKY)}
+    app = make_app(redis_url, queue, sqlite_url, namespace, beat_schedule=schedule)
+    scheduler = Scheduler(app, monotonic=FakeClock().monotonic)
+    scheduler.tick()
+    store = open_store(sqlite_url)
+    yield Filled(app, sqlite_url, namespace, queue, store, redis_url)
+    store.close()
+    scheduler.close()
+    redis.Redis.from_url(redis_url).delete(queue)
+
+
+def actions_of(page: str) -> dict[str, str]:
+    """The path each form of a page posts to, by the action's last word."""
+    return {path.rpartition("/")[2]: path for path in re.findall(r'action="([^"]+)"', page)}
+
+
+def test_a_foreign_host_is_refused_and_changes_nothing(filled: Filled) -> None:
+    """DNS rebinding: a page of evil.example, a name that resolves to 127.0.0.1, asks the
+    console for its pages and POSTs a pause with its own Host and Origin: each gets 400,
+    nothing is paused, and the console's own page still works."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        token = csrf_token(test_client)
+        evil = {"Host": "evil.example:8765", "Origin": "http://evil.example:8765"}
+        for path in PAGES:
+            page = test_client.get(path, headers=evil)
+            assert page.status_code == 400, path
+            assert "csrf_token" not in page.text
+            assert "--allowed-host" in page.text
+        paused = test_client.post(
+            f"/entries/{ENTRY}/pause", data={"csrf_token": token}, headers=evil
+        )
+        assert paused.status_code == 400
+        assert test_client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
+        assert test_client.get("/", headers={"Host": "[::1]"}).status_code == 200
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert filled.store.audit(filled.namespace) == []
+
+
+def test_an_origin_is_checked_against_the_allowed_hosts_not_the_requests_host(
+    filled: Filled,
+) -> None:
+    """Behind a proxy named ops.example.com (`allowed_hosts`), a POST from that origin
+    pauses, whether the proxy passes the Host on or not; one whose Origin is another
+    site is refused, even with a Host that matches it."""
+    console = safebeat.web.app(filled.app, allowed_hosts=["ops.example.com"])
+    with local(console) as test_client:
+        token = csrf_token(test_client)
+        pause = f"/entries/{ENTRY}/pause"
+        for host in ("ops.example.com", LOCAL_HOST):
+            headers = {"Host": host, "Origin": "https://ops.example.com"}
+            assert test_client.post(pause, data={"csrf_token": token}, headers=headers).is_success
+            assert filled.store.states(filled.namespace)[ENTRY].paused
+            test_client.post(f"/entries/{ENTRY}/resume", data={"csrf_token": token})
+        forged = {"Host": LOCAL_HOST, "Origin": f"http://{LOCAL_HOST}.evil.example"}
+        refused = test_client.post(pause, data={"csrf_token": token}, headers=forged)
+        assert refused.status_code == 403
+        assert test_client.get("/", headers={"Host": "other.example.com"}).status_code == 400
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+def test_every_response_forbids_framing_sniffing_and_foreign_referrers(filled: Filled) -> None:
+    """Pages, errors, refusals, the login prompt and the stylesheet all carry
+    X-Frame-Options DENY, a CSP with frame-ancestors 'none', nosniff and a same-origin
+    Referrer-Policy."""
+    open_console = local(safebeat.web.app(filled.app))
+    guarded = local(safebeat.web.app(filled.app, credentials=Credentials(token="t0ken")))
+    responses = [
+        open_console.get("/"),
+        open_console.get(f"/entries/{ENTRY}"),
+        open_console.get("/entries/no-such-entry"),
+        open_console.get("/static/console.css"),
+        open_console.post(f"/entries/{ENTRY}/pause", data={}),
+        open_console.get("/", headers={"Host": "evil.example"}),
+        guarded.get("/"),
+    ]
+    assert [r.status_code for r in responses] == [200, 200, 404, 200, 403, 400, 401]
+    for response in responses:
+        headers = response.headers
+        assert headers["x-frame-options"] == "DENY"
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["referrer-policy"] == "same-origin"
+
+
+def test_a_name_with_path_characters_links_to_and_acts_on_itself(tricky: Filled) -> None:
+    """Entries named `x/../victim`, `victim?x=1`, `victim#top`, `50%off` and `x/pause`:
+    each link opens that entry's page, and its pause, resume, trigger and backfill forms
+    act on that entry alone, never on `victim`."""
+    store, namespace = tricky.store, tricky.namespace
+
+    def sent(name: str) -> int:
+        """How many windows of `name` were sent by hand (trigger)."""
+        return len([r for r in store.history(namespace, name) if r.reason])
+
+    anchor = store.states(namespace)[VICTIM].anchor
+    span = {"start": format_window(anchor - timedelta(hours=2)), "end": format_window(anchor)}
+    with local(safebeat.web.app(tricky.app)) as test_client:
+        entries = test_client.get("/").text
+        links = dict(re.findall(r'<a href="([^"]+)">([^<]+)</a></td>', entries))
+        assert sorted(links.values()) == sorted(html.escape(n) for n in (VICTIM, *TRICKY))
+        for path, shown in links.items():
+            name = html.unescape(shown)
+            before = {n: sent(n) for n in NAMES}
+            page = test_client.get(path)
+            assert page.status_code == 200, name
+            assert f"<h1>{shown}" in page.text, name
+            token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+            assert token
+            actions = actions_of(page.text)
+            paused = test_client.post(actions["pause"], data={"csrf_token": token.group(1)})
+            assert paused.url.raw_path.decode().partition("?")[0] == path, name
+            states = store.states(namespace)
+            assert [n for n, s in states.items() if s.paused] == [name]
+            resumed = test_client.post(
+                actions_of(paused.text)["resume"], data={"csrf_token": token.group(1)}
+            )
+            assert resumed.status_code == 200
+            triggered = test_client.post(actions["trigger"], data={"csrf_token": token.group(1)})
+            assert f"Triggered {shown}" in triggered.text, name
+            preview = test_client.post(
+                actions["backfill"], data={"csrf_token": token.group(1), **span}
+            )
+            assert f"Backfill {shown}:" in preview.text, name
+            assert [n for n in NAMES if sent(n) != before[n]] == [name]
+    assert not any(s.paused for s in store.states(namespace).values())
+    assert sorted(r.entry for r in store.audit(namespace) if r.action.value == "pause") == sorted(
+        (VICTIM, *TRICKY)
+    )
+
+
+def test_the_actor_is_only_ever_what_the_credentials_proved(filled: Filled) -> None:
+    """A basic-auth name the console did not check is ignored: an open console records
+    `web <client>`, a token console its token's actor (any user name beside the token),
+    a user-and-password console that user."""
+    forged = {"Authorization": "Basic " + base64.b64encode(b"mallory:x").decode()}
+    token = Credentials(token="t0ken", token_actor="deploy-bot")
+    consoles = [
+        (Credentials(), forged, "web testclient"),
+        (token, {"Authorization": "Bearer t0ken"}, "deploy-bot"),
+        (token, {"Authorization": "Basic " + base64.b64encode(b"mallory:t0ken").decode()},
+         "deploy-bot"),
+        (Credentials(token="t0ken"), {"Authorization": "Bearer t0ken"}, "token"),
+        (Credentials(username="ops", password="pw"),
+         {"Authorization": "Basic " + base64.b64encode(b"ops:pw").decode()}, "ops"),
+    ]  # fmt: skip
+    for credentials, headers, actor in consoles:
+        console = safebeat.web.app(filled.app, credentials=credentials)
+        with local(console, headers=headers) as test_client:
+            test_client.post(
+                f"/entries/{ENTRY}/pause", data={"csrf_token": csrf_token(test_client)}
+            )
+        [record, *_] = filled.store.audit(filled.namespace)
+        assert record.actor == actor, credentials
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [{"token": ""}, {"token": "  "}, {"username": "", "password": "x"},
+     {"username": "ops", "password": ""}, {"token": "t", "token_actor": ""}],
+)  # fmt: skip
+def test_an_empty_credential_is_refused_not_taken_for_none(credentials: dict[str, str]) -> None:
+    """An empty token, user name or password is a ValueError that says so, never a console
+    that lets every request in."""
+    with pytest.raises(ValueError, match="is empty"):
+        safebeat.web.app(url="memory://", credentials=Credentials(**credentials))
+
+
+def web_command(sqlite_url: str, *args: str) -> Result:
+    """`safebeat web ARGS` on `sqlite_url`; expected to stop before serving."""
+    return CliRunner().invoke(main, ["--url", sqlite_url, "web", *args])
+
+
+def refused_in_one_line(result: Result, said: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert said in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--allowed-host", "*"], "DNS rebinding"),
+        (["--allowed-host", "https://ops.example.com"], "give a host name"),
+        (["--allowed-host", "ops.example.com:99999"], "give a host name"),
+    ],
+)
+def test_safebeat_web_refuses_a_bad_allowed_host_in_one_line(
+    sqlite_url: str, args: list[str], said: str
+) -> None:
+    """`--allowed-host *` without credentials (it would answer a rebinding page), a URL
+    for a host, or a port beyond 65535 exits 2 with one line naming it."""
+    refused_in_one_line(web_command(sqlite_url, *args), said)
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said"),
+    [
+        (["--token", ""], {}, "the token"),
+        (["--user", "", "--password", "x"], {}, "the user name"),
+        (["--user", "ops", "--password", ""], {}, "the password"),
+        ([], {"SAFEBEAT_WEB_TOKEN": ""}, "SAFEBEAT_WEB_TOKEN set but empty"),
+        (["--user", "ops"], {"SAFEBEAT_WEB_PASSWORD": ""}, "SAFEBEAT_WEB_PASSWORD set but empty"),
+    ],
+)
+def test_safebeat_web_refuses_an_empty_credential_in_one_line(
+    sqlite_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    env: dict[str, str],
+    said: str,
+) -> None:
+    """An empty token, user name or password, as a flag or a variable set to nothing,
+    exits 2 with one line naming it, before serving a console without it."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    refused_in_one_line(web_command(sqlite_url, *args), said)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "65536"])
+def test_safebeat_web_refuses_a_port_that_is_no_tcp_port_in_one_line(
+    sqlite_url: str, port: str
+) -> None:
+    """`--bind 127.0.0.1:99999` exits 2 with one line naming the port, not a traceback."""
+    result = web_command(sqlite_url, "--bind", f"127.0.0.1:{port}")
+    refused_in_one_line(result, f"port {port} is not a TCP port")
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (urlencode({"csrf_token": "é" * 64}), FORM),
+        (urlencode({"csrf_token": "\u2028<script>"}), FORM),
+        ("csrf_token=%ff%fe%ed%a0%80", FORM),  # not UTF-8, a surrogate's bytes among them
+        (b"csrf_token=\xff\xfe", FORM),  # raw bytes beyond ASCII
+        ("csrf_token=" + "0" * 16_000, FORM),
+        ("csrf_token=%00", FORM),
+        ("csrf_token=", FORM),
+        ("csrf_token=+", FORM),
+        ("csrf_token&csrf_token=x", FORM),
+        ('--b\r\nContent-Disposition: form-data; name="csrf_token"\r\n\r\nx\r\n--b--\r\n',
+         "multipart/form-data; boundary=b"),
+    ],
+    ids=["non-ascii", "line-separator", "invalid-utf8", "raw-bytes", "huge", "nul", "empty",
+         "space", "no-value", "multipart"],
+)  # fmt: skip
+def test_any_csrf_token_is_refused_with_403_never_a_500(
+    filled: Filled, body: str | bytes, content_type: str
+) -> None:
+    """Whatever the form's csrf_token holds (beyond ASCII, not UTF-8, 16,000 characters,
+    nothing), or however the form is sent, a POST without the right token is 403 and
+    changes nothing."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        csrf_token(test_client)  # the browser has its cookie
+        refused = test_client.post(
+            f"/entries/{ENTRY}/pause", content=body, headers={"Content-Type": content_type}
+        )
+    assert refused.status_code == 403
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+
+
+@pytest.mark.parametrize(
+    ("field", "size", "status"),
+    [("note", NOTE_CHARS + 1, 400), ("until", 65, 400), ("start", 65, 400), ("note", 20_000, 413)],
+)
+def test_a_field_over_its_limit_is_refused_and_changes_nothing(
+    filled: Filled, field: str, size: int, status: int
+) -> None:
+    """A pause note over the notes' limit (1,000 characters), an instant over 64, is 400
+    naming the field and its limit; a form over 16 KiB is 413. Nothing is paused or audited."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        form = {"csrf_token": csrf_token(test_client), field: "x" * size}
+        action = "backfill" if field == "start" else "pause"
+        refused = test_client.post(f"/entries/{ENTRY}/{action}", data=form)
+    assert refused.status_code == status
+    if status == 400:
+        assert f"the {field} is {size:,} characters long" in refused.text
+        assert "at most" in refused.text
+    assert not filled.store.states(filled.namespace)[ENTRY].paused
+    assert filled.store.audit(filled.namespace) == []
+
+
+def test_a_note_at_its_limit_is_kept_whole(filled: Filled) -> None:
+    """A pause note of exactly the notes' limit (1,000 characters) pauses with it."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        form = {"csrf_token": csrf_token(test_client), "note": "n" * NOTE_CHARS}
+        assert test_client.post(f"/entries/{ENTRY}/pause", data=form).status_code == 200
+    assert filled.store.states(filled.namespace)[ENTRY].pause_note == "n" * NOTE_CHARS

@@ -5,6 +5,7 @@ mounts a console that asks for its password and acts."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from tests import services
 from tests.docpages import Page, missing_lines
 
 PAGE = Page(Path(__file__).parents[2] / "docs" / "web.md")
+SECURITY = Page(Path(__file__).parents[2] / "docs" / "security.md")
 
 
 @pytest.fixture
@@ -83,12 +85,13 @@ def test_safebeat_web_prints_what_the_page_shows(project: Path) -> None:
 def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The page's main.py serves the console under /safebeat, asks for the password, and
-    pauses an entry with a POST from its own form."""
+    """The page's main.py serves the console under /safebeat at ops.example.com, asks
+    for the password, and pauses an entry with a POST from its own form; another host
+    gets 400."""
     (project / "main.py").write_text(PAGE.files()["main.py"])
     monkeypatch.setenv("SAFEBEAT_WEB_PASSWORD", "correct horse")
     main = importlib.import_module("main")
-    with TestClient(main.app) as client:
+    with TestClient(main.app, base_url="https://ops.example.com") as client:
         assert client.get("/safebeat/").status_code == 401
         client.auth = ("ops", "correct horse")
         entries = client.get("/safebeat/")
@@ -101,6 +104,7 @@ def test_the_fastapi_recipe_mounts_a_console_behind_its_password(
             "/safebeat/entries/send-invoices/pause", data={"csrf_token": token.group(1)}
         )
         assert paused.status_code == 200
+        assert client.get("/safebeat/", headers={"Host": "evil.example"}).status_code == 400
     store = open_store(f"sqlite:///{project}/safebeat.sqlite3")
     assert store.states("proj")["send-invoices"].paused
     store.close()
@@ -133,3 +137,41 @@ def test_celery_safebeat_web_serves_the_same_console(project: Path) -> None:
     finally:
         process.terminate()
         process.wait(20)
+
+
+def test_the_console_behind_a_proxy_answers_its_names_only(project: Path) -> None:
+    """docs/security.md's command serves a console that answers ops.example.com and its
+    loopback address, with the token, and any other host with 400."""
+    assignment, *command = SECURITY.block("behind-a-proxy").text.split()
+    variable, _, _ = assignment.partition("=")
+    assert variable == "SAFEBEAT_WEB_TOKEN"
+    assert command[:2] == ["safebeat", "web"]
+    port = services.free_port()
+    command = [word.replace(":8765", f":{port}") for word in command]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "safebeat", *command[1:]],
+        cwd=project,
+        env={**os.environ, variable: "s3cret-token"},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        answers = {}
+        deadline = time.monotonic() + 30
+        for host in ("ops.example.com", f"127.0.0.1:{port}", "evil.example"):
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/",
+                headers={"Host": host, "Authorization": "Bearer s3cret-token"},
+            )
+            while host not in answers:
+                try:
+                    with urllib.request.urlopen(request, timeout=2) as page:  # noqa: S310
+                        answers[host] = page.status
+                except urllib.error.HTTPError as refused:
+                    answers[host] = refused.code
+                except (urllib.error.URLError, ConnectionError):
+                    assert time.monotonic() < deadline, "safebeat web did not serve"
+                    time.sleep(0.2)
+    finally:
+        process.terminate()
+        process.wait(20)
+    assert answers == {"ops.example.com": 200, f"127.0.0.1:{port}": 200, "evil.example": 400}

@@ -150,6 +150,26 @@ def test_safebeat_debug_is_the_command_line_switch_not_a_setting(
     assert caplog.text == ""
 
 
+def test_the_web_consoles_variables_are_its_options_not_unknown_settings(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every SAFEBEAT_WEB_* variable `safebeat web` reads (token, user, password, read-only,
+    allowed hosts, token actor) is known: no command warns of an unknown setting."""
+    from safebeat.cli.web import web
+
+    variables = {
+        var
+        for param in web.params
+        for var in ([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])
+        if var.startswith("SAFEBEAT_WEB_")
+    }
+    assert {"SAFEBEAT_WEB_TOKEN", "SAFEBEAT_WEB_ALLOWED_HOSTS"} <= variables
+    with caplog.at_level(logging.WARNING, "safebeat"):
+        config = load_config({}, environ=dict.fromkeys(variables, "1"))
+    assert caplog.text == ""
+    assert config == load_config({}, environ={})
+
+
 def test_config_is_frozen() -> None:
     """The config cannot change after startup."""
     config = load_config({}, environ={})

@@ -817,16 +817,16 @@ def test_a_bad_url_setting_is_named_by_the_key_it_came_from(
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        (f"django://app:{SECRET}@[", "django://app:***@["),
-        (f"postgresql://app:{SECRET}@db]/x?password=x", "postgresql://app:***@db]/x?password=***"),
-        (f"redis://:{SECRET}@[::1", "redis://:***@[::1"),
+        (f"django://app:{SECRET}@[", "django://***@["),
+        (f"postgresql://app:{SECRET}@db]/x?password=x", "postgresql://***@db]/x?password=***"),
+        (f"redis://:{SECRET}@[::1", "redis://***@[::1"),
     ],
 )
 def test_a_url_urlsplit_rejects_is_redacted_and_scrubbed_all_the_same(url: str, shown: str) -> None:
-    """A URL urlsplit cannot read (an unbalanced bracket) still shows as itself, minus the
-    password, and a driver's message about it loses the password too."""
+    """A URL its driver cannot read (an unbalanced bracket) shows what follows its last `@`,
+    the password hidden, and a driver's message about it is not shown at all."""
     assert redact(url) == shown
-    assert scrub(f"password {SECRET} rejected", url) == "password *** rejected"
+    assert SECRET not in scrub(f"password {SECRET} rejected", url)
 
 
 @pytest.mark.parametrize(

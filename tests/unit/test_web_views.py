@@ -10,7 +10,7 @@ from safebeat.config import load_config
 from safebeat.entries import compile_schedule
 from safebeat.ops.overview import EntryStatus, entry_status
 from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
-from safebeat.web import is_loopback
+from safebeat.web import AllowedHosts, is_loopback
 from safebeat.web.console import is_late, window_kind
 from safebeat.web.pictures import lag_chart, window_strip
 from safebeat.web.words import in_words
@@ -133,6 +133,59 @@ def test_the_pictures_draw_one_mark_per_window_and_escape_text() -> None:
 def test_only_loopback_addresses_count_as_this_machine(host: str, loopback: bool) -> None:
     """`0.0.0.0`, `::` and every other address or name is reachable from elsewhere."""
     assert is_loopback(host) is loopback
+
+
+STANDALONE = AllowedHosts.bound("127.0.0.1", 8765)
+BEHIND_A_PROXY = AllowedHosts.bound("0.0.0.0", 8765, ["ops.example.com"])  # noqa: S104
+MOUNTED = AllowedHosts.of([])
+ONE_PORT = AllowedHosts.of(["Ops.Example.com:8443", "2001:db8::1"])
+
+
+@pytest.mark.parametrize(
+    ("hosts", "host", "answered"),
+    [
+        (STANDALONE, "127.0.0.1:8765", True),
+        (STANDALONE, "localhost:8765", True),
+        (STANDALONE, "LOCALHOST:8765", True),
+        (STANDALONE, "[::1]:8765", True),
+        (STANDALONE, "127.0.0.1:9999", False),
+        (STANDALONE, "localhost", False),
+        (STANDALONE, "evil.example:8765", False),
+        (STANDALONE, "127.0.0.1.evil.example:8765", False),
+        (STANDALONE, "localhost.:8765", False),
+        (STANDALONE, "127.0.0.1:8765:1", False),
+        (STANDALONE, "[::1", False),
+        (STANDALONE, "", False),
+        (STANDALONE, None, False),
+        (AllowedHosts.bound("::1", 8765), "[::1]:8765", True),
+        (AllowedHosts.bound("10.0.0.5", 8765), "10.0.0.5:8765", True),
+        (BEHIND_A_PROXY, "ops.example.com", True),
+        (BEHIND_A_PROXY, "ops.example.com:443", True),
+        (BEHIND_A_PROXY, "0.0.0.0:8765", False),
+        (MOUNTED, "localhost:3000", True),
+        (MOUNTED, "127.0.0.1", True),
+        (MOUNTED, "example.com", False),
+        (ONE_PORT, "ops.example.com:8443", True),
+        (ONE_PORT, "ops.example.com", False),
+        (ONE_PORT, "ops.example.com:443", False),
+        (ONE_PORT, "[2001:db8::1]:80", True),
+        (AllowedHosts.of(["*"]), "anything.example:1", True),
+    ],
+)  # fmt: skip
+def test_a_console_answers_only_the_hosts_it_was_given(
+    hosts: AllowedHosts, host: str | None, answered: bool
+) -> None:
+    """Standalone: the loopback names and the bound address, on its port, and the names
+    given for a proxy; mounted: the loopback names on any port; a name with a port only
+    on that port; `*` anything. Names are compared whole, without case."""
+    assert hosts.allows(host) is answered
+
+
+@pytest.mark.parametrize("name", ["https://ops.example.com", "ops@example.com", "ops:99999", ""])
+def test_an_allowed_host_that_is_no_host_is_refused(name: str) -> None:
+    """A URL, a user, a port beyond 65535 or nothing is a ValueError naming it."""
+    with pytest.raises(ValueError, match="give a host name"):
+        AllowedHosts.of([name])
 
 
 def test_the_oldest_due_window_no_replica_decided_is_overdue() -> None:

@@ -23,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from safebeat.errors import ConfigError
-from safebeat.urls import redact, scrub
+from safebeat.urls import MISREAD, read, redact, scrub
 
 # Typed in some redis-py releases and untyped in others: called as Any, so the type check
 # passes the same way on every release the package supports.
@@ -104,6 +104,15 @@ def _common(timeouts: Timeouts) -> dict[str, Any]:
 
 def connect(url: str, timeouts: Timeouts) -> Client:
     """Return a client for `url` (no connection is made until the first command)."""
+    try:
+        return _connect(url, timeouts)
+    except ConfigError:
+        if read(url).misread:  # the message may quote a piece of the password as a host
+            raise ConfigError(f"safebeat_url {redact(url)!r}: {MISREAD}") from None
+        raise
+
+
+def _connect(url: str, timeouts: Timeouts) -> Client:
     scheme = url.split("://", 1)[0].lower()
     if scheme in SINGLE_SCHEMES:
         return _single(url, scheme, timeouts)
