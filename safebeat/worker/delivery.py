@@ -28,10 +28,8 @@ from safebeat.contrib import opentelemetry
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import (
-    ENTRY_HEADER,
     OVERLAP_HEADER,
-    PERIODIC_TASK_HEADER,
-    WINDOW_HEADER,
+    WINDOW_MESSAGE_HEADERS,
     format_window,
     task_id_for,
 )
@@ -50,15 +48,6 @@ _OUTCOMES = {
     # A task that raises Ignore itself (Task.replace does) has done what it had to.
     states.IGNORED: Outcome.SUCCESS,
 }
-
-#: The headers beat sends with a window, which a deferred copy must carry too.
-_CARRIED_HEADERS = (
-    ENTRY_HEADER,
-    WINDOW_HEADER,
-    PERIODIC_TASK_HEADER,
-    OVERLAP_HEADER,
-    "celery_beat_task",
-)
 
 
 @dataclass(frozen=True)
@@ -221,7 +210,7 @@ def _defer(task: Any, request: Any, where: str, lease: timedelta) -> None:
     """
     headers = dict(getattr(request, "headers", None) or {})
     # Celery keeps a message's custom headers as attributes of the request: carry them over.
-    for name in _CARRIED_HEADERS:
+    for name in WINDOW_MESSAGE_HEADERS:
         value = header(request, name)
         if value is not None:
             headers[name] = value

@@ -12,6 +12,9 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
+from safebeat.beat.message_fields import headers_for
+from safebeat.config import Config
+from safebeat.entries import compile_entry
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import LeasedRun, RunEnd
@@ -510,3 +513,34 @@ def test_a_store_error_while_recording_the_end_keeps_the_lease_until_it_is_recor
     monkeypatch.setattr(worker_delivery, "backoff", worker_delivery.StoreBackoff())
     assert deliver(task, task_id, hostname="w2@host") == "IGNORED"
     assert ran == [task_id]
+
+
+def test_a_deferred_copy_carries_every_header_beat_sets(
+    app: Celery, task: Any, ran: list[str]
+) -> None:
+    """A deferred copy carries every header beat puts on a window's message (overlap,
+    pause_after_failures, ...), also from a request that holds them only as attributes
+    (its `headers` empty), so the copy that later takes the run over keeps the entry's
+    options."""
+    queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+    raw = {
+        "task": "reports.weekly",
+        "schedule": 3600,
+        "options": {"safebeat": {"overlap": "forbid", "pause_after_failures": 3}},
+    }
+    entry = compile_entry("weekly", raw, app_timezone=timezone.utc, config=Config())
+    sent = headers_for(entry, format_window(WINDOW))
+    task.push_request(id=task_id, is_eager=False, hostname="w1@host", **sent)
+    task.request.headers = None
+    try:
+        with pytest.raises(Ignore):
+            task.before_start(task_id, (), {})
+    finally:
+        task.pop_request()
+    assert ran == []
+    [copy] = drain(app, queue)
+    assert {name: copy.get(name) for name in sent} == sent
