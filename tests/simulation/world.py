@@ -808,12 +808,14 @@ class SimRequest:
 
 
 class SimTask:
-    """What the hook uses of a Celery task: its app, request and `signature_from_request`."""
+    """What the hook uses of a Celery task: its app, request, `acks_late` and
+    `signature_from_request`."""
 
     def __init__(self, worker: Worker, request: SimRequest) -> None:
         self.app = worker.world.app
         self.request = request
         self.name = TASK
+        self.acks_late = worker.world.s.acks_late  # as Celery's task_acks_late sets it
         self._worker = worker
 
     def signature_from_request(

@@ -18,7 +18,7 @@ from safebeat.entries import compile_entry
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
+from safebeat.stores.base import NewClaim, Outcome, Reclaim, Start, Status, Store, TickPlan
 from safebeat.stores.per_process import store_of
 from safebeat.worker import delivery as worker_delivery
 from safebeat.worker.metrics import WorkerTotals
@@ -202,7 +202,8 @@ def test_a_deferral_the_broker_refuses_goes_back_to_the_broker(
     app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If the copy of a deferred delivery cannot be sent, the delivery is rejected with
-    requeue, so the broker keeps it: it is never acknowledged away."""
+    requeue, so the broker keeps it (acks late): it is never acknowledged away."""
+    monkeypatch.setattr(task, "acks_late", True)
     task_id = dispatch(app)
     store(app).start_execution(
         NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
@@ -544,3 +545,46 @@ def test_a_deferred_copy_carries_every_header_beat_sets(
     assert ran == []
     [copy] = drain(app, queue)
     assert {name: copy.get(name) for name in sent} == sent
+
+
+def test_under_acks_early_a_refused_deferral_is_left_to_beat_as_a_dead_run(
+    app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acks early, overlap="forbid": a window deferred while another window of the entry
+    runs, whose copy the broker refuses, is acknowledged already, so a requeue would do
+    nothing. It is recorded as a run that died at once (a start whose lease has lapsed),
+    which beat's periodic pass re-publishes with the same id: the window is not lost."""
+    later = WINDOW + timedelta(days=7)
+    older_id, _ = dispatch(app), dispatch(app, later)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", later, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    assert not task.acks_late  # Celery's default
+    forbid = {
+        "safebeat_entry": "weekly",
+        "safebeat_window": format_window(WINDOW),
+        "safebeat_overlap": "forbid",
+    }
+    assert deliver(task, older_id, headers=forbid) == "IGNORED"
+    assert ran == []
+    [older] = [r for r in store(app).history(NAMESPACE, "weekly") if r.window == WINDOW]
+    assert older.started_at is not None
+    assert older.finished_at is None
+    assert older.lease_until is not None
+    assert older.lease_until <= store(app).clock()
+    # Beat's periodic pass takes the dead run over and re-publishes it, same task id.
+    result = store(app).tick(
+        NAMESPACE,
+        [],
+        lambda n, s: TickPlan(),
+        replica=REPLICA,
+        reclaim=Reclaim(timeout=timedelta(seconds=30), defines=frozenset({"weekly"})),
+    )
+    assert result is not None
+    assert [c.task_id for c in result.reclaimed] == [older_id]
