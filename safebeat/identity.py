@@ -26,6 +26,19 @@ PERIODIC_TASK_HEADER = "periodic_task_name"
 #: Sent as "forbid" for an entry with `overlap="forbid"`: the worker hook then starts no
 #: window of the entry while another of its windows runs with a live lease.
 OVERLAP_HEADER = "safebeat_overlap"
+#: Stock beat marks its messages with it; tools that look for it keep working.
+BEAT_TASK_HEADER = "celery_beat_task"
+#: Every header beat may set on a window's message (`beat.message_fields.headers_for`).
+#: The worker hook carries each of them over to a copy it sends again, so the two lists
+#: cannot drift: add a header here, or the copy that later takes a run over loses it.
+WINDOW_MESSAGE_HEADERS = (
+    ENTRY_HEADER,
+    WINDOW_HEADER,
+    PERIODIC_TASK_HEADER,
+    BEAT_TASK_HEADER,
+    OVERLAP_HEADER,
+    PAUSE_AFTER_FAILURES_HEADER,
+)
 
 
 @lru_cache(maxsize=4096)  # a burst formats the same few windows for thousands of claims

@@ -16,6 +16,7 @@ from celery.utils.time import subtract_datetimes
 
 from safebeat.entries import Entry
 from safebeat.identity import (
+    BEAT_TASK_HEADER,
     ENTRY_HEADER,
     OVERLAP_HEADER,
     PAUSE_AFTER_FAILURES_HEADER,
@@ -48,15 +49,15 @@ def message_for(entry: Entry, claim: Claim) -> Arguments:
 
 
 def headers_for(entry: Entry, window: str) -> dict[str, Any]:
-    """The headers of one window's message: the entry's own, then safebeat's."""
+    """The headers of one window's message: the entry's own, then safebeat's (each of
+    `identity.WINDOW_MESSAGE_HEADERS`, which the worker hook carries to a deferred copy)."""
     headers: dict[str, Any] = dict(entry.options.get("headers") or {})
     headers.update(
         {
             ENTRY_HEADER: entry.name,
             WINDOW_HEADER: window,
             PERIODIC_TASK_HEADER: entry.name,
-            # Stock beat marks its messages this way; tools that look for it keep working.
-            "celery_beat_task": True,
+            BEAT_TASK_HEADER: True,
         }
     )
     if entry.overlap is Overlap.FORBID:

@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -28,14 +29,13 @@ from safebeat.contrib import opentelemetry
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import (
-    ENTRY_HEADER,
     OVERLAP_HEADER,
-    PERIODIC_TASK_HEADER,
-    WINDOW_HEADER,
+    WINDOW_MESSAGE_HEADERS,
     format_window,
     task_id_for,
 )
 from safebeat.records import LeasedRun, Outcome, RunEnd, Start
+from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import config_of, store_of
 from safebeat.worker import failures
 from safebeat.worker.leases import renewer
@@ -50,15 +50,6 @@ _OUTCOMES = {
     # A task that raises Ignore itself (Task.replace does) has done what it had to.
     states.IGNORED: Outcome.SUCCESS,
 }
-
-#: The headers beat sends with a window, which a deferred copy must carry too.
-_CARRIED_HEADERS = (
-    ENTRY_HEADER,
-    WINDOW_HEADER,
-    PERIODIC_TASK_HEADER,
-    OVERLAP_HEADER,
-    "celery_beat_task",
-)
 
 
 @dataclass(frozen=True)
@@ -114,7 +105,8 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
     Raises Ignore for a duplicate, and for a deferred delivery once its copy is sent
     again: Celery then acknowledges the message without running the body and without
     storing a result. Raises Reject(requeue=True) for a deferred delivery whose copy
-    could not be sent, so the broker keeps it.
+    could not be sent, so the broker keeps it (acks late; with acks early the window is
+    left to beat instead, see `_defer`).
     """
     if not backoff.ready():
         untracked(task, window)
@@ -161,7 +153,13 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
         raise Ignore()
     if verdict is Start.DEFER:
         worker_metrics.deferred(config.namespace, window.entry)
-        _defer(task, request, where, config.execution_lease)
+        _defer(
+            task,
+            request,
+            where,
+            config.execution_lease,
+            lambda: _leave_to_beat(store, config.namespace, run),
+        )
     if verdict is Start.UNKNOWN:
         warn_once(
             ("unknown", window.entry),
@@ -211,17 +209,23 @@ def header(request: Any, name: str) -> object:
     return found if found is not None else getattr(request, name, None)
 
 
-def _defer(task: Any, request: Any, where: str, lease: timedelta) -> None:
+def _defer(
+    task: Any, request: Any, where: str, lease: timedelta, leave_to_beat: Callable[[], bool]
+) -> None:
     """Send this delivery again (same id, same headers) one lease from now, then skip it.
 
     A re-sent copy, not `Reject(requeue=True)`: a requeued message comes straight back
     and would spin between the workers for as long as the live run lasts; the copy waits
     one lease, by which time the run finished (the copy is then a duplicate) or its
     lease expired (the copy takes it over).
+
+    If the broker refuses the copy: with acks late, the delivery is rejected with
+    requeue, so the broker keeps it. With acks early the message is acknowledged already
+    and a requeue does nothing, so the window is left to beat (`leave_to_beat`).
     """
     headers = dict(getattr(request, "headers", None) or {})
     # Celery keeps a message's custom headers as attributes of the request: carry them over.
-    for name in _CARRIED_HEADERS:
+    for name in WINDOW_MESSAGE_HEADERS:
         value = header(request, name)
         if value is not None:
             headers[name] = value
@@ -230,6 +234,18 @@ def _defer(task: Any, request: Any, where: str, lease: timedelta) -> None:
             request, countdown=lease.total_seconds(), headers=headers
         ).apply_async()
     except Exception as exc:  # the broker is down: keep this delivery instead (logged)
+        if not getattr(task, "acks_late", False) and leave_to_beat():
+            logger.warning(
+                "safebeat: %s runs elsewhere; sending this delivery (task %s) again for "
+                "later failed (%s), and its message is acknowledged already (acks early): "
+                "the window is recorded as a run that died at once, which beat re-publishes "
+                "with the same id at its next periodic pass",
+                where,
+                request.id,
+                exc,
+            )
+            request._safebeat_deferred = True
+            raise Ignore() from exc
         logger.warning(
             "safebeat: %s runs elsewhere; sending this delivery (task %s) again for later "
             "failed (%s), so it goes back to the broker",
@@ -247,6 +263,27 @@ def _defer(task: Any, request: Any, where: str, lease: timedelta) -> None:
     )
     request._safebeat_deferred = True
     raise Ignore()
+
+
+def _leave_to_beat(store: ExecutionStore, namespace: str, run: LeasedRun) -> bool:
+    """Hand a deferred window whose message is gone (acked early, copy refused) to beat:
+    record a start of it whose lease has already lapsed, a run that died at once. Beat's
+    periodic pass re-publishes such a run with the same task id (as it does a dead
+    worker's), once it can reach the broker; that delivery decides again (defers while
+    another window of a forbid entry runs, takes the run over after). Where the window's
+    own run is alive or finished, nothing is written: that run covers it. Return whether
+    the store took the decision (False: it could not be reached)."""
+    try:
+        store.start_execution(namespace, run, lease=timedelta(0), exclusive=False)
+    except SafebeatError as exc:
+        logger.error(
+            "safebeat: could not leave entry %r window %s to beat either (%s): it is lost",
+            run.entry,
+            format_window(run.window),
+            exc,
+        )
+        return False
+    return True
 
 
 def untracked(task: Any, window: CurrentWindow) -> None:

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica, task_id_for
+from safebeat.records import LeasedRun, Outcome, RunEnd, Start
 from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
 from safebeat.stores.postgres.cursors import Q
@@ -448,3 +449,40 @@ def test_reading_a_slice_of_entries_probes_the_key_and_compiles_nothing(
     (explained,) = row[0]
     assert set(entry_scans(explained["Plan"])) == {"Index Scan"}, explained["Plan"]
     assert "JIT" not in explained
+
+
+@pytest.mark.parametrize("statement", ["start", "renew", "finish"])
+def test_worker_statements_blocked_on_a_row_lock_fail_fast(
+    pg_url: str, namespace: str, statement: str
+) -> None:
+    """The worker hook's statements are bounded as the tick's are: one blocked on a row
+    lock another session holds fails after lock_timeout (StoreError), instead of waiting
+    while the run's lease lapses."""
+    store = PostgresStore(pg_url, lock_timeout=timedelta(milliseconds=500))
+    window = store.clock().replace(microsecond=0) - timedelta(hours=1)
+    result = store.tick(namespace, [], lambda n, s: claim(namespace, window), replica=ALIVE)
+    assert result is not None
+    [claimed] = result.claimed
+    store.record_publish(namespace, [claimed.id], {})
+    run = LeasedRun("a", window, "w1@host:1", 0)
+    assert store.start_execution(namespace, run, lease=timedelta(minutes=1)) is Start.RUN
+    calls = {
+        "start": lambda: store.start_execution(
+            namespace, LeasedRun("a", window, "w2@host:2", 0), lease=timedelta(minutes=1)
+        ),
+        "renew": lambda: store.renew_executions(namespace, [run], lease=timedelta(minutes=1)),
+        "finish": lambda: store.finish_execution(
+            namespace, run, RunEnd(Outcome.SUCCESS, timedelta(seconds=1))
+        ),
+    }
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT 1 FROM safebeat_dispatch WHERE id = %s FOR UPDATE", [claimed.id])
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="lock timeout"):
+            calls[statement]()
+        took = time.monotonic() - started
+        holder.rollback()
+    assert took < 5, f"{statement} waited {took:.1f}s for the row lock"
+    # Once the lock is gone the store answers again, on the same connection.
+    assert store.renew_executions(namespace, [run], lease=timedelta(minutes=1)) == 1
+    store.close()

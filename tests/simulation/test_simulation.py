@@ -39,6 +39,10 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
         pytest.param(4, None, id="hole-2-end-not-recorded"),
         pytest.param(7, None, id="hole-1-takeover-of-a-live-run"),
         pytest.param(48, "beat-term", id="hole-5-sigterm-mid-round"),
+        # Workers start late, so windows of a forbid entry pile up and are delivered at
+        # once; under acks early a deferred copy the broker refuses is gone. Found after
+        # 98 seeds of these two kinds (0-97).
+        pytest.param(97, "backlog,publish-refused", id="hole-4-refused-deferral-lost"),
     ],
 )
 def test_a_seed_that_found_a_hole_holds_now(seed: int, faults: str | None) -> None:

@@ -79,6 +79,23 @@ def test_a_run_taken_over_by_another_worker_is_not_renewed() -> None:
     assert lease_of(store, T0) == T0 + 31 * S + LEASE
 
 
+def test_a_renewal_that_updates_fewer_runs_than_held_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run whose lease was lost (taken over after it lapsed) is not renewed, and the
+    round says so in the log instead of passing silently."""
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock.now)
+    renewer = LeaseRenewer(store=lambda config: store)
+    run = started(store, T0, "old@h:1")
+    renewer.hold(CONFIG, run)
+    clock.advance(31)
+    store.start_execution("unit", LeasedRun("e", T0, "new@h:2", 0), lease=LEASE)
+    with caplog.at_level("WARNING", logger="safebeat.worker"):
+        assert renewer.renew_now() == 0
+    assert "1 of 1 run(s) of this process no longer hold their lease" in caplog.text
+
+
 def test_a_store_error_while_renewing_is_counted_and_never_raised(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

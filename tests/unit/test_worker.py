@@ -12,10 +12,13 @@ from celery import Celery
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 import safebeat.worker
+from safebeat.beat.message_fields import headers_for
+from safebeat.config import Config
+from safebeat.entries import compile_entry
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.base import NewClaim, Outcome, Start, Status, Store, TickPlan
+from safebeat.stores.base import NewClaim, Outcome, Reclaim, Start, Status, Store, TickPlan
 from safebeat.stores.per_process import store_of
 from safebeat.worker import delivery as worker_delivery
 from safebeat.worker.metrics import WorkerTotals
@@ -199,7 +202,8 @@ def test_a_deferral_the_broker_refuses_goes_back_to_the_broker(
     app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """If the copy of a deferred delivery cannot be sent, the delivery is rejected with
-    requeue, so the broker keeps it: it is never acknowledged away."""
+    requeue, so the broker keeps it (acks late): it is never acknowledged away."""
+    monkeypatch.setattr(task, "acks_late", True)
     task_id = dispatch(app)
     store(app).start_execution(
         NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
@@ -510,3 +514,77 @@ def test_a_store_error_while_recording_the_end_keeps_the_lease_until_it_is_recor
     monkeypatch.setattr(worker_delivery, "backoff", worker_delivery.StoreBackoff())
     assert deliver(task, task_id, hostname="w2@host") == "IGNORED"
     assert ran == [task_id]
+
+
+def test_a_deferred_copy_carries_every_header_beat_sets(
+    app: Celery, task: Any, ran: list[str]
+) -> None:
+    """A deferred copy carries every header beat puts on a window's message (overlap,
+    pause_after_failures, ...), also from a request that holds them only as attributes
+    (its `headers` empty), so the copy that later takes the run over keeps the entry's
+    options."""
+    queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+    raw = {
+        "task": "reports.weekly",
+        "schedule": 3600,
+        "options": {"safebeat": {"overlap": "forbid", "pause_after_failures": 3}},
+    }
+    entry = compile_entry("weekly", raw, app_timezone=timezone.utc, config=Config())
+    sent = headers_for(entry, format_window(WINDOW))
+    task.push_request(id=task_id, is_eager=False, hostname="w1@host", **sent)
+    task.request.headers = None
+    try:
+        with pytest.raises(Ignore):
+            task.before_start(task_id, (), {})
+    finally:
+        task.pop_request()
+    assert ran == []
+    [copy] = drain(app, queue)
+    assert {name: copy.get(name) for name in sent} == sent
+
+
+def test_under_acks_early_a_refused_deferral_is_left_to_beat_as_a_dead_run(
+    app: Celery, task: Any, ran: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acks early, overlap="forbid": a window deferred while another window of the entry
+    runs, whose copy the broker refuses, is acknowledged already, so a requeue would do
+    nothing. It is recorded as a run that died at once (a start whose lease has lapsed),
+    which beat's periodic pass re-publishes with the same id: the window is not lost."""
+    later = WINDOW + timedelta(days=7)
+    older_id, _ = dispatch(app), dispatch(app, later)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", later, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    assert not task.acks_late  # Celery's default
+    forbid = {
+        "safebeat_entry": "weekly",
+        "safebeat_window": format_window(WINDOW),
+        "safebeat_overlap": "forbid",
+    }
+    assert deliver(task, older_id, headers=forbid) == "IGNORED"
+    assert ran == []
+    [older] = [r for r in store(app).history(NAMESPACE, "weekly") if r.window == WINDOW]
+    assert older.started_at is not None
+    assert older.finished_at is None
+    assert older.lease_until is not None
+    assert older.lease_until <= store(app).clock()
+    # Beat's periodic pass takes the dead run over and re-publishes it, same task id.
+    result = store(app).tick(
+        NAMESPACE,
+        [],
+        lambda n, s: TickPlan(),
+        replica=REPLICA,
+        reclaim=Reclaim(timeout=timedelta(seconds=30), defines=frozenset({"weekly"})),
+    )
+    assert result is not None
+    assert [c.task_id for c in result.reclaimed] == [older_id]

@@ -1,8 +1,11 @@
 """The PostgreSQL statements of the worker hook and `safebeat.claim`: executions, effect keys.
 
-Each is one statement, deciding inside the server in one round trip (`start_execution`
-by the rule of `records.decide_start`); the start of an `overlap="forbid"` entry's
-window also takes the entry's start lock, in a transaction the cursor source opens.
+Each decides inside the server in one statement (`start_execution` by the rule of
+`records.decide_start`); the start of an `overlap="forbid"` entry's window also takes the
+entry's start lock. The worker's three (start, renew, finish) each run in a transaction
+the cursor source opens and bounds as it bounds a tick (`lock_timeout`,
+`statement_timeout`): a renewal queued behind a row lock fails after the lock timeout and
+is retried at the next round, instead of waiting while the run's lease lapses.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ class ExecutionStatements(ExecutionAdapter, Statements):
     def _start_execution(
         self, namespace: str, run: LeasedRun, lease: timedelta, exclusive: bool
     ) -> Start:
-        begin = self._cursors.transaction if exclusive else self._cursors.statement
-        with begin("record the start of an execution") as cursor:
+        with self._cursors.transaction("record the start of an execution") as cursor:
             if exclusive:
                 # Starts of one forbid entry queue here, so two windows starting at once
                 # each see the other's start (one statement's snapshot would not).
@@ -39,7 +41,7 @@ class ExecutionStatements(ExecutionAdapter, Statements):
             return Start.UNKNOWN if row is None else Start(row[0])
 
     def _renew_executions(self, namespace: str, runs: Sequence[LeasedRun], lease: timedelta) -> int:
-        with self._cursors.statement("renew execution leases") as cursor:
+        with self._cursors.transaction("renew execution leases") as cursor:
             cursor.execute(
                 Q["renew_executions"],
                 {
@@ -54,7 +56,7 @@ class ExecutionStatements(ExecutionAdapter, Statements):
             return cursor.rowcount
 
     def finish_execution(self, namespace: str, run: LeasedRun, end: RunEnd) -> None:
-        with self._cursors.statement("record the end of an execution") as cursor:
+        with self._cursors.transaction("record the end of an execution") as cursor:
             cursor.execute(
                 Q["finish_execution"],
                 {
