@@ -6,16 +6,19 @@ Hypothesis draws entry and task names, namespaces, instants (with zones, years 1
 with offsets), notes, actors and kwargs (nested thousands deep) from the whole space: NUL,
 lone surrogates, right-to-left marks, control characters, lengths around each limit
 (docs/limits.md). Each value goes to `safebeat.schedules.add`, `pause` (the operation and
-`safebeat pause --until`), `trigger` or `backfill` on the memory, SQLite, PostgreSQL and
-Redis stores, and after each, `Scheduler.tick()` runs on the same store (a fake clock on
-memory and SQLite; the servers' own clocks on PostgreSQL and Redis). A refusal must be a
-`SafebeatError` that is not a `StoreError` (the boundary refused it, not the store); the
-CLI must answer in one line without "unexpected". At the end, the ordinary entry (every
-second, `misfire="all"`, so a slow example delays a window but cannot skip it) has every
-window from its first to now, each sent once.
+`safebeat pause --until`), `trigger` or `backfill` on all nine store variants of
+`tests.storevariants`, the contract suite's (memory, SQLite, PostgreSQL, Redis single,
+Cluster and Sentinel, and the Django store on SQLite, PostgreSQL and MariaDB), and after
+each, `Scheduler.tick()` runs on the same store (a fake clock on memory and SQLite; the
+real clock elsewhere). A refusal must be a `SafebeatError` that is not a `StoreError` (the
+boundary refused it, not the store); the CLI must answer in one line without
+"unexpected". At the end, the ordinary entry (every second, `misfire="all"`, so a slow
+example delays a window but cannot skip it) has every window from its first to now, each
+sent once.
 
-CI runs the `hostile-ci` profile (a few examples per store, well under a minute in all);
-`make fuzz` runs `hostile-long` (SAFEBEAT_FUZZ_PROFILE).
+CI runs the `hostile-ci` profile (20 examples per variant, about 20 s in all, the Redis
+Cluster and Sentinel of the test worker's own included); `make fuzz` runs `hostile-long`
+(SAFEBEAT_FUZZ_PROFILE).
 """
 
 from __future__ import annotations
@@ -47,10 +50,9 @@ from safebeat.ops import operations
 from safebeat.records import Definition, Pause, Status
 from safebeat.stores.base import Store
 from safebeat.stores.memory import MemoryStore
-from safebeat.stores.postgres import PostgresStore
-from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from safebeat.testing import FakeClock
+from tests import storevariants
 
 UTC = timezone.utc
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
@@ -179,8 +181,7 @@ class Harness:
             self.refusals[name] = self.refusals.get(name, 0) + 1
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("redis", marks=pytest.mark.redis)])  # fmt: skip
+@pytest.fixture(params=storevariants.VARIANTS)
 def harness(request: pytest.FixtureRequest, tmp_path: Any, namespace: str) -> Iterator[Harness]:
     clock = FakeClock(START)
     store: Store
@@ -188,14 +189,11 @@ def harness(request: pytest.FixtureRequest, tmp_path: Any, namespace: str) -> It
     if request.param == "memory":
         store, url = MemoryStore(clock=clock.now), None
     elif request.param == "sqlite":
-        url = f"sqlite:///{tmp_path}/hostile.sqlite3"
-        store = SqliteStore(url, clock=clock.now)
-    elif request.param == "postgres":
-        url = request.getfixturevalue("pg_url")
-        store = PostgresStore(url)
+        store = storevariants.open_variant(request, "sqlite", tmp_path, clock=clock.now)
+        url = storevariants.url_of(request, "sqlite", tmp_path)
     else:
-        url = request.getfixturevalue("redis_url")
-        store = RedisStore(url)
+        store = storevariants.open_variant(request, request.param, tmp_path)
+        url = storevariants.url_of(request, request.param, tmp_path)
     fake = request.param in {"memory", "sqlite"}
     app = Celery("hostile", broker="memory://", set_as_current=False)
     app.conf.update(
