@@ -45,6 +45,8 @@ LATE_AFTER = timedelta(seconds=60)
 HISTORY_ROWS = 50
 #: Operator actions the audit page shows unless asked for another number.
 AUDIT_ROWS = 100
+#: The console's errors name the fields of its forms, not the CLI's options.
+FORM_FIELDS = operations.Fields(until="until", start="start", end="end")
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,9 @@ class Console:
 
     def set_paused(self, name: str, pause: Pause, *, actor: str) -> None:
         with self.using() as (config, store):
-            operations.pause_entry(store, config.namespace, name, pause, actor=actor)
+            operations.pause_entry(
+                store, config.namespace, name, pause, actor=actor, fields=FORM_FIELDS
+            )
 
     def trigger(self, name: str, *, actor: str) -> operations.Published:
         with self.using() as (config, store):
@@ -221,7 +225,9 @@ class Console:
         """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
-            return operations.backfill_windows(store, config.namespace, entry, start=start, end=end)
+            return operations.backfill_windows(
+                store, config.namespace, entry, start=start, end=end, fields=FORM_FIELDS
+            )
 
     def backfill(
         self, name: str, start: datetime, end: datetime, *, actor: str
@@ -229,7 +235,14 @@ class Console:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
             return operations.backfill(
-                self.app, store, config.namespace, entry, start=start, end=end, actor=actor
+                self.app,
+                store,
+                config.namespace,
+                entry,
+                start=start,
+                end=end,
+                actor=actor,
+                fields=FORM_FIELDS,
             )
 
     def _entry_to_run(self, config: Config, store: Store, name: str) -> Entry:

@@ -23,13 +23,16 @@ Cluster and Sentinel of the test worker's own included); `make fuzz` runs `hosti
 
 from __future__ import annotations
 
+import html
 import itertools
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import quote, quote_plus
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -37,8 +40,10 @@ from celery import Celery
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from starlette.testclient import TestClient
 
 import safebeat.schedules
+import safebeat.web
 from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.config import Config, load_config
@@ -57,6 +62,7 @@ from tests import storevariants
 UTC = timezone.utc
 START = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
+FORM_TYPE = "application/x-www-form-urlencoded"
 _COMMON = {
     "deadline": None,
     "suppress_health_check": [
@@ -339,3 +345,85 @@ def test_a_namespace_loads_and_round_trips_or_is_a_config_error(namespace: str) 
     assert list(store.states(config.namespace)) == ["e"]
     assert "{" not in config.namespace
     assert "}" not in config.namespace
+
+
+#: Each console form and the fields it takes.
+CONSOLE_FORMS = {
+    "pause": ("note", "until"),
+    "trigger": (),
+    "backfill": ("start", "end", "confirm"),
+}
+
+
+def _form_body(fields: dict[str, str]) -> bytes:
+    """`fields` url-encoded as a hostile client may send them: lone surrogates too."""
+    return "&".join(
+        f"{quote_plus(key)}={quote_plus(value, errors='surrogatepass')}"
+        for key, value in fields.items()
+    ).encode("ascii")
+
+
+def problem_of(page: str) -> str:
+    """The message of the console's problem page, as text."""
+    found = re.search(r"<main.*?</main>", page, re.S)
+    text = re.sub(r"<[^>]+>", " ", found.group(0) if found else page)
+    return " ".join(html.unescape(text).split())
+
+
+@pytest.mark.parametrize(
+    "harness",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
+     pytest.param("redis", marks=pytest.mark.redis)],
+    indirect=True,
+)  # fmt: skip
+def test_hostile_values_in_the_console_forms_are_refused_naming_the_field(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The console's pause (note, until), trigger and backfill (start, end) forms, posted
+    with a valid CSRF token and hostile values, on hostile entry names too: each answers
+    a page or a redirect, or a 4xx naming the field (or the entry) it refuses, never a
+    500; a beat ticking meanwhile sends every window of an ordinary entry once."""
+    h = harness
+    # Not a Django project: the console would otherwise read django-celery-beat's rows
+    # where another test configured Django in this process.
+    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    statuses: dict[int, int] = {}
+    with TestClient(safebeat.web.app(h.app), base_url="http://127.0.0.1:8765") as client:
+        page = client.get("/entries/victim")
+        assert page.status_code == 200, page.text
+        found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert found, "the entry's page has no form with a CSRF token"
+        token = found.group(1)
+
+        @HOSTILE
+        @given(data=st.data())
+        def post(data: st.DataObject) -> None:
+            action = data.draw(st.sampled_from(sorted(CONSOLE_FORMS)))
+            name = data.draw(st.one_of(st.just("victim"), hostile_names))
+            fields = {"csrf_token": token}
+            for field in CONSOLE_FORMS[action]:
+                if field == "confirm":
+                    value = data.draw(st.sampled_from(["", "yes"]) | hostile_text)
+                elif field == "note":
+                    value = data.draw(st.one_of(hostile_text, hostile_notes.map(str)))
+                else:
+                    value = data.draw(instant_texts)
+                fields[field] = value
+            path = f"/entries/{quote(name, safe='', errors='surrogatepass')}/{action}"
+            response = client.post(
+                path, content=_form_body(fields), headers={"content-type": FORM_TYPE}
+            )
+            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+            assert response.status_code < 500, response.text
+            if response.status_code >= 400:
+                said = problem_of(response.text)
+                assert response.status_code in {400, 404}, said
+                entry = re.search(r"\bentry\b", said) is not None
+                named = [f for f in CONSOLE_FORMS[action] if re.search(rf"\b{f}\b", said)]
+                assert named or entry, f"{action} refused naming no field: {said}"
+                assert response.status_code == 400 or entry, f"a 404 for a field: {said}"
+            h.tick()
+
+        post()
+    every_window_sent_once(h)
+    assert any(code >= 400 for code in statuses), statuses
