@@ -44,7 +44,7 @@ from starlette.testclient import TestClient
 
 import safebeat.schedules
 import safebeat.web
-from safebeat import Scheduler
+from safebeat import Scheduler, calendars
 from safebeat.cli import main
 from safebeat.config import Config, load_config
 from safebeat.entries import Entry, compile_entry
@@ -427,3 +427,85 @@ def test_hostile_values_in_the_console_forms_are_refused_naming_the_field(
         post()
     every_window_sent_once(h)
     assert any(code >= 400 for code in statuses), statuses
+
+
+# --- .ics text --------------------------------------------------------------------------------
+
+#: What an all-day event's properties may hold: dates near the ends of the range and
+#: beyond, digits of other scripts, durations too long for any date or for `int`.
+ics_values = st.one_of(
+    hostile_text,
+    st.sampled_from(
+        [
+            "20261225", "00010101", "99991231", "00000000", "20260230", "2026122", "٢٠٢٦١٢٢٥",
+            "P1D", "P0D", "P999999999D", "P" + "9" * 5000 + "D", "P²D", "PT1H", "P1W",
+            "FREQ=YEARLY", "FREQ=YEARLY;COUNT=" + "9" * 5000, "FREQ=YEARLY;INTERVAL=²",
+            "FREQ=YEARLY;UNTIL=99991231",
+            "FREQ=YEARLY;BYMONTH=12;BYMONTHDAY=25", "FREQ=YEARLY;COUNT=0", "FREQ=DAILY",
+            "CANCELLED", "VEVENT",
+        ]
+    ),
+)  # fmt: skip
+ics_properties = st.sampled_from(
+    ["DTSTART;VALUE=DATE", "DTEND;VALUE=DATE", "DTSTART", "DTEND", "DURATION", "RRULE",
+     "SUMMARY", "STATUS", "BEGIN", "END", "X-\x00", "dtstart", ""]
+)  # fmt: skip
+#: Whole lines that broke the parser once, or could.
+ICS_LINES = [
+    "DURATION:P" + "9" * 5000 + "D",
+    "DURATION:P999999999D",
+    "RRULE:FREQ=YEARLY;COUNT=" + "9" * 5000,
+    "RRULE:FREQ=YEARLY;INTERVAL=²",
+    "RRULE:FREQ=YEARLY;COUNT=" + "9" * 4000 + ";INTERVAL=" + "9" * 4000,
+    "RRULE:FREQ=YEARLY;UNTIL=" + "9" * 5000,
+    "DTEND;VALUE=DATE:٢٠٢٦١٢٢٧",
+    "DTEND;VALUE=DATE:99991231",
+]
+ics_lines = st.one_of(
+    st.tuples(ics_properties, ics_values).map(":".join), st.sampled_from(ICS_LINES)
+)
+ics_events = st.builds(
+    lambda start, lines: ["BEGIN:VEVENT", *start, *lines, "END:VEVENT"],
+    st.sampled_from([[], ["DTSTART;VALUE=DATE:20261225"], ["DTSTART;VALUE=DATE:99991230"]]),
+    st.lists(ics_lines, max_size=6),
+)
+
+
+@st.composite
+def ics_texts(draw: st.DrawFn) -> str:
+    """iCalendar text: events of hostile properties among hostile lines, folded anywhere
+    (a line break then a space or tab), with any line ending."""
+    lines = ["BEGIN:VCALENDAR"]
+    for event in draw(st.lists(ics_events, max_size=4)):
+        lines += event
+        lines += draw(st.lists(hostile_text, max_size=2))
+    lines.append("END:VCALENDAR")
+    folded = []
+    for line in lines:
+        cuts = sorted(draw(st.lists(st.integers(0, len(line)), max_size=3)))
+        pieces = [line[a:b] for a, b in itertools.pairwise([0, *cuts, len(line)])]
+        folded.append(draw(st.sampled_from(["\r\n ", "\n\t", "\n "])).join(pieces))
+    return draw(st.sampled_from(["\r\n", "\n", "\r", "\x85"])).join(folded)
+
+
+def test_hostile_ics_text_is_a_calendar_or_an_error_naming_the_file(tmp_path: Any) -> None:
+    """Any `.ics` text (folded lines, huge durations and counts, bad dates, control
+    characters, digits of other scripts) gives a calendar whose days can be asked and
+    described (as an entry's digest does), or a ConfigError naming the file, and the
+    event where one is to blame; never another exception."""
+    path = tmp_path / "hostile holidays.ics"
+
+    @HOSTILE
+    @given(text=ics_texts(), zone=st.sampled_from([UTC, ZoneInfo("Pacific/Kiritimati")]))
+    def read(text: str, zone: Any) -> None:
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        try:
+            calendar = calendars.read_ics(path, zone)
+        except ConfigError as exc:
+            assert path.name in str(exc), exc  # noqa: PT017 - many values, one test
+            return
+        calendars.describe_calendar(calendar)
+        for moment in (START, datetime(9998, 12, 31, tzinfo=UTC), datetime(2, 1, 1, tzinfo=UTC)):
+            calendar.excludes(moment)
+
+    read()
