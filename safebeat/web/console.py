@@ -21,7 +21,7 @@ from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
-from safebeat.errors import EntryError, SafebeatError
+from safebeat.errors import EntryError, SafebeatError, UnreadableState
 from safebeat.ops import doctor, operations
 from safebeat.ops.overview import (
     EntryStatus,
@@ -159,7 +159,10 @@ class Console:
             )
             now = store.clock()
             empty = None if statuses else empty_namespace(store, config.namespace)
-        broken = {} if schedule is None else dict(schedule.broken)
+        broken: dict[str, EntryError] = {} if schedule is None else dict(schedule.broken)
+        for status in statuses:  # put aside by beat, listed as `safebeat status` lists it
+            if status.unreadable is not None:
+                broken[status.name] = UnreadableState(status.name, status.unreadable)
         return EntriesPage([row_of(s, now) for s in statuses], broken, empty)
 
     def entry(self, name: str, limit: int = HISTORY_ROWS) -> EntryPage | None:
