@@ -16,7 +16,12 @@ boundary refused it, not the store); the CLI must answer in one line without
 example delays a window but cannot skip it) has every window from its first to now, each
 sent once.
 
-CI runs the `hostile-ci` profile (20 examples per variant, about 20 s in all, the Redis
+The same values go to the console's pause, trigger and backfill forms (Starlette's test
+client, a valid CSRF token; hostile entry names in the path too) on SQLite, PostgreSQL and
+Redis: a page, a redirect, or a 4xx naming the field, never a 500. Drawn `.ics` text gives a
+calendar or a ConfigError naming the file, never another exception.
+
+CI runs the `hostile-ci` profile (20 examples per variant and test, about 20 s in all, the Redis
 Cluster and Sentinel of the test worker's own included); `make fuzz` runs `hostile-long`
 (SAFEBEAT_FUZZ_PROFILE).
 """
