@@ -22,13 +22,16 @@ from collections.abc import Iterable, Mapping
 from datetime import date, datetime, timedelta, tzinfo
 from pathlib import Path
 
-from safebeat.errors import SHOWN_CHARS, ConfigError, shown
+from safebeat.errors import SHOWN_CHARS, ConfigError, shorten, shown
 from safebeat.limits import MAX_DURATION
 from safebeat.windows import Calendar, YearlyDays
 
 _YEARLY = re.compile(r"^--(\d{2})-(\d{2})$")
 _ICS_DATE = re.compile(r"^(\d{4})(\d{2})(\d{2})$")
-_DAYS = re.compile(r"^P(\d+)D$")
+_DAYS = re.compile(r"^P([0-9]+)D$")
+#: Most digits a number of an .ics file may have (a count or interval of years, a
+#: duration in days): more is no calendar, and past 4,300 `int` refuses to read it.
+_MAX_DIGITS = 9
 #: Longest span one yearly event may cover (a yearly span longer than a year is not one).
 _MAX_YEARLY_DAYS = 366
 
@@ -174,10 +177,11 @@ def _event_days(event: Mapping[str, tuple[str, str]], where: str) -> tuple[date,
             raise ConfigError(
                 f"exclude: {where}: DURATION {event['DURATION'][1]!r} is not whole days (P1D)"
             )
-        length = int(match.group(1))
+        digits = match.group(1).lstrip("0") or "0"
+        length = int(digits) if len(digits) <= _MAX_DIGITS else MAX_DURATION.days + 1
         if length > MAX_DURATION.days:
             raise ConfigError(
-                f"exclude: {where}: DURATION {event['DURATION'][1]!r} is longer than "
+                f"exclude: {where}: DURATION {shorten(event['DURATION'][1])} is longer than "
                 f"{MAX_DURATION.days} days"
             )
     else:
@@ -230,6 +234,10 @@ def _yearly(rule: str, first: date, length: int, where: str) -> YearlyDays:
 
 
 def _count(text: str, where: str, name: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"exclude: {where}: RRULE {name}={text} is not a whole number >= 1")
-    return int(text)
+    digits = text.lstrip("0")
+    if not (text.isascii() and text.isdigit()) or not digits or len(digits) > _MAX_DIGITS:
+        raise ConfigError(
+            f"exclude: {where}: RRULE {name}={shorten(text)} is not a whole number from 1 to "
+            f"{10**_MAX_DIGITS - 1:,}"
+        )
+    return int(digits)

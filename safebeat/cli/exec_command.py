@@ -13,6 +13,7 @@ from safebeat.config import parse_duration
 from safebeat.display import one_line
 from safebeat.entries import describe
 from safebeat.errors import SafebeatError
+from safebeat.limits import check_name
 from safebeat.runners import cron, execute
 
 
@@ -82,6 +83,7 @@ def exec_command(
     cannot be started 126. Put `--` before the command.
     """
     try:
+        check_name(entry, "--entry")
         rule = cron.parse_schedule(schedule, tz)
         allowed = parse_duration(grace, "--grace")
     except SafebeatError as exc:

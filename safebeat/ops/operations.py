@@ -82,7 +82,28 @@ def set_paused(
     pause_entry(store, namespace, entry, Pause(paused, until, note), actor=actor)
 
 
-def pause_entry(store: Store, namespace: str, entry: str, pause: Pause, *, actor: str) -> None:
+@dataclass(frozen=True)
+class Fields:
+    """What a surface calls the instants of a pause and a backfill, so that its errors
+    name the option or form field the operator filled in (the CLI's, by default)."""
+
+    until: str = "--until"
+    start: str = "--from"
+    end: str = "--to"
+
+
+CLI_FIELDS = Fields()
+
+
+def pause_entry(
+    store: Store,
+    namespace: str,
+    entry: str,
+    pause: Pause,
+    *,
+    actor: str,
+    fields: Fields = CLI_FIELDS,
+) -> None:
     """Store `pause` for `entry`, read by every replica from its next tick on, and record it
     in the audit trail as `actor`'s pause or resume.
 
@@ -92,12 +113,14 @@ def pause_entry(store: Store, namespace: str, entry: str, pause: Pause, *, actor
     """
     _check_action(namespace, entry, actor, pause.note)
     if pause.until is not None:
-        pause = replace(pause, until=check_instant(pause.until, "--until (the pause's end)"))
+        until = check_instant(pause.until, f"{fields.until} (the pause's end)")
+        pause = replace(pause, until=until)
     if pause.paused and pause.until is not None:
         now = store.clock()
         if pause.until <= now:
             raise OperationError(
-                f"the pause of {entry!r} would end at {pause.until.isoformat()}, which is not "
+                f"{fields.until}: the pause of {entry!r} would end at {pause.until.isoformat()}, "
+                "which is not "
                 f"in the future (store time {now.isoformat()}); give a later end, or resume"
             )
     pause = replace(pause, note=pause.note or None)
@@ -168,6 +191,7 @@ def backfill(
     limit: int = BACKFILL_LIMIT,
     actor: str,
     note: str | None = None,
+    fields: Fields = CLI_FIELDS,
 ) -> Published:
     """Dispatch the windows of `entry` in `[start, end]` that have no row yet.
 
@@ -175,7 +199,9 @@ def backfill(
     future (the scheduler owns those windows), and at most `limit` windows are claimed.
     """
     _check_action(namespace, entry.name, actor, note)
-    found = backfill_windows(store, namespace, entry, start=start, end=end, limit=limit)
+    found = backfill_windows(
+        store, namespace, entry, start=start, end=end, limit=limit, fields=fields
+    )
     return _claim_publish_and_audit(
         app, store, namespace, entry, found, action=AuditAction.BACKFILL, actor=actor, note=note
     )
@@ -189,6 +215,7 @@ def backfill_windows(
     start: datetime,
     end: datetime,
     limit: int = BACKFILL_LIMIT,
+    fields: Fields = CLI_FIELDS,
 ) -> list[datetime]:
     """The windows of `entry` in `[start, end]` that `backfill` would claim where free.
 
@@ -197,16 +224,18 @@ def backfill_windows(
     UnreadableState for an entry whose state the store cannot read back; LimitError
     for an instant outside what every store holds (`safebeat.limits`).
     """
-    start, end = check_instant(start, "--from"), check_instant(end, "--to")
+    start, end = check_instant(start, fields.start), check_instant(end, fields.end)
     if start > end:
-        raise OperationError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+        raise OperationError(
+            f"{fields.start} {start.isoformat()} is after {fields.end} {end.isoformat()}"
+        )
     state = _require_registered(store, namespace, entry.name)
     if state.unreadable is not None:  # its anchor is a placeholder: no window to trust
         raise UnreadableState(entry.name, state.unreadable)
     now = store.clock()
     if end > now:
         raise OperationError(
-            f"--to {end.isoformat()} is in the future (store time {now.isoformat()}); "
+            f"{fields.end} {end.isoformat()} is in the future (store time {now.isoformat()}); "
             "future windows are the scheduler's"
         )
     found = list(

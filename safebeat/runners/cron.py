@@ -33,6 +33,7 @@ from safebeat.display import BadInstant, parse_instant
 from safebeat.entries import compile_entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.identity import format_window
+from safebeat.limits import MAX_INSTANT, MIN_INSTANT, LimitError, check_instant
 from safebeat.windows import CrontabRule, latest_window
 
 #: Cron's shorthands, as 5 fields (`@reboot` is not a schedule: it has no windows).
@@ -56,7 +57,7 @@ FIELDS = (
 #: The annotation the CronJob controller puts on each Job it creates (RFC 3339).
 SCHEDULED_TIMESTAMP_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 #: A CronJob names each Job `<cronjob name>-<scheduled time in minutes since the epoch>`.
-_JOB_NAME = re.compile(r"^.+-(\d{1,12})$")
+_JOB_NAME = re.compile(r"^.+-([0-9]{1,12})$")
 _UTC = timezone.utc
 
 
@@ -137,7 +138,9 @@ def _fields(text: str) -> list[str]:
 def parse_scheduled_time(text: str) -> datetime:
     """Read a scheduled time in RFC 3339 with an offset (the CronJob annotation's form)."""
     try:
-        return parse_instant(text).astimezone(_UTC)
+        return check_instant(parse_instant(text), "scheduled time")
+    except LimitError as exc:
+        raise CronError(f"scheduled time {text!r} {exc.problem}") from None
     except BadInstant as exc:
         problem = (
             "has no offset; add Z (UTC) or one like +03:00"
@@ -155,7 +158,13 @@ def job_name_time(name: str) -> datetime:
             f"job name {name!r} does not end in the scheduled minute a CronJob gives its Jobs "
             "(<cronjob name>-<minutes since 1970>); a Job created by hand has no window"
         )
-    return datetime.fromtimestamp(int(match.group(1)) * 60, _UTC)
+    try:
+        return check_instant(datetime.fromtimestamp(int(match.group(1)) * 60, _UTC), "window")
+    except (LimitError, OverflowError, ValueError, OSError):
+        raise CronError(
+            f"job name {name!r} ends in minute {match.group(1)}, which is outside the years "
+            f"{MIN_INSTANT.year} to {MAX_INSTANT.year} (limits: docs/limits.md)"
+        ) from None
 
 
 def find_window(

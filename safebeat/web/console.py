@@ -21,7 +21,7 @@ from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
-from safebeat.errors import EntryError, SafebeatError
+from safebeat.errors import EntryError, SafebeatError, UnreadableState
 from safebeat.ops import doctor, operations
 from safebeat.ops.overview import (
     EntryStatus,
@@ -45,6 +45,8 @@ LATE_AFTER = timedelta(seconds=60)
 HISTORY_ROWS = 50
 #: Operator actions the audit page shows unless asked for another number.
 AUDIT_ROWS = 100
+#: The console's errors name the fields of its forms, not the CLI's options.
+FORM_FIELDS = operations.Fields(until="until", start="start", end="end")
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,10 @@ class Console:
             )
             now = store.clock()
             empty = None if statuses else empty_namespace(store, config.namespace)
-        broken = {} if schedule is None else dict(schedule.broken)
+        broken: dict[str, EntryError] = {} if schedule is None else dict(schedule.broken)
+        for status in statuses:  # put aside by beat, listed as `safebeat status` lists it
+            if status.unreadable is not None:
+                broken[status.name] = UnreadableState(status.name, status.unreadable)
         return EntriesPage([row_of(s, now) for s in statuses], broken, empty)
 
     def entry(self, name: str, limit: int = HISTORY_ROWS) -> EntryPage | None:
@@ -210,7 +215,9 @@ class Console:
 
     def set_paused(self, name: str, pause: Pause, *, actor: str) -> None:
         with self.using() as (config, store):
-            operations.pause_entry(store, config.namespace, name, pause, actor=actor)
+            operations.pause_entry(
+                store, config.namespace, name, pause, actor=actor, fields=FORM_FIELDS
+            )
 
     def trigger(self, name: str, *, actor: str) -> operations.Published:
         with self.using() as (config, store):
@@ -221,7 +228,9 @@ class Console:
         """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
-            return operations.backfill_windows(store, config.namespace, entry, start=start, end=end)
+            return operations.backfill_windows(
+                store, config.namespace, entry, start=start, end=end, fields=FORM_FIELDS
+            )
 
     def backfill(
         self, name: str, start: datetime, end: datetime, *, actor: str
@@ -229,7 +238,14 @@ class Console:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
             return operations.backfill(
-                self.app, store, config.namespace, entry, start=start, end=end, actor=actor
+                self.app,
+                store,
+                config.namespace,
+                entry,
+                start=start,
+                end=end,
+                actor=actor,
+                fields=FORM_FIELDS,
             )
 
     def _entry_to_run(self, config: Config, store: Store, name: str) -> Entry:

@@ -234,7 +234,9 @@ class Pages:
                     functools.partial(self.console.set_paused, name, pause, actor=actor_of(request))
                 )
             except SafebeatError as exc:
-                return self.failure(request, exc, 400 if until_text else 404)
+                # 404 only for an entry not registered; a value refused is the form's fault.
+                refused_value = until_text or isinstance(exc, limits.LimitError)
+                return self.failure(request, exc, 400 if refused_value else 404)
             target = path_for(request, "entry", name=name)
             done = ("paused-until" if until_text else "paused") if paused else "resumed"
             return RedirectResponse(f"{target}?done={done}", status_code=303)

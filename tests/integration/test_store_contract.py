@@ -37,13 +37,12 @@ from safebeat.stores.base import (
     Store,
     TickPlan,
 )
-from safebeat.stores.django import DjangoStore
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.redis.base import key_prefix
 from safebeat.stores.sqlite import SqliteStore
-from tests import djangosite
+from tests import storevariants
 from tests.registering import registered
 
 REPLICA = Replica("host-a", 101, "aaaaaa")
@@ -53,19 +52,7 @@ SECOND = timedelta(seconds=1)
 StoreFactory = Callable[[], Store]
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        "sqlite",
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("redis", marks=pytest.mark.redis),
-        pytest.param("redis-cluster", marks=pytest.mark.redis),
-        pytest.param("redis-sentinel", marks=pytest.mark.redis),
-        pytest.param("django-postgres", marks=[pytest.mark.django, pytest.mark.postgres]),
-        pytest.param("django-mariadb", marks=[pytest.mark.django, pytest.mark.mariadb]),
-        pytest.param("django-sqlite", marks=pytest.mark.django),
-    ]
-)
+@pytest.fixture(params=storevariants.VARIANTS)
 def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[StoreFactory]:
     """A factory of store instances that share one backing store (like replicas do)."""
     opened: list[Store] = []
@@ -75,20 +62,10 @@ def open_store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Sto
         store: Store
         if request.param == "memory":
             store = memory
-        elif request.param == "sqlite":
-            store = SqliteStore(
-                f"sqlite:///{tmp_path}/contract.sqlite3", busy_timeout=timedelta(seconds=0.2)
-            )
-        elif request.param.startswith("django-"):
-            alias = djangosite.alias_for(request, request.param.removeprefix("django-"))
-            store = DjangoStore(f"django://{alias}", lock_timeout=timedelta(seconds=2))
-        elif request.param == "postgres":
-            store = PostgresStore(
-                request.getfixturevalue("pg_url"), lock_timeout=timedelta(seconds=2)
-            )
         else:
-            fixture = request.param.replace("-", "_") + "_url"
-            store = RedisStore(request.getfixturevalue(fixture), lock_timeout=timedelta(seconds=2))
+            store = storevariants.open_variant(
+                request, request.param, tmp_path, busy_timeout=timedelta(seconds=0.2)
+            )
         store.migrate()
         opened.append(store)
         return store

@@ -37,6 +37,7 @@ from safebeat.contrib.django import actions
 from safebeat.contrib.django.forms import BackfillForm, PauseForm
 from safebeat.contrib.django.models import Audit, Dispatch, Entry, Replica
 from safebeat.entries import zone_of
+from safebeat.errors import UnreadableState
 from safebeat.identity import format_window
 from safebeat.records import Pause
 
@@ -131,38 +132,69 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             raise PermissionDenied
         if request.method == "POST":
             return self.entry_action(request)
-        latest = Dispatch.objects.filter(
-            namespace=OuterRef("namespace"), entry=OuterRef("name")
-        ).order_by("-window_at")
-        entries = (
-            Entry.objects.order_by("namespace", "name")
-            .annotate(
-                latest_status=Subquery(latest.values("status")[:1]),
-                latest_host=Subquery(latest.values("host")[:1]),
-                latest_outcome=Subquery(latest.values("outcome")[:1]),
-            )
-            .values()
-        )
-        now = timezone.now()
+        rows = self._entry_rows(timezone.now())
         context = {
             **self.admin_site.each_context(request),
             "title": _("safebeat entries"),
-            "entries": [
-                {
-                    **row,
-                    "key": json.dumps([row["namespace"], row["name"]]),
-                    # A pause whose end passed is over: every replica dispatches again.
-                    "paused_now": row["paused"]
-                    and (row["paused_until"] is None or row["paused_until"] > now),
-                }
-                for row in entries
-            ],
+            "entries": rows,
+            "unreadable": [row for row in rows if row["unreadable"]],
             "pause_form": PauseForm(),
             "problems": periodic_task_problems(self.get_celery_app()),
             "entry_actions": ENTRY_ACTIONS if self.has_entry_action_permission(request) else {},
             "opts": self.model._meta,
         }
         return TemplateResponse(request, "safebeat/entries.html", context)
+
+    def _entry_rows(self, now: datetime) -> list[dict[str, Any]]:
+        """A row per entry, its state as the store reads it back: one the store cannot
+        read (a pause end past the year 9999, a zero date) is listed with its problem as
+        put aside, as `safebeat status` lists it, and the page still answers."""
+        from safebeat.stores.django import open_django_store  # noqa: PLC0415
+
+        latest = Dispatch.objects.filter(
+            namespace=OuterRef("namespace"), entry=OuterRef("name")
+        ).order_by("-window_at")
+        # Only the columns that are text: the instants come from the store, which reads
+        # each row on its own (the ORM fails the whole page on one it cannot convert).
+        found = (
+            Entry.objects.order_by("namespace", "name")
+            .annotate(
+                latest_status=Subquery(latest.values("status")[:1]),
+                latest_host=Subquery(latest.values("host")[:1]),
+                latest_outcome=Subquery(latest.values("outcome")[:1]),
+            )
+            .values("namespace", "name", "latest_status", "latest_host", "latest_outcome")
+        )
+        store = open_django_store(f"django://{router.db_for_write(Entry)}")
+        states: dict[str, dict[str, Any]] = {}
+        rows = []
+        for row in found:
+            namespace = row["namespace"]
+            if namespace not in states:
+                states[namespace] = store.states(namespace)
+            state = states[namespace].get(row["name"])
+            if state is None:  # deleted since the query above
+                continue
+            unreadable = state.unreadable
+            rows.append(
+                {
+                    **row,
+                    "key": json.dumps([namespace, row["name"]]),
+                    "schedule": state.schedule,
+                    "unreadable": unreadable,
+                    "problem": None
+                    if unreadable is None
+                    else UnreadableState(row["name"], unreadable).problem,
+                    "last_window": None if unreadable else state.last_window,
+                    "defined_at": None if unreadable else state.defined_at,
+                    "anchor": None if unreadable else state.anchor,
+                    "paused_until": state.paused_until,
+                    "pause_note": state.pause_note,
+                    # A pause whose end passed is over: every replica dispatches again.
+                    "paused_now": unreadable is None and state.paused_at(now),
+                }
+            )
+        return rows
 
     def has_entry_action_permission(self, request: HttpRequest) -> bool:
         """Whether the user may pause, resume and trigger entries ("Can change entry")."""
