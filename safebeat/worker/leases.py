@@ -101,24 +101,26 @@ class LeaseRenewer:
         """Renew every held run now, one store call per store, then record the ends still
         to record; return how many runs were renewed."""
         with self._mutex:
-            groups: dict[tuple[str, str], tuple[Config, list[LeasedRun]]] = {}
-            for h in self._held.values():
+            groups: dict[tuple[str, str], tuple[Config, list[LeasedRun], list[int]]] = {}
+            for token, h in self._held.items():
                 key = (h.config.url, h.config.namespace)
-                groups.setdefault(key, (h.config, []))[1].append(h.run)
+                group = groups.setdefault(key, (h.config, [], []))
+                group[1].append(h.run)
+                group[2].append(token)
             ends = [(token, h) for token, h in self._held.items() if h.end is not None]
         renewed = 0
-        for config, runs in groups.values():
+        for config, runs, tokens in groups.values():
             try:
                 count = self._store(config).renew_executions(
                     config.namespace, runs, lease=config.execution_lease
                 )
                 renewed += count
-                if count < len(runs):
+                lost = len(runs) - count - self._released(tokens)
+                if lost > 0:
                     logger.warning(
                         "safebeat: %d of %d run(s) of this process no longer hold their "
-                        "lease (taken over after it lapsed, or their end is recorded); "
-                        "their leases are not renewed",
-                        len(runs) - count,
+                        "lease (taken over after it lapsed); their leases are not renewed",
+                        lost,
                         len(runs),
                     )
             except SafebeatError as exc:
@@ -136,6 +138,12 @@ class LeaseRenewer:
         for token, held in ends:
             self._record_end(token, held)
         return renewed
+
+    def _released(self, tokens: list[int]) -> int:
+        """How many of `tokens` were released since they were read: runs that ended while
+        their renewal was on its way (their rows are finished, so it renewed none)."""
+        with self._mutex:
+            return sum(1 for token in tokens if token not in self._held)
 
     def _record_end(self, token: int, held: _Held) -> None:
         """Record the end of a run whose first record failed; release it once recorded."""

@@ -9,7 +9,7 @@ import pytest
 from safebeat.config import Config
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, task_id_for
-from safebeat.records import LeasedRun, NewClaim, Start, TickPlan
+from safebeat.records import LeasedRun, NewClaim, Outcome, RunEnd, Start, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
 from safebeat.worker.leases import LeaseRenewer
@@ -94,6 +94,37 @@ def test_a_renewal_that_updates_fewer_runs_than_held_is_logged(
     with caplog.at_level("WARNING", logger="safebeat.worker"):
         assert renewer.renew_now() == 0
     assert "1 of 1 run(s) of this process no longer hold their lease" in caplog.text
+
+
+class EndingStore(MemoryStore):
+    """A memory store on which a held run ends (recorded and released) while a renewal is
+    on its way to the store, as a pool process's task thread does beside the renewer."""
+
+    ending: tuple[LeaseRenewer, int, LeasedRun] | None = None
+
+    def renew_executions(self, *args: object, **kwargs: object) -> int:
+        if self.ending is not None:
+            renewer, token, run = self.ending
+            self.finish_execution("unit", run, RunEnd(Outcome.SUCCESS, timedelta(seconds=1)))
+            renewer.release(token)
+            self.ending = None
+        return super().renew_executions(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_run_that_ends_while_its_renewal_is_on_its_way_is_no_lost_lease(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run recorded finished between the renewer reading its held runs and the store
+    renewing them is not reported as a lease lost: only runs still held count."""
+    clock = FakeClock(T0)
+    store = EndingStore(clock=clock.now)
+    renewer = LeaseRenewer(store=lambda config: store)
+    run = started(store, T0, "w@h:1")
+    store.ending = (renewer, renewer.hold(CONFIG, run), run)
+    with caplog.at_level("WARNING", logger="safebeat.worker"):
+        assert renewer.renew_now() == 0
+    assert "no longer hold their lease" not in caplog.text
+    assert renewer.held() == []
 
 
 def test_a_store_error_while_renewing_is_counted_and_never_raised(
