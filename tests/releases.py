@@ -249,13 +249,17 @@ def schema_of_commit(commit: str) -> dict[str, int]:
 CONTRACT_MARK = re.compile(r"^\s*(?:--|#)\s*contract: unused since (\d+(?:\.\d+)+)\b", re.M)
 
 #: SQL that can break a replica of the release before: anything dropped or renamed, a
-#: column's type or nullability changed, a new constraint its writes may not meet.
+#: column's type or nullability changed, a new constraint or key its writes may not meet,
+#: a trigger that may refuse them, rows removed or rewritten under it.
 _SQL_CONTRACTING = (
     re.compile(r"\bDROP\b", re.I),
     re.compile(r"\bRENAME\b", re.I),
     re.compile(r"\bALTER\s+COLUMN\s+\S+\s+(?:TYPE|SET\s+DATA\s+TYPE|SET\s+NOT\s+NULL)\b", re.I),
     re.compile(r"\bADD\s+CONSTRAINT\b", re.I),
     re.compile(r"\bCREATE\s+UNIQUE\s+INDEX\b", re.I),
+    re.compile(r"\bALTER\s+TABLE\b.*\b(?:PRIMARY\s+KEY|UNIQUE|REFERENCES|CHECK)\b", re.I),
+    re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?(?:CONSTRAINT\s+)?TRIGGER\b", re.I),
+    re.compile(r"^\s*(?:TRUNCATE|DELETE|UPDATE)\b", re.I),
 )
 #: A column added NOT NULL with no DEFAULT: the previous release's inserts lack it.
 _SQL_ADD_COLUMN = re.compile(r"\bADD\s+(?:COLUMN\s+)?(?!CONSTRAINT\b)[^,;]*", re.I)

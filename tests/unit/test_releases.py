@@ -91,10 +91,18 @@ def test_migrations_since_the_newest_release_only_add() -> None:
         "ALTER TABLE safebeat_entry ADD weight integer NOT NULL, ADD b text",
         "ALTER TABLE safebeat_entry ADD CONSTRAINT positive CHECK (weight > 0)",
         "CREATE UNIQUE INDEX safebeat_entry_note ON safebeat_entry (note)",
+        "ALTER TABLE safebeat_entry ADD COLUMN w integer PRIMARY KEY",
+        "ALTER TABLE safebeat_entry ADD COLUMN w integer UNIQUE",
+        "CREATE TRIGGER refuse BEFORE INSERT ON safebeat_dispatch EXECUTE FUNCTION nope()",
+        "CREATE OR REPLACE TRIGGER refuse BEFORE INSERT ON safebeat_dispatch EXECUTE FUNCTION f()",
+        "TRUNCATE safebeat_dispatch",
+        "DELETE FROM safebeat_dispatch",
+        "UPDATE safebeat_entry SET anchor = NULL",
     ],
 )
 def test_the_migration_check_flags_sql_that_breaks_the_release_before(sql: str) -> None:
-    """Dropped, renamed, retyped or tightened columns, new constraints: flagged."""
+    """Dropped, renamed, retyped or tightened columns, new constraints and keys, triggers,
+    rows removed or rewritten: flagged."""
     assert contracting(f"-- a migration\n{sql};\n", sql=True) != []
 
 
