@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
+from datetime import timezone as datetime_timezone
 from typing import Any
 
 from celery import signals
-from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
+from celery.utils.time import is_naive, maybe_make_aware
 from kombu.serialization import dumps
 
 #: The headers a template fills in per window; an entry's own header of one of these
@@ -162,5 +163,15 @@ def _expires_header(
         return expires
     if isinstance(expires, datetime):
         return expires.isoformat()
-    at: datetime = maybe_make_aware(add_seconds_to_datetime(now(), expires), tz=timezone)
+    at: datetime = maybe_make_aware(_add_seconds(now(), expires), tz=timezone)
     return at.isoformat()
+
+
+def _add_seconds(at: datetime, seconds: float) -> datetime:
+    """`at` plus `seconds` of elapsed time, in `at`'s zone: what Celery 5.7's
+    `celery.utils.time.add_seconds_to_datetime` computes (earlier releases have no such
+    function, and add to the wall clock, an hour off across a DST change)."""
+    delta = timedelta(seconds=seconds)
+    if is_naive(at):
+        return at + delta
+    return (at.astimezone(datetime_timezone.utc) + delta).astimezone(at.tzinfo)
