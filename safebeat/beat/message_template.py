@@ -25,7 +25,11 @@ from typing import Any
 
 from celery import signals
 from celery.utils.time import is_naive, maybe_make_aware
-from kombu.serialization import dumps
+from kombu import serialization
+
+# Typed in some kombu releases and untyped in others: called as Any, so the type check
+# passes the same way on every release the package supports.
+_dumps: Any = serialization.dumps
 
 #: The headers a template fills in per window; an entry's own header of one of these
 #: names would override Celery's, so such an entry is not templated.
@@ -84,7 +88,7 @@ class MessageShape:
             return None
         del published["headers"]
         serializer = published.pop("serializer", None)
-        content_type, encoding, _ = dumps(capture.body, serializer=serializer)  # type: ignore[no-untyped-call]
+        content_type, encoding, _ = _dumps(capture.body, serializer=serializer)
         published.update(content_type=content_type, content_encoding=encoding)
         queue = routed.get("queue")
         if queue is not None and not isinstance(queue, str):
@@ -105,7 +109,7 @@ class MessageShape:
     ) -> MessageTemplate:
         """One entry's template: its arguments, serialized once, and their reprs."""
         # as as_task_v2 puts them in the body
-        body = dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]  # type: ignore[no-untyped-call]
+        body = _dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]
         if isinstance(body, str):
             body = body.encode(self.options["content_encoding"])
         return MessageTemplate(self, body, *reprs)
