@@ -63,6 +63,10 @@ _NUMBERS: dict[str, tuple[float, float]] = {
     "socket_connect_timeout": (0.001, 1e9),
     "socket_read_size": (1, 1e9),
 }
+#: Options redis-py must convert from the URL's text. A release without a parser for one
+#: (redis-py 5.0 has none for `socket_read_size` or `ssl_min_version`) hands the text on to
+#: the connection, where it fails on first use.
+_CONVERTED = frozenset({*_NUMBERS, "ssl_min_version"})
 #: More options of a `rediss://` URL, for TLS.
 _TLS_OPTIONS = frozenset(
     {
@@ -129,7 +133,14 @@ def _single(url: str, scheme: str, timeouts: Timeouts) -> redis.Redis:
             f"{scheme}:// URLs take {', '.join(sorted(known))}"
         )
     pool = client.connection_pool
-    _check_values(url, {k: v for k, v in pool.connection_kwargs.items() if k in given})
+    options = {k: v for k, v in pool.connection_kwargs.items() if k in given}
+    as_text = sorted(key for key in _CONVERTED & options.keys() if isinstance(options[key], str))
+    if as_text:
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: redis-py {redis.__version__} does not read "
+            f"{', '.join(as_text)} from a URL (a later release does); leave it out"
+        )
+    _check_values(url, options)
     try:
         # What the first command does, minus the socket: redis-py checks its arguments.
         pool.connection_class(**pool.connection_kwargs)
