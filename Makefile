@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos clean
+.PHONY: demo weekly-report test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,15 @@ integration: $(STAMP)
 
 acceptance: $(STAMP)
 	$(BIN)/pytest tests/acceptance
+
+## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
+## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py; nox from .venv if there)
+matrix:
+	$(if $(wildcard $(BIN)/nox),$(BIN)/nox,nox) -s oldest celery54 celery55 celery56 latest
+
+## oldest: the same on every lower bound in pyproject.toml at once
+oldest:
+	$(if $(wildcard $(BIN)/nox),$(BIN)/nox,nox) -s oldest
 
 ## bench: dispatch-time and round-trip figures, safebeat beside stock beat (not pass/fail)
 bench: $(STAMP)
