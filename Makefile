@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 LOCK := requirements/dev.txt
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance bench bench-peers bench-scale bench-targets chaos simulate clean
+.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos simulate clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,15 @@ SEEDS ?= 1000
 ## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
 simulate: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+
+## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
+## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py, about 20 minutes)
+matrix: $(STAMP)
+	$(BIN)/nox -s oldest celery54 celery55 celery56 latest
+
+## oldest: the same on every lower bound in pyproject.toml at once
+oldest: $(STAMP)
+	$(BIN)/nox -s oldest
 
 ## bench: dispatch-time and round-trip figures, safebeat beside stock beat (not pass/fail)
 bench: $(STAMP)

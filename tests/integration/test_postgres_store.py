@@ -295,6 +295,10 @@ def stop_inside_register(process: subprocess.Popen[bytes], admin: Any, backend: 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         os.kill(process.pid, signal.SIGSTOP)
+        # The signal takes effect a moment later: wait until the process has stopped, then
+        # until a statement it sent just before (a COMMIT) has reached its session.
+        os.waitpid(process.pid, os.WUNTRACED)
+        time.sleep(0.05)
         session = session_of(admin, backend)
         after_upsert = session is not None and (
             "INSERT INTO safebeat_entry" in session[1]

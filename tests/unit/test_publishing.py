@@ -10,13 +10,16 @@ several windows of one entry.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import celery
 import pytest
 from celery import Celery, Task, signals
+from celery.app import amqp as celery_amqp
 from celery.beat import BeatLazyFunc
 from celery.utils.saferepr import saferepr
 from kombu import Exchange, Queue
@@ -364,7 +367,8 @@ def test_plans_beyond_the_cache_size_are_dropped_and_built_again_alike() -> None
 
 
 def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> None:
-    """A receiver connected later gets every later window: Celery publishes them again."""
+    """A receiver connected later gets every later window as it gets apply_async's
+    messages: Celery publishes them again."""
     app = make_app()
     seen: list[str] = []
 
@@ -380,10 +384,51 @@ def test_publish_signals_fire_once_a_receiver_connects_after_the_template() -> N
         try:
             later = claim_for("e", WINDOW + timedelta(minutes=1))
             publisher.send(producer, entry, later, retry_policy=RETRY)
+            # The same entry through the task's own apply_async, to compare with.
+            full = claim_for("e", WINDOW + timedelta(minutes=2))
+            Publisher(app, direct=False).send(producer, entry, full, retry_policy=RETRY)
         finally:
             signals.before_task_publish.disconnect(before)
-    assert seen == ["2026-03-01T12:01:00Z"]
-    assert len(receive_all(app)) == 2
+    if celery.VERSION >= (5, 7):
+        assert seen == ["2026-03-01T12:01:00Z", "2026-03-01T12:02:00Z"]
+    else:
+        # Before 5.7, Celery's sender asks the receivers list it saw when app.amqp made it,
+        # which a connect after a receiver died replaces: then apply_async misses the
+        # receiver as well. The template must not be what makes the difference.
+        assert ("2026-03-01T12:01:00Z" in seen) == ("2026-03-01T12:02:00Z" in seen), seen
+    assert len(receive_all(app)) == 3
+
+
+def test_without_celerys_callback_retry_marker_the_publisher_imports_and_templates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Celery 5.4-5.6 have no `celery.app.amqp._callback_publish_retry` (5.7's marker of a
+    callback's publish): the publishing module imports without it, and an entry's message
+    is built once and filled in per window, the message apply_async would send. (Celery
+    5.7's own sender needs the marker, so it is back for the sends; on 5.4-5.6, which the
+    version matrix runs, it is not there at all.)"""
+    spec = importlib.util.find_spec("safebeat.beat.publishing")
+    assert spec is not None
+    assert spec.loader is not None
+    publishing = importlib.util.module_from_spec(spec)
+    with monkeypatch.context() as patch:
+        patch.delattr(celery_amqp, "_callback_publish_retry", raising=False)
+        spec.loader.exec_module(publishing)  # a fresh import, as on a Celery without it
+    app = make_app()
+    entry = plain_entry(args=[5])
+    sent = []
+    for direct in (False, True):
+        publisher = publishing.Publisher(app, direct=direct)
+        with app.producer_or_acquire() as producer:
+            for window in WINDOWS:
+                publisher.send(producer, entry, claim_for("e", window), retry_policy=RETRY)
+        sent.append(receive_all(app))
+    assert publisher._plans["e"].template is not None
+    full, templated = sent
+    assert [m["headers"]["id"] for m in templated] == [
+        claim_for("e", window).task_id for window in WINDOWS
+    ]
+    assert templated == full
 
 
 def test_entries_that_share_a_task_and_options_keep_their_own_arguments_and_headers() -> None:

@@ -12,8 +12,9 @@
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
@@ -25,12 +26,35 @@ from redis.retry import Retry
 from safebeat.errors import ConfigError
 from safebeat.urls import MISREAD, read, redact, scrub
 
-# Typed in some redis-py releases and untyped in others: called as Any, so the type check
+# Typed in some redis-py releases and untyped in others (5.x leaves these untyped, and
+# types every command's reply `Awaitable[Any] | Any`): called as Any, so the type check
 # passes the same way on every release the package supports.
+_Redis: Any = redis.Redis
+_RedisCluster: Any = redis.cluster.RedisCluster
 _Sentinel: Any = redis.sentinel.Sentinel
 _ClusterNode: Any = redis.cluster.ClusterNode
+_Retry: Any = Retry
+_NoBackoff: Any = NoBackoff
 
-Client: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+
+class Client(Protocol):
+    """A Redis client (one server, Sentinel's master, or a cluster) as the store uses it:
+    the commands it sends and their arguments; replies as redis-py decodes them. The store
+    holds its client as this rather than as redis-py's classes, whose types differ from
+    release to release."""
+
+    def get(self, name: str) -> Any: ...
+    def set(self, name: str, value: str | int, *, nx: bool = False) -> Any: ...
+    def exists(self, *names: str) -> int: ...
+    def hkeys(self, name: str) -> list[Any]: ...
+    def hgetall(self, name: str) -> dict[Any, Any]: ...
+    def zrevrange(self, name: str, start: int, end: int, *, withscores: bool = False) -> Any: ...
+    def scan_iter(self, *, match: str, count: int) -> Iterator[Any]: ...
+    def info(self, section: str) -> dict[str, Any]: ...
+    def time(self) -> tuple[int, int]: ...
+    def register_script(self, script: str) -> Callable[..., Any]: ...
+    def close(self) -> None: ...
+
 
 SINGLE_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -63,6 +87,10 @@ _NUMBERS: dict[str, tuple[float, float]] = {
     "socket_connect_timeout": (0.001, 1e9),
     "socket_read_size": (1, 1e9),
 }
+#: Options redis-py must convert from the URL's text. A release without a parser for one
+#: (redis-py 5.0 has none for `socket_read_size` or `ssl_min_version`) hands the text on to
+#: the connection, where it fails on first use.
+_CONVERTED = frozenset({*_NUMBERS, "ssl_min_version"})
 #: More options of a `rediss://` URL, for TLS.
 _TLS_OPTIONS = frozenset(
     {
@@ -96,7 +124,7 @@ def _common(timeouts: Timeouts) -> dict[str, Any]:
         "socket_connect_timeout": timeouts.connect,
         # No silent retries: a script that timed out may have run, and safebeat's own
         # backoff decides when to try again.
-        "retry": Retry(NoBackoff(), 0),
+        "retry": _Retry(_NoBackoff(), 0),
         "client_name": "safebeat",
         "decode_responses": True,
     }
@@ -123,10 +151,10 @@ def _connect(url: str, timeouts: Timeouts) -> Client:
     raise ConfigError(f"safebeat_url {redact(url)!r}: not a Redis URL")
 
 
-def _single(url: str, scheme: str, timeouts: Timeouts) -> redis.Redis:
+def _single(url: str, scheme: str, timeouts: Timeouts) -> Client:
     """A client of one server, its URL's options checked now rather than on first use."""
     try:
-        client = redis.Redis.from_url(url, **_common(timeouts))
+        client: Any = _Redis.from_url(url, **_common(timeouts))
     except ValueError as exc:
         raise ConfigError(f"safebeat_url {redact(url)!r}: {scrub(str(exc), url)}") from None
     known = _OPTIONS | _TLS_OPTIONS if scheme == "rediss" else _OPTIONS
@@ -138,13 +166,20 @@ def _single(url: str, scheme: str, timeouts: Timeouts) -> redis.Redis:
             f"{scheme}:// URLs take {', '.join(sorted(known))}"
         )
     pool = client.connection_pool
-    _check_values(url, {k: v for k, v in pool.connection_kwargs.items() if k in given})
+    options = {k: v for k, v in pool.connection_kwargs.items() if k in given}
+    as_text = sorted(key for key in _CONVERTED & options.keys() if isinstance(options[key], str))
+    if as_text:
+        raise ConfigError(
+            f"safebeat_url {redact(url)!r}: redis-py {redis.__version__} does not read "
+            f"{', '.join(as_text)} from a URL (a later release does); leave it out"
+        )
+    _check_values(url, options)
     try:
         # What the first command does, minus the socket: redis-py checks its arguments.
         pool.connection_class(**pool.connection_kwargs)
     except (ValueError, TypeError, redis.exceptions.RedisError) as exc:
         raise ConfigError(f"safebeat_url {redact(url)!r}: {scrub(str(exc), url)}") from None
-    return client
+    return cast("Client", client)
 
 
 def _check_values(url: str, options: dict[str, Any]) -> None:
@@ -224,7 +259,7 @@ def _parse_multi_host(url: str, default_port: int) -> _MultiHost:
     )
 
 
-def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
+def _sentinel(url: str, timeouts: Timeouts) -> Client:
     spec = _parse_multi_host(url, 26379)
     unknown = set(spec.options) - _SENTINEL_OPTIONS
     if unknown:
@@ -250,7 +285,7 @@ def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
         ssl=spec.tls,
         **{k: v for k, v in common.items() if k != "decode_responses"},
     )
-    master: redis.Redis = sentinel.master_for(
+    master: Client = sentinel.master_for(
         spec.path[0],
         db=_number(spec.path[1]) if len(spec.path) == 2 else 0,
         username=spec.username,
@@ -260,7 +295,7 @@ def _sentinel(url: str, timeouts: Timeouts) -> redis.Redis:
     return master
 
 
-def _cluster(url: str, timeouts: Timeouts) -> redis.cluster.RedisCluster:
+def _cluster(url: str, timeouts: Timeouts) -> Client:
     spec = _parse_multi_host(url, 6379)
     if spec.path or spec.options:
         raise ConfigError(
@@ -268,7 +303,7 @@ def _cluster(url: str, timeouts: Timeouts) -> redis.cluster.RedisCluster:
             "write redis+cluster://host:port,host:port"
         )
     common = _common(timeouts)
-    return redis.cluster.RedisCluster(
+    cluster: Client = _RedisCluster(
         startup_nodes=[_ClusterNode(host, port) for host, port in spec.hosts],
         username=spec.username,
         password=spec.password,
@@ -276,3 +311,4 @@ def _cluster(url: str, timeouts: Timeouts) -> redis.cluster.RedisCluster:
         require_full_coverage=True,
         **common,
     )
+    return cluster
