@@ -142,10 +142,11 @@ def test_a_replica_cut_off_from_the_broker_delays_no_window(
 def test_skewed_replica_clocks_change_no_window(
     chaos_mode: Mode, tmp_path: Path, chaos_postgres: OwnedPostgres
 ) -> None:
-    """Replicas at +120 s, -120 s and the right time all dispatch, on the store clock's windows."""
+    """Replicas at +120 s, -120 s and the right time dispatch each window once, on the store
+    clock's windows, on time. (Which replica wins each tick is a race the test does not
+    judge: the windows are the same whoever sends them.)"""
     result = run("clock-skew", chaos_mode, tmp_path, chaos_postgres)
     for side in safebeat_sides(result):
-        assert side.senders == side.replicas, side.as_dict()
         assert side.tally.max_lag is not None
         assert side.tally.max_lag < 60, side.as_dict()
 

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from safebeat.config import SETTINGS, Config, load_config
 from safebeat.entries import compile_entry, compile_schedule, describe
-from safebeat.errors import ConfigError, EntryError, SafebeatError
+from safebeat.errors import ConfigError, EntryError, SafebeatError, shorten
 from safebeat.stores import open_store
 from safebeat.stores.base import Status
 from safebeat.stores.memory import MemoryStore
@@ -215,7 +215,7 @@ def test_every_entry_compiles_or_is_an_entry_error_naming_it(name: Any, raw: Any
     if error is not None:
         assert isinstance(error, SafebeatError)
         assert error.entry == str(name)
-        assert str(error).startswith(f"schedule entry {str(name)!r}: ")
+        assert str(error).startswith(f"schedule entry {shorten(str(name))}: ")
         assert error.problem
     else:
         assert entry is not None
