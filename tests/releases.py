@@ -21,6 +21,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 try:
     import tomllib
@@ -51,9 +52,10 @@ class Release:
     schema: Mapping[str, int]
 
 
-def version_key(version: str) -> tuple[int, ...]:
-    """`0.10.1` -> (0, 10, 1): release versions are plain dotted numbers."""
-    return tuple(int(part) for part in version.split("."))
+def version_key(version: str) -> Version:
+    """A version, ordered as PEP 440 orders them (`0.2.0.dev0` after `0.1.0`, before
+    `0.2.0`)."""
+    return Version(version)
 
 
 def recorded(path: Path = RELEASES_FILE) -> list[Release]:

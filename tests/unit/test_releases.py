@@ -27,9 +27,20 @@ def test_each_release_records_a_full_commit_a_date_and_its_schema_versions() -> 
 
 
 def test_the_checkout_is_the_newest_release_or_later() -> None:
-    """The version is never older than the last release recorded."""
+    """The version is never older than the last release recorded, and is that release's
+    only while the package is that release's code: any change after it carries a later
+    version (the next one's `.dev0`), so replicas of the two tell themselves apart in
+    `safebeat status` during a roll."""
     release = releases.newest()
-    assert releases.version_key(__version__) >= releases.version_key(release.version)
+    ours, theirs = releases.version_key(__version__), releases.version_key(release.version)
+    assert ours >= theirs
+    if ours == theirs:
+        releases.require_commit(release)
+        changed = releases._git("diff", "--quiet", release.commit, "--", "safebeat")
+        assert changed.returncode == 0, (
+            f"safebeat/ changed since release {release.version} ({release.commit}) but "
+            f"still says {__version__}: set safebeat/_version.py to the next version's .dev0"
+        )
 
 
 def test_each_release_commit_sets_its_version_and_ships_its_schema_versions() -> None:
