@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl, quote
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -286,11 +287,28 @@ class Pages:
         return self.render(request, "published.html", title=title, name=name, published=published)
 
 
+class EntryNameConvertor(Convertor[str]):
+    """An entry's name in a path: any characters, `/` and line breaks too, or none
+    (Starlette's `path` stops at a line break, and its 404 would name no entry). A name
+    no store may hold reaches the page, which refuses it by name."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("entry_name", EntryNameConvertor())
+
+
 def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: AllowedHosts) -> Starlette:
     """The ASGI app serving `console` to the `hosts` it answers to, behind `credentials`
     (if any) and `csrf`, every response with the hardening headers."""
     pages = Pages(console, csrf, hosts)
-    entry = "/entries/{name:path}"
+    entry = "/entries/{name:entry_name}"
     routes = [
         Route("/", pages.entries, name="entries"),
         Route(f"{entry}/pause", pages.pause(True), methods=["POST"], name="pause"),

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -625,6 +625,22 @@ def test_a_name_with_path_characters_links_to_and_acts_on_itself(tricky: Filled)
     assert sorted(r.entry for r in store.audit(namespace) if r.action.value == "pause") == sorted(
         (VICTIM, *TRICKY)
     )
+
+
+@pytest.mark.parametrize("name", ["\n", "a\nb", "x/\r\n/y"])
+def test_an_action_on_a_name_with_a_line_break_is_refused_naming_the_entry(
+    filled: Filled, name: str
+) -> None:
+    """A name holding a line break reaches the console's page (no bare "Not Found"), which
+    refuses it as a name no entry may have, naming the entry; nothing changes."""
+    with local(safebeat.web.app(filled.app)) as test_client:
+        form = {"csrf_token": csrf_token(test_client)}
+        for action in ("pause", "trigger"):
+            refused = test_client.post(f"/entries/{quote(name, safe='')}/{action}", data=form)
+            assert refused.status_code == 400, (action, refused.text)
+            assert "entry" in refused.text, (action, refused.text)
+    assert not any(s.paused for s in filled.store.states(filled.namespace).values())
+    assert filled.store.audit(filled.namespace) == []
 
 
 def test_the_actor_is_only_ever_what_the_credentials_proved(filled: Filled) -> None:
