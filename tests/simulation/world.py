@@ -6,9 +6,10 @@ where, and the order the simulated threads run in. Each simulated thread is a `S
 (a real thread that runs only while the simulator resumes it), all on one fake clock.
 
 What is real code:
-- beat: `safebeat.Scheduler` itself, tick after tick (planner, claim rounds, the
-  publishing thread's hand-off, the take-over pass, settling, hand-back, housekeeping,
-  the guard and its backoffs), on the real memory store;
+- beat: the tick engine `safebeat.Scheduler` delegates to (`TickEngine`, built from its
+  parts: this replica, the store, the dispatcher), tick after tick (planner, claim
+  rounds, the publishing thread's hand-off, the take-over pass, settling, hand-back,
+  housekeeping, the guard and its backoffs), on the real memory store;
 - workers: the real hook (`safebeat.worker.delivery.check_delivery`, `ended`, the real
   `LeaseRenewer.renew_now`) deciding with the real `start_execution` / `decide_start`,
   against the same store.
