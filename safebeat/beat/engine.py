@@ -111,11 +111,11 @@ class TickEngine:
         publish_thread: PublishThread | None = None,
     ) -> None:
         self.config, self.replica, self.dispatcher = config, replica, dispatcher
-        self.tuning = tuning or Tuning()
+        self.tuning = Tuning() if tuning is None else tuning
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
         self.ready = False
-        self.publish_thread = publish_thread or PublishThread()
+        self.publish_thread = PublishThread() if publish_thread is None else publish_thread
         self._broker, self._hooks, self._store = broker, hooks, store
         self._monotonic = monotonic
         self._last_store_now: datetime | None = None
