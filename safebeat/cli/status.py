@@ -1,4 +1,5 @@
-"""`safebeat status` (every entry and replica) and `safebeat health` (a liveness probe)."""
+"""`safebeat status` (every entry and replica) and `safebeat health` (the deep health check,
+through the store)."""
 
 from __future__ import annotations
 

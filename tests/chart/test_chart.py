@@ -475,6 +475,7 @@ def test_notes_tell_what_was_installed() -> None:
     assert "Secret `proj-safebeat`" in standalone
     assert "rel-safebeat-migrate" in standalone
     assert "exec deploy/rel-safebeat -c beat -- safebeat -A proj status" in standalone
+    assert "GET /livez and /readyz on port 9809 (`beat-probes`)" in standalone
     sidecar = notes(CHART, ci_values("sidecar"))
     assert "sidecar in your application's pods" in sidecar
     assert "ServiceMonitor" in sidecar
