@@ -20,18 +20,23 @@ from safebeat.liveness import LIVE_WITHIN
 
 #: The longest one store call may block the tick loop: PostgreSQL's statement timeout of
 #: the calls outside the tick (registering, pruning).
-LONGEST_STORE_CALL = timedelta(seconds=60)
+LONGEST_STORE_CALL = 60.0
 #: Loop passes (a tick and its sleep, each at most `max_interval`) a live loop may miss.
 SLACK_INTERVALS = 6
+#: Seconds per entry that a tick which registers every entry again may take beyond that
+#: (on PostgreSQL, 1,000,000 entries take about 100 s; docs/performance.md).
+SECONDS_PER_ENTRY = 0.00025
 
 
-def default_liveness_timeout(max_interval: float) -> float:
-    """How long the tick loop may go without a pass before beat answers /livez with 503.
+def default_liveness_timeout(max_interval: float, entries: int = 0) -> float:
+    """Seconds the tick loop may go without a tick before beat answers /livez with 503.
 
     One pass is a tick (claim rounds for at most `max_interval`, store calls of at most
-    `LONGEST_STORE_CALL`) and a sleep of at most `max_interval`: 90 s at the default 5 s.
+    `LONGEST_STORE_CALL`) and a sleep of at most `max_interval`; a tick that registers the
+    entries again (they changed at run time) grows with their number. 90 s at the default
+    5 s and a few thousand entries, 115 s at 100,000.
     """
-    return LONGEST_STORE_CALL.total_seconds() + SLACK_INTERVALS * max_interval
+    return LONGEST_STORE_CALL + SLACK_INTERVALS * max_interval + SECONDS_PER_ENTRY * entries
 
 
 @dataclass(frozen=True)

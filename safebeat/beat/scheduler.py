@@ -162,8 +162,6 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         config = self.safebeat_config
         if config.metrics_port is not None and not self.metrics.recording:
             serve_metrics(self.metrics, config.metrics_port)
-        if config.liveness_timeout is None:  # Celery set max_interval (--max-interval) by now
-            self.probes.liveness_timeout = default_liveness_timeout(self.max_interval)
         if config.probe_port is not None and self._probe_server is None:
             self._probe_server = serve_probes(self.probes, config.probe_port)
         self.use_entries(*self._compiled_entries())
@@ -193,6 +191,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.entries, self.broken_entries = entries, broken
         # Celery's `schedule` (its `data`): a read-only view, not a copy of every entry.
         self.data = MappingProxyType(entries)
+        if self.safebeat_config.liveness_timeout is None:
+            # Celery has set max_interval (`--max-interval`) by now.
+            self.probes.liveness_timeout = default_liveness_timeout(self.max_interval, len(entries))
         self._queue_timeouts = queue_timeouts(self.safebeat_config.overlap_timeout, entries)
         self._ready = False
 

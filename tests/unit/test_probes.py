@@ -93,10 +93,13 @@ def test_a_stalled_loop_is_neither_live_nor_ready(clock: FakeClock) -> None:
     assert "stalled" in probes.readiness().reason
 
 
-def test_default_liveness_timeout_follows_the_max_interval() -> None:
-    """90 s at beat's 5 s max interval; a longer --max-interval gets a longer timeout."""
+def test_default_liveness_timeout_follows_the_max_interval_and_the_entries() -> None:
+    """90 s at beat's 5 s max interval; a longer --max-interval, or more entries to register
+    again in one tick, get a longer timeout."""
     assert default_liveness_timeout(5.0) == 90
     assert default_liveness_timeout(300.0) == 60 + 6 * 300
+    assert default_liveness_timeout(5.0, 100_000) == 115
+    assert default_liveness_timeout(5.0, 1_000_000) == 340
 
 
 # --- a scheduler ------------------------------------------------------------------------------
@@ -160,9 +163,13 @@ def test_a_scheduler_whose_loop_stops_ticking_is_not_live(clock: FakeClock) -> N
 
 
 def test_the_scheduler_derives_the_timeout_from_its_max_interval(clock: FakeClock) -> None:
-    """Without safebeat_liveness_timeout, beat's `--max-interval` sets the liveness timeout."""
+    """Without safebeat_liveness_timeout, beat's `--max-interval` and its entries set the
+    liveness timeout."""
     scheduler = memory_scheduler(make_app(beat_max_loop_interval=60), clock)
-    assert scheduler.probes.liveness_timeout == default_liveness_timeout(60)
+    expected = default_liveness_timeout(60, len(scheduler.entries))
+    assert scheduler.probes.liveness_timeout == expected
+    configured = memory_scheduler(make_app(safebeat_liveness_timeout="40s"), clock)
+    assert configured.probes.liveness_timeout == 40
 
 
 # --- settings ---------------------------------------------------------------------------------
