@@ -31,6 +31,8 @@ from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.pacing import Pacing
 from safebeat.beat.pipeline import PublishedAlready, PublishThread
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
+from safebeat.beat.probe_server import ProbeServer, serve_probes
+from safebeat.beat.probes import ProbeState, default_liveness_timeout
 from safebeat.beat.reporting import (
     announce_tick,
     report_claims,
@@ -122,6 +124,15 @@ class TickEngine:
         self._queue_timeouts: dict[str, timedelta] = {}
         tuning = self.tuning
         self.metrics = BeatMetrics(config.namespace, replica.id, redact(config.url))
+        self.probes = ProbeState(
+            monotonic=monotonic,
+            liveness_timeout=(
+                config.liveness_timeout.total_seconds()
+                if config.liveness_timeout is not None
+                else default_liveness_timeout(tuning.max_interval)
+            ),
+        )
+        self._probe_server: ProbeServer | None = None
         self.pacing = Pacing()
         self.runtime = RuntimeWatch()
         self.rounds = ClaimRounds(
@@ -135,10 +146,11 @@ class TickEngine:
             monotonic=monotonic,
         )
         self.chores = Housekeeper(
-            lambda: self.store, config, replica, self.metrics, monotonic=monotonic
+            lambda: self.store, config, replica, self.metrics, self.probes, monotonic=monotonic
         )
         self.guard = TickGuard(
             self.metrics,
+            self.probes,
             monotonic=monotonic,
             max_sleep=tuning.max_interval,
             store_url=lambda: self.store.display_url,
@@ -161,6 +173,11 @@ class TickEngine:
         report_entries(entries, broken, self.broken_entries, self.metrics)
         self.entries, self.broken_entries = entries, broken
         self._hooks.entries_changed(entries)
+        if self.config.liveness_timeout is None:
+            # Celery has set max_interval (`--max-interval`) by now.
+            self.probes.liveness_timeout = default_liveness_timeout(
+                self.tuning.max_interval, len(entries)
+            )
         self._queue_timeouts = queue_timeouts(self.config.overlap_timeout, entries)
         self.ready = False
 
@@ -196,6 +213,8 @@ class TickEngine:
         config = self.config
         if config.metrics_port is not None and not self.metrics.recording:
             serve_metrics(self.metrics, config.metrics_port)
+        if config.probe_port is not None and self._probe_server is None:
+            self._probe_server = serve_probes(self.probes, config.probe_port)
         self.use_entries(*self.compiled_entries())
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
@@ -230,9 +249,11 @@ class TickEngine:
             return self.guard.run(self._tick)
         finally:
             self.metrics.tick(self._monotonic() - started)
+            self.probes.loop_ran()
 
     def close(self) -> None:
-        """Stop the publishing thread, remove this replica's heartbeat, close the store.
+        """Stop the publishing thread and the probes, remove this replica's heartbeat, close
+        the store.
 
         Does nothing while a tick runs (a signal handler interrupted it): the store call
         it interrupted may hold the store's connection, so the store is left alone.
@@ -240,6 +261,9 @@ class TickEngine:
         if self.guard.running:
             return
         self.publish_thread.close()
+        if self._probe_server is not None:
+            self._probe_server.close()
+            self._probe_server = None
         if self._store is not None:
             self.chores.forget_replica()
             self._store.close()

@@ -22,6 +22,7 @@ from safebeat.app_schedule import settings_source
 from safebeat.beat.dispatch import Dispatcher
 from safebeat.beat.engine import EngineHooks, TickEngine
 from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.probes import ProbeState
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.tuning import Tuning
 from safebeat.config import Config, config_from_app
@@ -100,6 +101,11 @@ class Scheduler(Tuning, beat.Scheduler):  # type: ignore[misc]  # Celery is unty
     @property
     def metrics(self) -> BeatMetrics:
         return self.engine.metrics
+
+    @property
+    def probes(self) -> ProbeState:
+        """What this replica's `/livez` and `/readyz` answer."""
+        return self.engine.probes
 
     @property
     def dispatcher(self) -> Dispatcher:
