@@ -9,7 +9,8 @@ to sleep. Nothing raised in a tick escapes (`safebeat.beat.guard`).
 
 The engine is built from explicit parts: the config, this replica, the store, a
 `Dispatcher`, the broker's connection (`BrokerLink`), a clock, its `Tuning` and the
-`EngineHooks` its owner is called back through. `safebeat.Scheduler` is Celery's
+`EngineHooks` its owner is called back through; `safebeat.beat.wiring` builds the
+parts it runs with from those. `safebeat.Scheduler` is Celery's
 interface over it; the deterministic simulation (tests/simulation) drives it directly.
 """
 
@@ -23,16 +24,12 @@ from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
 from safebeat.beat.batching import ClaimBatch
-from safebeat.beat.claim_round import ClaimRounds, traced
+from safebeat.beat.claim_round import traced
 from safebeat.beat.dispatch import Dispatcher, Sending
-from safebeat.beat.guard import TickGuard
-from safebeat.beat.housekeeping import Housekeeper
-from safebeat.beat.metrics import BeatMetrics
-from safebeat.beat.pacing import Pacing
 from safebeat.beat.pipeline import PublishedAlready, PublishThread
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.probe_server import ProbeServer, serve_probes
-from safebeat.beat.probes import ProbeState, default_liveness_timeout
+from safebeat.beat.probes import default_liveness_timeout
 from safebeat.beat.reporting import (
     announce_tick,
     report_claims,
@@ -40,9 +37,9 @@ from safebeat.beat.reporting import (
     report_unregistered,
     serve_metrics,
 )
-from safebeat.beat.runtime_watch import RuntimeWatch
 from safebeat.beat.tick_rounds import Publishing, Round, TickRounds
 from safebeat.beat.tuning import Tuning
+from safebeat.beat.wiring import wire_parts
 from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
@@ -122,40 +119,20 @@ class TickEngine:
         self._monotonic = monotonic
         self._last_store_now: datetime | None = None
         self._queue_timeouts: dict[str, timedelta] = {}
-        tuning = self.tuning
-        self.metrics = BeatMetrics(config.namespace, replica.id, redact(config.url))
-        self.probes = ProbeState(
-            monotonic=monotonic,
-            liveness_timeout=(
-                config.liveness_timeout.total_seconds()
-                if config.liveness_timeout is not None
-                else default_liveness_timeout(tuning.max_interval)
-            ),
-        )
         self._probe_server: ProbeServer | None = None
-        self.pacing = Pacing()
-        self.runtime = RuntimeWatch()
-        self.rounds = ClaimRounds(
-            lambda: self.store,
+        parts = wire_parts(
             config,
             replica,
-            batch=ClaimBatch(tuning.claim_batch, tuning.min_claim_batch),
-            pacing=self.pacing,
-            dispatcher=dispatcher,
-            metrics=self.metrics,
+            dispatcher,
+            store=lambda: self.store,
             monotonic=monotonic,
-        )
-        self.chores = Housekeeper(
-            lambda: self.store, config, replica, self.metrics, self.probes, monotonic=monotonic
-        )
-        self.guard = TickGuard(
-            self.metrics,
-            self.probes,
-            monotonic=monotonic,
-            max_sleep=tuning.max_interval,
-            store_url=lambda: self.store.display_url,
+            batch=ClaimBatch(self.tuning.claim_batch, self.tuning.min_claim_batch),
+            max_sleep=self.tuning.max_interval,
             sender=hooks.sender,
         )
+        self.metrics, self.probes, self.pacing = parts.metrics, parts.probes, parts.pacing
+        self.runtime, self.rounds = parts.runtime, parts.rounds
+        self.chores, self.guard = parts.chores, parts.guard
 
     @property
     def store(self) -> Store:
