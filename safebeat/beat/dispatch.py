@@ -100,6 +100,7 @@ class Dispatcher:
     `claim_timeout` is the store's `safebeat_claim_timeout`: past it another replica
     re-publishes an unsent claim, so nothing is handed to the broker after half of it
     from the claim. `monotonic` measures that (pair it with the store's clock in tests).
+    Messages are built and sent by `publisher` (by default a `Publisher` of `app`).
     """
 
     #: Messages buffered per flush where the transport can batch publishes.
@@ -107,13 +108,14 @@ class Dispatcher:
 
     def __init__(
         self,
-        app: Any,
+        app: Any = None,
         *,
         claim_timeout: timedelta,
         replica: Replica,
         monotonic: Callable[[], float] = time.monotonic,
+        publisher: Publisher | None = None,
     ) -> None:
-        self.publisher = Publisher(app)
+        self.publisher = publisher or Publisher(app)
         self.backoff = Backoff()
         self._claim_timeout = claim_timeout
         self._replica = replica

@@ -1,7 +1,7 @@
-"""Beat's parts, built and wired together for one scheduler.
+"""Beat's parts, built and wired together for one tick engine.
 
-`safebeat.Scheduler` is Celery's interface over these; each part gets what it shares with
-the others (the store, the config, this replica, the metrics, the clock) here, once.
+`safebeat.beat.engine.TickEngine` runs the ticks with these; each part gets what it shares
+with the others (the store, the config, this replica, the metrics, the clock) here, once.
 Building them is pure: nothing here touches the store or the broker.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.claim_round import ClaimRounds
@@ -28,7 +27,7 @@ from safebeat.urls import redact
 
 @dataclass(frozen=True)
 class BeatParts:
-    """One scheduler's parts, sharing one store, config, replica, metrics and clock."""
+    """One engine's parts, sharing one store, config, replica, metrics and clock."""
 
     metrics: BeatMetrics
     probes: ProbeState
@@ -41,9 +40,9 @@ class BeatParts:
 
 
 def wire_parts(
-    app: Any,
     config: Config,
     replica: Replica,
+    dispatcher: Dispatcher,
     *,
     store: Callable[[], Store],
     monotonic: Callable[[], float],
@@ -51,8 +50,8 @@ def wire_parts(
     max_sleep: float,
     sender: object,
 ) -> BeatParts:
-    """Build a scheduler's parts; `store` opens the store when first called, `sender` is
-    the scheduler the guard's signals name."""
+    """Build an engine's parts around `dispatcher`; `store` opens the store when first
+    called, `sender` is what the guard's signals name."""
     metrics = BeatMetrics(config.namespace, replica.id, redact(config.url))
     probes = ProbeState(
         monotonic=monotonic,
@@ -63,9 +62,6 @@ def wire_parts(
         ),
     )
     pacing = Pacing()
-    dispatcher = Dispatcher(
-        app, claim_timeout=config.claim_timeout, replica=replica, monotonic=monotonic
-    )
     return BeatParts(
         metrics=metrics,
         probes=probes,

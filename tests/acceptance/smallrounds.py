@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 import safebeat
-from safebeat.records import TickResult
+from safebeat.beat.tick_rounds import Round
 
 logger = logging.getLogger(__name__)
 
@@ -21,8 +22,21 @@ class Scheduler(safebeat.Scheduler):
     claim_batch = 100
     max_interval = 1.0  # with a 4 s claim timeout, rounds are claimed while others publish
 
-    def _claim_and_publish(self, due: Sequence[str], *, reclaim: bool) -> list[TickResult] | None:
-        results = super()._claim_and_publish(due, reclaim=reclaim)
-        if results is not None and len(results) > 1:
-            logger.warning("safebeat-test: a tick of %d rounds", len(results))
-        return results
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.rounds_this_tick = 0
+        claim = self.engine.claim
+
+        def counted(due: Sequence[str], *, reclaim: bool, started: float) -> Round | None:
+            claimed = claim(due, reclaim=reclaim, started=started)
+            self.rounds_this_tick += claimed is not None
+            return claimed
+
+        self.engine.claim = counted  # type: ignore[method-assign]
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        self.rounds_this_tick = 0
+        delay = super().tick(*args, **kwargs)
+        if self.rounds_this_tick > 1:
+            logger.warning("safebeat-test: a tick of %d rounds", self.rounds_this_tick)
+        return delay

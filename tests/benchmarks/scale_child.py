@@ -169,7 +169,7 @@ def big(config: dict[str, Any]) -> None:
     scheduler.use_entries(*scheduler._compiled_entries())
     figures["compile"] = time.monotonic() - started
     started = time.monotonic()
-    scheduler._bootstrap()
+    scheduler.engine.bootstrap()
     figures["register"] = time.monotonic() - started
     warm_producer(app, scheduler, config["warm_queue"])
     sent.reset()

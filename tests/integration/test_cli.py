@@ -83,9 +83,9 @@ def test_without_auto_migrate_beat_waits_for_safebeat_migrate(
     assert "run `safebeat migrate`" in caplog.text
     assert SqliteStore(sqlite_url).schema_version() == 0
     assert CliRunner().invoke(main, ["--url", sqlite_url, "migrate"]).exit_code == 0
-    scheduler._guard.backoff.until = 0.0  # skip the backoff wait
+    scheduler.engine.guard.backoff.until = 0.0  # skip the backoff wait
     scheduler.tick()
-    assert scheduler._ready
+    assert scheduler.engine.ready
     assert set(SqliteStore(sqlite_url).states("nomigrate")) == {"a"}
 
 

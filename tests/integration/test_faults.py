@@ -178,7 +178,7 @@ def test_store_errors_never_log_the_password(caplog: pytest.LogCaptureFixture) -
     app = make_app("memory://", "q", url, "secrets")
     with caplog.at_level(logging.DEBUG):
         scheduler = Scheduler(app)
-        scheduler._guard.backoff.until = 0.0
+        scheduler.engine.guard.backoff.until = 0.0
         scheduler.tick()
     assert "store unreachable" in caplog.text
     assert "postgresql://app:***@127.0.0.1" in caplog.text

@@ -220,7 +220,7 @@ def test_bad_credentials_or_url_are_reported_clearly_and_beat_keeps_retrying(
     try:
         with caplog.at_level(logging.DEBUG):
             for _ in range(2):
-                scheduler._guard.backoff.until = 0.0
+                scheduler.engine.guard.backoff.until = 0.0
                 delay = scheduler.tick()
                 assert delay > 0
     finally:

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 import pytest
 import redis
@@ -43,10 +44,16 @@ class SlowPlanner(Scheduler):
     min_claim_batch = 3
     slow = False
 
-    def _planner(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
-        if self.slow:  # the controlled slow step
-            time.sleep(SLOW_PLAN_SECONDS if len(states) > ENTRIES // 2 else PLAN_SECONDS)
-        return super()._planner(now, states)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plan = self.engine.plan
+
+        def slow_plan(now: datetime, states: Mapping[str, EntryState]) -> Planned:
+            if self.slow:  # the controlled slow step
+                time.sleep(SLOW_PLAN_SECONDS if len(states) > ENTRIES // 2 else PLAN_SECONDS)
+            return plan(now, states)
+
+        self.engine.plan = slow_plan  # type: ignore[method-assign]
 
 
 def test_a_tick_the_store_ended_shrinks_the_batch_and_every_entry_is_dispatched(
@@ -64,13 +71,13 @@ def test_a_tick_the_store_ended_shrinks_the_batch_and_every_entry_is_dispatched(
     caplog.set_level(logging.INFO, logger="safebeat")
     try:
         scheduler.tick()  # registers every entry
-        scheduler._pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, math.inf))
+        scheduler.engine.pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, math.inf))
         run(scheduler, 1.2)  # beat idles while windows pass: a backlog of ~6 per entry
         scheduler.slow = True
-        scheduler._pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, 0.0))  # all due
+        scheduler.engine.pacing.due_at = DueTimes(dict.fromkeys(scheduler.entries, 0.0))  # all due
         for _ in range(6):
             scheduler.tick()
-            earliest = scheduler._pacing.due_at.earliest()
+            earliest = scheduler.engine.pacing.due_at.earliest()
             if earliest is None or earliest > time.monotonic():
                 break
         store = PostgresStore(pg_url)

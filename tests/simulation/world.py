@@ -6,9 +6,10 @@ where, and the order the simulated threads run in. Each simulated thread is a `S
 (a real thread that runs only while the simulator resumes it), all on one fake clock.
 
 What is real code:
-- beat: `safebeat.Scheduler` itself, tick after tick (planner, claim rounds, the
-  publishing thread's hand-off, the take-over pass, settling, hand-back, housekeeping,
-  the guard and its backoffs), on the real memory store;
+- beat: the tick engine `safebeat.Scheduler` delegates to (`TickEngine`, built from its
+  parts: this replica, the store, the dispatcher), tick after tick (planner, claim
+  rounds, the publishing thread's hand-off, the take-over pass, settling, hand-back,
+  housekeeping, the guard and its backoffs), on the real memory store;
 - workers: the real hook (`safebeat.worker.delivery.check_delivery`, `ended`, the real
   `LeaseRenewer.renew_now`) deciding with the real `start_execution` / `decide_start`,
   against the same store.
@@ -38,9 +39,11 @@ from unittest import mock
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 
-import safebeat.beat.scheduler as scheduler_module
-from safebeat import Scheduler
+from safebeat.app_schedule import settings_source
+from safebeat.beat.dispatch import Dispatcher
+from safebeat.beat.engine import EngineHooks, TickEngine
 from safebeat.beat.message_fields import message_for
+from safebeat.beat.tuning import Tuning
 from safebeat.config import config_from_app
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, parse_window, task_id_for
@@ -536,18 +539,15 @@ class SimPublishThread:
                 self._beat.gate("closing: waiting for the publishing thread")
 
 
-class SimScheduler(Scheduler):
-    """The real Scheduler, with the simulated broker in place of kombu's."""
+class SimLink:
+    """The broker as beat's engine sees it (`BrokerLink`): the simulated connection."""
 
-    sim_beat: Beat
+    def __init__(self, beat: Beat) -> None:
+        self.connection = SimConnection(beat)
+        self.producer = object()
 
-    @property
-    def connection(self) -> SimConnection:  # type: ignore[override]
-        return self.sim_beat.connection
-
-    @property
-    def producer(self) -> object:  # type: ignore[override]
-        return object()
+    def forget_producer(self) -> None:
+        pass
 
 
 # --- processes ---------------------------------------------------------------------------
@@ -613,11 +613,11 @@ class Process:
 class Beat(Process):
     def __init__(self, world: World, name: str) -> None:
         super().__init__(world, name)
-        self.connection = SimConnection(self)
+        self.link = SimLink(self)
         self.terminating = False
         self.term_pending = False
         self.published_after_term = 0
-        self.scheduler: SimScheduler | None = None
+        self.engine: TickEngine | None = None
 
     def gate(self, what: str) -> None:
         strands.pause()
@@ -635,39 +635,47 @@ class Beat(Process):
         if self.term_pending and strands.current() is self.main:
             world.log(f"{self.name} SIGTERM at {what}")
             self.terminating = True
-            if self.scheduler is not None:
-                self.scheduler.close()  # Celery's handler: beat.sync() -> close()
+            if self.engine is not None:
+                self.engine.close()  # Celery's handler: beat.sync() -> close()
             raise SystemExit(0)
 
     def run(self) -> None:
-        world, s = self.world, self.world.s
+        world = self.world
         replica = Replica(self.name, 1, "0")
         try:
-            with mock.patch.object(scheduler_module, "current_replica", return_value=replica):
-                scheduler = SimScheduler.__new__(SimScheduler)
-                scheduler.sim_beat = self
-                self.scheduler = scheduler
-                scheduler.first_round = 1  # every tick with two due entries pipelines
-                SimScheduler.__init__(
-                    scheduler,
-                    world.app,
-                    store=StoreProxy(self, world.store),
+            engine = TickEngine(
+                world.config,
+                replica,
+                dispatcher=Dispatcher(
+                    publisher=SimPublisher(self),  # type: ignore[arg-type]
+                    claim_timeout=world.config.claim_timeout,
+                    replica=replica,
                     monotonic=world.clock.monotonic,
-                )
-            scheduler.dispatcher.publisher = SimPublisher(self)  # type: ignore[assignment]
-            scheduler._publish_thread = SimPublishThread(self)  # type: ignore[assignment]
+                ),
+                broker=self.link,
+                hooks=EngineHooks(
+                    schedule_source=lambda: settings_source(world.app),
+                    timezone=lambda: world.app.timezone,
+                ),
+                tuning=Tuning(),
+                store=StoreProxy(self, world.store),  # type: ignore[arg-type]
+                monotonic=world.clock.monotonic,
+                publish_thread=SimPublishThread(self),  # type: ignore[arg-type]
+            )
+            engine.tuning.first_round = 1  # every tick with two due entries pipelines
+            self.engine = engine
+            engine.setup()
             while True:
-                sleep = scheduler.tick()
+                sleep = engine.tick()
                 world.sleep(self, max(sleep, 0.05))
         except SystemExit:
-            if self.scheduler is not None:
-                self.scheduler.close()  # Service.sync() once the loop unwound
+            if self.engine is not None:
+                self.engine.close()  # Service.sync() once the loop unwound
             world.log(f"{self.name} exited")
             self.dead = True
             world.restarts.append((world.now + world.rng.uniform(5, 30), "Beat"))
         except Killed:
             self.dead = True
-        del s
 
 
 class Worker(Process):

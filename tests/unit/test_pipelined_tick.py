@@ -91,7 +91,7 @@ def sent_entries(app: Celery, queue: str) -> list[str]:
 
 
 def publishing_thread(scheduler: Scheduler) -> threading.Thread | None:
-    return scheduler._publish_thread.thread
+    return scheduler.engine.publish_thread.thread
 
 
 def test_one_publishing_thread_serves_every_round_until_close(clock: FakeClock, queue: str) -> None:
@@ -106,7 +106,7 @@ def test_one_publishing_thread_serves_every_round_until_close(clock: FakeClock, 
     assert len(sent_entries(app, queue)) == 2 * len(NAMES)
     assert first is not None
     assert publishing_thread(scheduler) is first
-    scheduler._publish_thread.close()
+    scheduler.engine.publish_thread.close()
     assert not first.is_alive()
     clock.advance(60)
     scheduler.tick()
@@ -238,7 +238,7 @@ def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
     assert len(first) == 4
     sent_rows = [r for name in first for r in store.history("unit", name) if r.sent_at]
     assert len(sent_rows) == 4
-    assert scheduler._guard.backoff.failures == 1
+    assert scheduler.engine.guard.backoff.failures == 1
 
 
 def test_a_round_is_recorded_sent_while_the_next_one_is_published(
@@ -283,7 +283,7 @@ def test_a_store_error_recording_a_round_still_publishes_and_records_the_next(
     assert [len(ids) for ids in store.records] == [4, 8]
     recorded = {name for name in NAMES for r in store.history("unit", name) if r.sent_at}
     assert len(recorded) == 8
-    assert scheduler._guard.backoff.failures == 1
+    assert scheduler.engine.guard.backoff.failures == 1
     scheduler.close()
     assert publishing_thread(scheduler) is None
 
@@ -301,4 +301,4 @@ def test_rounds_one_after_the_other_hand_back_the_next_round_when_a_record_fails
     assert len(sent_entries(app, queue)) == 4
     assert sum(len(ids) for ids in store.records) == 4  # only the first round was sent
     assert len(store.released) == 8
-    assert scheduler._guard.backoff.failures == 1
+    assert scheduler.engine.guard.backoff.failures == 1

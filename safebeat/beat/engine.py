@@ -1,0 +1,378 @@
+"""Beat's tick engine: one tick of one replica, apart from Celery.
+
+Each tick, for the entries whose next window has come: take the store's tick lock (or come
+back shortly if another replica holds it), compute the due windows from the shared state
+and the store's clock, claim them under a unique key, commit, publish the claimed ones
+with a deterministic task id, and record them as sent; rounds follow while more entries
+are due (`safebeat.beat.tick_rounds`). Then the heartbeat and housekeeping, and the time
+to sleep. Nothing raised in a tick escapes (`safebeat.beat.guard`).
+
+The engine is built from explicit parts: the config, this replica, the store, a
+`Dispatcher`, the broker's connection (`BrokerLink`), a clock, its `Tuning` and the
+`EngineHooks` its owner is called back through; `safebeat.beat.wiring` builds the
+parts it runs with from those. `safebeat.Scheduler` is Celery's
+interface over it; the deterministic simulation (tests/simulation) drives it directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, Protocol
+
+from safebeat.beat.batching import ClaimBatch
+from safebeat.beat.claim_round import traced
+from safebeat.beat.dispatch import Dispatcher, Sending
+from safebeat.beat.pipeline import PublishedAlready, PublishThread
+from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
+from safebeat.beat.probe_server import ProbeServer, serve_probes
+from safebeat.beat.probes import default_liveness_timeout
+from safebeat.beat.reporting import (
+    announce_tick,
+    report_claims,
+    report_entries,
+    report_unregistered,
+    serve_metrics,
+)
+from safebeat.beat.tick_rounds import Publishing, Round, TickRounds
+from safebeat.beat.tuning import Tuning
+from safebeat.beat.wiring import wire_parts
+from safebeat.config import Config
+from safebeat.entries import Entry
+from safebeat.errors import EntryError
+from safebeat.identity import Replica
+from safebeat.records import Claim, EntryState
+from safebeat.stores import Store, store_from_config
+from safebeat.urls import redact
+
+logger = logging.getLogger("safebeat.scheduler")
+
+Compiled = tuple[dict[str, Entry], dict[str, EntryError]]
+
+
+class BrokerLink(Protocol):
+    """The broker as the engine sees it: kombu's connection and a producer on it."""
+
+    @property
+    def connection(self) -> Any: ...
+
+    @property
+    def producer(self) -> Any: ...
+
+    def forget_producer(self) -> None:
+        """Drop the producer: the next use makes one on the connection as it is now."""
+
+
+def _nothing(*args: object) -> None:
+    """A hook that does nothing."""
+
+
+@dataclass(frozen=True)
+class EngineHooks:
+    """What the engine calls back in the code that runs it.
+
+    `schedule_source`: the code's entries (`beat_schedule` items) to compile, in
+    `timezone()`; `refresh`: called at the start of every tick (None: look at the entries
+    added at run time, `TickEngine.refresh_runtime_entries`); `published`: the claims just
+    published and recorded as sent; `entries_changed`: the entries run from now on;
+    `sender`: what the signals and the guard's `tick_failed` name as their sender.
+    """
+
+    schedule_source: Callable[[], Mapping[str, Any]]
+    timezone: Callable[[], tzinfo]
+    refresh: Callable[[], None] | None = None
+    published: Callable[[Sequence[Claim]], None] = _nothing
+    entries_changed: Callable[[Mapping[str, Entry]], None] = _nothing
+    sender: object = None
+
+
+class TickEngine:
+    """One replica's ticks: every due window claimed once, published, recorded.
+
+    `store` is opened from `config` when first needed if none is given; building the
+    engine touches neither the store nor the broker. `tuning` is read at every use.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        replica: Replica,
+        *,
+        dispatcher: Dispatcher,
+        broker: BrokerLink,
+        hooks: EngineHooks,
+        tuning: Tuning | None = None,
+        store: Store | None = None,
+        monotonic: Callable[[], float],
+        publish_thread: PublishThread | None = None,
+    ) -> None:
+        self.config, self.replica, self.dispatcher = config, replica, dispatcher
+        self.tuning = Tuning() if tuning is None else tuning
+        self.entries: dict[str, Entry] = {}
+        self.broken_entries: dict[str, EntryError] = {}
+        self.ready = False
+        self.publish_thread = PublishThread() if publish_thread is None else publish_thread
+        self._broker, self._hooks, self._store = broker, hooks, store
+        self._monotonic = monotonic
+        self._last_store_now: datetime | None = None
+        self._queue_timeouts: dict[str, timedelta] = {}
+        self._probe_server: ProbeServer | None = None
+        parts = wire_parts(
+            config,
+            replica,
+            dispatcher,
+            store=lambda: self.store,
+            monotonic=monotonic,
+            batch=ClaimBatch(self.tuning.claim_batch, self.tuning.min_claim_batch),
+            max_sleep=self.tuning.max_interval,
+            sender=hooks.sender,
+        )
+        self.metrics, self.probes, self.pacing = parts.metrics, parts.probes, parts.pacing
+        self.runtime, self.rounds = parts.runtime, parts.rounds
+        self.chores, self.guard = parts.chores, parts.guard
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = store_from_config(self.config)
+        return self._store
+
+    # --- the entries ------------------------------------------------------------------------
+
+    def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
+        """Run exactly these compiled entries from now on; report the broken ones (once each).
+
+        Entries that changed are registered again before the next tick claims anything.
+        """
+        report_entries(entries, broken, self.broken_entries, self.metrics)
+        self.entries, self.broken_entries = entries, broken
+        self._hooks.entries_changed(entries)
+        if self.config.liveness_timeout is None:
+            # Celery has set max_interval (`--max-interval`) by now.
+            self.probes.liveness_timeout = default_liveness_timeout(
+                self.tuning.max_interval, len(entries)
+            )
+        self._queue_timeouts = queue_timeouts(self.config.overlap_timeout, entries)
+        self.ready = False
+
+    def compiled_entries(self) -> Compiled:
+        """The code's entries (`schedule_source`) and the entries added at run time."""
+        return self.runtime.compiled(
+            self._hooks.schedule_source(),
+            app_timezone=self._hooks.timezone(),
+            config=self.config,
+            metrics=self.metrics,
+        )
+
+    def refresh_runtime_entries(self) -> None:
+        """Every `runtime_interval`, pick up the entries added at run time
+        (`safebeat.schedules`) if their version moved."""
+        if (
+            self.tuning.runs_runtime_entries
+            and self.ready
+            and self._monotonic() >= self.runtime.next_look
+        ):
+            self._look_at_runtime_entries()
+
+    def _look_at_runtime_entries(self) -> None:
+        """Compile the entries again if the ones added at run time changed."""
+        namespace, now = self.config.namespace, self._monotonic()
+        if self.runtime.look(self.store, namespace, now=now, interval=self.tuning.runtime_interval):
+            self.use_entries(*self.compiled_entries())
+
+    # --- starting, ticking, stopping --------------------------------------------------------
+
+    def setup(self) -> None:
+        """Compile the entries and try to reach the store; a store that is down is retried."""
+        config = self.config
+        if config.metrics_port is not None and not self.metrics.recording:
+            serve_metrics(self.metrics, config.metrics_port)
+        if config.probe_port is not None and self._probe_server is None:
+            self._probe_server = serve_probes(self.probes, config.probe_port)
+        self.use_entries(*self.compiled_entries())
+        logger.info(
+            "safebeat: %d entries, store %s, namespace %r, replica %s",
+            len(self.entries),
+            redact(config.url),
+            config.namespace,
+            self.replica.id,
+        )
+        self.guard.run(self.bootstrap)
+
+    def bootstrap(self) -> float:
+        """Migrate (if asked), register the entries and send the first heartbeat."""
+        if self.config.auto_migrate:
+            self.store.migrate()
+        if self.tuning.runs_runtime_entries:
+            self._look_at_runtime_entries()  # before registering: they are registered too
+        refused = self.chores.register(self.entries)
+        if refused:  # put aside, reported like a bad entry; the others are registered
+            good = {name: e for name, e in self.entries.items() if name not in refused}
+            self.use_entries(good, {**self.broken_entries, **refused})
+        self.pacing.restart(self.entries, self._monotonic())
+        self.ready = True
+        self.chores.heartbeat(self.entries, interval=self.tuning.heartbeat_interval)
+        return 0.0
+
+    def tick(self) -> float:
+        """Dispatch every due window; return seconds to sleep. Never raises an Exception."""
+        started = self._monotonic()
+        if self.guard.backoff.waiting(started):
+            return min(self.guard.backoff.until - started, self.tuning.max_interval)
+        try:
+            return self.guard.run(self._tick)
+        finally:
+            self.metrics.tick(self._monotonic() - started)
+            self.probes.loop_ran()
+
+    def close(self) -> None:
+        """Stop the publishing thread and the probes, remove this replica's heartbeat, close
+        the store.
+
+        Does nothing while a tick runs (a signal handler interrupted it): the store call
+        it interrupted may hold the store's connection, so the store is left alone.
+        """
+        if self.guard.running:
+            return
+        self.publish_thread.close()
+        if self._probe_server is not None:
+            self._probe_server.close()
+            self._probe_server = None
+        if self._store is not None:
+            self.chores.forget_replica()
+            self._store.close()
+
+    def _tick(self) -> float:
+        tuning, now = self.tuning, self._monotonic()
+        (self._hooks.refresh or self.refresh_runtime_entries)()
+        if not self.ready:
+            self.bootstrap()
+        due = self.pacing.due(now, self._round_size(0))
+        reclaim = now >= self.pacing.next_reclaim
+        if (due or reclaim) and not self._can_publish():
+            # Claiming (or taking over) now would only leave unsent claims for the other
+            # replicas to wait a claim timeout for; windows that pass meanwhile follow
+            # the missed-window policy, and the replicas that reach the broker send them.
+            due, reclaim = [], False
+        if due or reclaim:
+            rounds = TickRounds(self, monotonic=self._monotonic)
+            results = traced(
+                self.config.namespace,
+                self.replica.id,
+                lambda: rounds.run(due, reclaim=reclaim, max_interval=tuning.max_interval),
+            )
+            if results is None:
+                self.metrics.lock_busy()
+                return tuning.busy_retry * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
+        self.chores.run_due(
+            now,
+            self._last_store_now,
+            self.entries,
+            heartbeat_interval=tuning.heartbeat_interval,
+            prune_interval=tuning.prune_interval,
+        )
+        return self._sleep_time()
+
+    def _can_publish(self) -> bool:
+        reconnecting = self.dispatcher.backoff.failures > 0
+        ready = self.dispatcher.can_publish(self._broker.connection)
+        if ready and reconnecting:
+            # The check closed the connection the cached producer's channel was on.
+            self._broker.forget_producer()
+        return ready
+
+    def _round_size(self, rounds_before: int) -> int:
+        """Due entries the claim round after `rounds_before` others in this tick takes."""
+        tuning = self.tuning
+        batch = self.rounds.batch_size(tuning.claim_batch, tuning.min_claim_batch)
+        return min(batch, max(tuning.first_round, 1) << min(rounds_before, 30))
+
+    def _sleep_time(self) -> float:
+        now, backoff = self._monotonic(), self.dispatcher.backoff
+        return self.pacing.sleep_time(
+            now,
+            heartbeat_at=self.chores.next_heartbeat,
+            runtime_look_at=self.runtime.next_look if self.tuning.runs_runtime_entries else None,
+            broker_until=backoff.until if backoff.waiting(now) else None,
+            max_sleep=self.tuning.max_interval,
+        )
+
+    # --- one round's steps (`safebeat.beat.tick_rounds.RoundSteps`) -------------------------
+
+    def due(self, now: float, rounds_before: int) -> list[str]:
+        """The entries due at `now` for the round after `rounds_before` others."""
+        return self.pacing.due(now, self._round_size(rounds_before))
+
+    def claim(self, due: Sequence[str], *, reclaim: bool, started: float) -> Round | None:
+        """One claim round under the store's tick lock; None if another replica holds it."""
+        tuning = self.tuning
+        result = self.rounds.run(
+            due,
+            self.plan,
+            reclaim=self.entries if reclaim else None,
+            reclaim_limit=tuning.reclaim_limit,
+            reclaim_page=tuning.reclaim_page,
+            started=started,
+            retry_after=timedelta(seconds=tuning.max_interval),
+        )
+        if result is None:
+            return None
+        self._last_store_now = result.now
+        refused = self.rounds.refused  # put aside this round: registered, rows refused
+        if report_unregistered([n for n in due if n not in refused], result.states):
+            self.ready = False  # register again before the next tick claims
+        report_claims(result.claimed, result.reclaimed, self.metrics)
+        announce_tick(self._hooks.sender, result, self.config.namespace, self.replica.id)
+        return Round(result, [*result.claimed, *result.reclaimed], started)
+
+    def plan(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
+        """The pure planner, with this replica's entries (run by the store under its lock)."""
+        return plan_tick(
+            self.entries,
+            states,
+            now,
+            namespace=self.config.namespace,
+            retry_after=timedelta(seconds=self.tuning.max_interval),
+            queue_timeouts=self._queue_timeouts,
+        )
+
+    def pipelining(self) -> bool:
+        """Whether to claim the next round while this one is published. A round claimed
+        meanwhile waits up to `max_interval` for its own publish, and nothing is handed to
+        the broker past half the claim timeout: with a claim timeout that short, claiming
+        ahead would only age claims into take-overs, so the rounds go one after the other."""
+        half_timeout = self.config.claim_timeout.total_seconds() / 2
+        return self.tuning.pipelined and half_timeout > self.tuning.max_interval
+
+    def publish(self, claimed: Round) -> Publishing:
+        """Start publishing `claimed`: on the publishing thread when pipelining, else now."""
+        broker = self._broker
+
+        def send(stop: Callable[[], bool]) -> Sending:
+            return self.dispatcher.send(
+                claimed.claims,
+                entries=self.entries,
+                connection=broker.connection,
+                producer=lambda: broker.producer,
+                claimed_at=claimed.started,
+                stop=stop,
+            )
+
+        if not claimed.claims or not self.pipelining():
+            return PublishedAlready(send)
+        return self.publish_thread.start(send)
+
+    def settle(self, claimed: Round, sending: Sending) -> None:
+        """Record what the publish of `claimed` did; tell the owner what went out."""
+        sent = self.rounds.settle(
+            claimed.claims, sending, claimed_at=claimed.started, store_now=claimed.result.now
+        )
+        if sent:
+            self._hooks.published(sent)
+
+    def hand_back(self, claimed: Round) -> None:
+        """Give `claimed`'s claims back to the store, never handed to the broker."""
+        self.rounds.settle(claimed.claims, Sending(), claimed_at=claimed.started, store_now=None)
