@@ -26,7 +26,7 @@ def documented_metrics(section: str | None = None) -> dict[str, str]:
 
 
 def used_metrics(expr: str) -> set[str]:
-    names = set(re.findall(r"\b(safebeat_[a-z_]+)\b", expr))
+    names = set(re.findall(r"\b(safebeat_[a-z_]+)\b", expr)) - {"safebeat_namespace"}
     return {next((n.removesuffix(s) for s in SUFFIXES if n.endswith(s)), n) for n in names}
 
 
