@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -33,6 +33,7 @@ class BeatTotals:
     """
 
     ticks: int = 0
+    ticks_succeeded: int = 0
     lock_busy: int = 0
     claimed: int = 0  # windows this replica claimed (re-publishes not included)
     dispatched: int = 0  # of those, published (safebeat_dispatches)
@@ -85,23 +86,17 @@ BEAT_METRICS = (
         {"buckets": LAG_BUCKETS},
     ),
     Metric(
-        "safebeat_last_dispatch_lag_seconds",
-        "Lag of the latest window of each entry this replica published.",
-        (NAMESPACE, "entry"),
-        Gauge,
-    ),
-    Metric(
-        "safebeat_last_dispatch_window_timestamp_seconds",
-        "The latest window of each entry this replica published (Unix time).",
-        (NAMESPACE, "entry"),
-        Gauge,
-    ),
-    Metric(
         "safebeat_tick_duration_seconds",
         "Seconds one tick took: lock, plan, claim, publish and record.",
         (NAMESPACE,),
         Histogram,
         {"buckets": TICK_BUCKETS},
+    ),
+    Metric(
+        "safebeat_ticks_succeeded",
+        "Ticks that finished without an error (a tick that found the lock busy included).",
+        (NAMESPACE,),
+        Counter,
     ),
     Metric(
         "safebeat_tick_lock_busy",
@@ -133,13 +128,6 @@ BEAT_METRICS = (
         "Claims this replica could not publish (broker unreachable); another pass "
         "re-publishes them after safebeat_claim_timeout.",
         (NAMESPACE,),
-        Gauge,
-    ),
-    Metric(
-        "safebeat_entry_period_seconds",
-        "The time between an entry's windows (for crontab and solar entries: the gap "
-        "between its next two windows at startup).",
-        (NAMESPACE, "entry"),
         Gauge,
     ),
     Metric(
@@ -178,6 +166,7 @@ class BeatMetrics:
             self._metrics.start_at_zero("safebeat_store_errors", namespace, kind)
         for name in (
             "safebeat_tick_lock_busy",
+            "safebeat_ticks_succeeded",
             "safebeat_dispatch_lag_seconds",
             "safebeat_tick_duration_seconds",
             "safebeat_claims_left_unsent",
@@ -212,9 +201,6 @@ class BeatMetrics:
         lag = max(0.0, (published - window).total_seconds())
         self._inc("safebeat_dispatches", entry)
         self._metrics.observe("safebeat_dispatch_lag_seconds", lag, self.namespace)
-        self._set("safebeat_last_dispatch_lag_seconds", lag, entry)
-        at = window.astimezone(timezone.utc).timestamp()
-        self._set("safebeat_last_dispatch_window_timestamp_seconds", at, entry)
 
     def claimed(self, count: int) -> None:
         self.totals.claimed += count
@@ -231,8 +217,11 @@ class BeatMetrics:
         self.totals.publish_errors += count
         self._inc("safebeat_publish_errors", kind, amount=count)
 
-    def tick(self, seconds: float) -> None:
+    def tick(self, seconds: float, *, succeeded: bool) -> None:
         self.totals.ticks += 1
+        self.totals.ticks_succeeded += succeeded
+        if succeeded:
+            self._inc("safebeat_ticks_succeeded")
         if self.recording:
             self._metrics.observe("safebeat_tick_duration_seconds", seconds, self.namespace)
 
@@ -253,6 +242,3 @@ class BeatMetrics:
 
     def claims_left_unsent(self, count: int) -> None:
         self._set("safebeat_claims_left_unsent", count)
-
-    def entry_period(self, entry: str, seconds: float) -> None:
-        self._set("safebeat_entry_period_seconds", seconds, entry)

@@ -226,7 +226,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         try:
             return self._guard.run(self._tick)
         finally:
-            self.metrics.tick(self._monotonic() - started)
+            self.metrics.tick(self._monotonic() - started, succeeded=self._guard.succeeded)
 
     def should_sync(self) -> bool:
         return False  # all state lives in the store, written as it changes
