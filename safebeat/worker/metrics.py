@@ -57,6 +57,13 @@ WORKER_METRICS = (
         Counter,
     ),
     Metric(
+        "safebeat_runs_taken_over",
+        "Deliveries that took over a window whose run had died (its lease expired "
+        "without a finish) and ran it again.",
+        (NAMESPACE, "entry"),
+        Counter,
+    ),
+    Metric(
         "safebeat_executions_untracked",
         "Deliveries run without the duplicate check: the store was unreachable, or the "
         "window had no dispatch row.",
@@ -120,6 +127,8 @@ class WorkerMetrics:
     def started(self, namespace: str, entry: str, *, takeover: bool) -> None:
         self.totals.started += 1
         self.totals.taken_over += takeover
+        if takeover:
+            self._inc("safebeat_runs_taken_over", namespace, entry)
 
     def finished(self, namespace: str, entry: str, outcome: str, seconds: float) -> None:
         if not self.recording:

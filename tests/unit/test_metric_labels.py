@@ -10,7 +10,7 @@ from prometheus_client import generate_latest
 
 from safebeat.beat.metrics import BEAT_METRICS, BeatMetrics
 from safebeat.prometheus_table import NAMESPACE, Metric
-from safebeat.worker.metrics import WORKER_METRICS
+from safebeat.worker.metrics import WORKER_METRICS, WorkerMetrics
 
 WINDOW = datetime(2026, 1, 5, 9, tzinfo=timezone.utc)
 
@@ -58,3 +58,16 @@ def test_a_served_registry_has_no_created_series() -> None:
     text = generate_latest(metrics.registry).decode()
     assert "safebeat_windows_skipped_total" in text
     assert "_created" not in text
+
+
+def test_a_worker_counts_the_runs_it_took_over_by_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A takeover (a dead run's window run again) is counted; a plain start is not."""
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    metrics = WorkerMetrics()
+    metrics.recording = True
+    metrics.started("billing", "report", takeover=False)
+    metrics.started("billing", "report", takeover=True)
+    value = metrics.registry.get_sample_value(
+        "safebeat_runs_taken_over_total", {"safebeat_namespace": "billing", "entry": "report"}
+    )
+    assert value == 1

@@ -42,11 +42,18 @@ def dashboard_exprs() -> list[str]:
 
 @pytest.mark.parametrize("rule", alert_rules(), ids=lambda rule: str(rule["alert"]))
 def test_alert_rules_parse_and_use_documented_metrics(rule: dict[str, object]) -> None:
-    """Every alert is valid PromQL, names a runbook section, and uses only documented metrics."""
+    """Every alert is valid PromQL, links an absolute runbook section and the dashboard, has
+    a summary and a description, and uses only documented metrics."""
     expr = str(rule["expr"])
     promql_parser.parse(expr)
     assert used_metrics(expr) <= set(documented_metrics()), expr
-    runbook = str(rule["annotations"]["runbook"])  # type: ignore[index]
+    annotations = rule["annotations"]
+    assert isinstance(annotations, dict)
+    assert annotations["summary"]
+    assert annotations["description"]
+    assert annotations["dashboard_url"]
+    runbook = str(annotations["runbook_url"])
+    assert runbook.startswith("https://"), runbook
     anchor = runbook.split("#", 1)[1]
     headings = re.findall(r"^### (\w+)$", (ROOT / "docs" / "metrics.md").read_text(), re.M)
     assert anchor in {h.lower() for h in headings}
