@@ -16,7 +16,7 @@ from safebeat.cli.options import opened, require_app, store_options
 from safebeat.config import parse_duration
 from safebeat.errors import ConfigError
 from safebeat.ops.exporter import ScheduleHealthCollector, serve
-from safebeat.ops.schedule_health import NamespaceHealth, namespace_health
+from safebeat.ops.schedule_health import DueWindows, NamespaceHealth, namespace_health
 from safebeat.runtime import with_runtime_entries
 
 
@@ -84,6 +84,7 @@ def exporter(
     app: Any = options.app  # loaded: require_app saw -A
     with opened(options) as (config, store):
         code = beat_schedule(app, config)
+        remembered = DueWindows()
 
         def read() -> NamespaceHealth:
             schedule = with_runtime_entries(
@@ -101,6 +102,7 @@ def exporter(
                 claim_timeout=config.claim_timeout,
                 max_entries=max_entries,
                 recent_rows=recent_rows,
+                remembered=remembered,
             )
 
         collector = ScheduleHealthCollector(config.namespace, read, time.monotonic)

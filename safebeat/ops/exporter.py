@@ -193,6 +193,11 @@ class ScheduleHealthCollector(Collector):
             self.read_errors += 1
             logger.warning("safebeat exporter: cannot read the store: %s", exc)
             return False
+        except Exception:
+            # Anything else is logged and counted too: the thread must keep reading.
+            self.read_errors += 1
+            logger.exception("safebeat exporter: reading the store failed")
+            return False
         self.reading = Reading(health, self._clock() - started)
         return True
 

@@ -9,6 +9,7 @@ of the namespace's newest `recent_rows` rows (unsent claims, latest outcomes), a
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -107,6 +108,41 @@ def entry_health(
     )
 
 
+class DueWindows:
+    """`next_due` of each entry, remembered while its inputs stay the same: a reading every
+    interval computes again only the entries whose state or definition moved (at 100,000
+    entries, computing every crontab's next window is most of a reading)."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[object, ...], datetime | None]] = {}
+
+    def of(
+        self, states: Mapping[str, EntryState], entries: Mapping[str, Entry], now: datetime
+    ) -> dict[str, datetime | None]:
+        """Each entry's next due window at `now`; forgets the entries no longer registered."""
+        known, self._known = self._known, {}
+        dues: dict[str, datetime | None] = {}
+        for name, state in states.items():
+            entry = entries.get(name)
+            key = (
+                None if entry is None else entry.digest,
+                state.decided_until,
+                state.anchor,
+                state.paused_at(now),
+                state.paused_until,
+                state.unreadable,
+            )
+            before = known.get(name)
+            due = (
+                before[1]
+                if before is not None and before[0] == key
+                else next_due(state, entry, now)
+            )
+            self._known[name] = (key, due)
+            dues[name] = due
+        return dues
+
+
 def namespace_health(
     store: AdminStore,
     namespace: str,
@@ -117,46 +153,46 @@ def namespace_health(
     claim_timeout: timedelta,
     max_entries: int,
     recent_rows: int,
+    remembered: DueWindows | None = None,
 ) -> NamespaceHealth:
     """Read `namespace`'s health from `store`; `entries` are the schedule's (next windows),
-    `broken` the entries whose definition failed to load. Details at most `max_entries`
-    entries (0: none): overdue ones first, then failing, then paused, then by name."""
+    `broken` the entries whose definition failed to load, `remembered` the due windows of
+    the previous reading. Details at most `max_entries` entries (0: none): overdue ones
+    first, then failing, then paused, then by name."""
     now = store.clock()
     states = store.states(namespace)
     recent = store.history(namespace, limit=recent_rows)
     outcomes = latest_outcomes(recent)
-    dues = {name: next_due(state, entries.get(name), now) for name, state in states.items()}
-
-    def overdue(name: str) -> bool:
-        due = dues[name]
-        return due is not None and now - due > grace
-
-    def failing(name: str) -> bool:
-        row = outcomes.get(name)
-        return row is not None and row.outcome is Outcome.FAILURE
-
-    ranked = sorted(
-        states, key=lambda n: (not overdue(n), not failing(n), not states[n].paused_at(now), n)
+    dues = (remembered or DueWindows()).of(states, entries, now)
+    late = now - grace
+    overdue = {name for name, due in dues.items() if due is not None and due < late}
+    failing = {name for name, row in outcomes.items() if row.outcome is Outcome.FAILURE}
+    failing &= states.keys()
+    paused = {name for name, state in states.items() if state.paused_at(now)}
+    chosen = heapq.nsmallest(
+        max(max_entries, 0),
+        states,
+        key=lambda n: (n not in overdue, n not in failing, n not in paused, n),
     )
     detailed = tuple(
         entry_health(
             states[name], dues[name], store.history(namespace, name, limit=HISTORY_DEPTH), now
         )
-        for name in ranked[: max(max_entries, 0)]
+        for name in chosen
     )
     running = [s.running_since for s in states.values() if s.running_since is not None]
     return NamespaceHealth(
         namespace=namespace,
         now=now,
         entries=len(states),
-        overdue=sum(map(overdue, states)),
-        failing=sum(map(failing, states)),
-        paused=sum(s.paused_at(now) for s in states.values()),
+        overdue=len(overdue),
+        failing=len(failing),
+        paused=len(paused),
         broken=broken + sum(s.unreadable is not None for s in states.values()),
         unsent_claims=sum(
             r.status is Status.CLAIMED and now - r.claimed_at > claim_timeout for r in recent
         ),
         oldest_live_run=min(running, default=None),
         detailed=detailed,
-        omitted=max(len(states) - len(detailed), 0),
+        omitted=len(states) - len(detailed),
     )

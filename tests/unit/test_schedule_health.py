@@ -14,6 +14,7 @@ from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, task_id_for
+from safebeat.ops import schedule_health
 from safebeat.ops.exporter import EXPORTER_SERIES, ScheduleHealthCollector
 from safebeat.ops.schedule_health import NamespaceHealth, namespace_health
 from safebeat.records import LeasedRun, NewClaim, Outcome, Pause, RunEnd, TickPlan
@@ -242,3 +243,52 @@ def test_docs_list_exactly_the_series_the_exporter_serves() -> None:
     assert set(documented) == set(served)
     for name, kind in documented.items():
         assert kind == ("counter" if served[name].counter else "gauge"), name
+
+
+def test_an_unexpected_error_in_a_reading_is_counted_and_the_exporter_goes_on() -> None:
+    """A bug in one reading costs that reading, not the thread that reads every interval."""
+    calls = []
+
+    def read() -> NamespaceHealth:
+        calls.append(1)
+        raise ValueError("a schedule that cannot be computed")
+
+    collector = ScheduleHealthCollector(NAMESPACE, read, lambda: 0.0)
+    assert not collector.refresh()
+    assert not collector.refresh()
+    assert (len(calls), collector.read_errors, collector.reading) == (2, 2, None)
+
+
+def test_a_later_reading_computes_only_the_due_windows_that_moved(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the previous reading remembered, an entry whose state did not change is not
+    computed again; one that a replica decided meanwhile is, and gets its new window."""
+    clock = Clock(FRIDAY_FIVE)
+    store = MemoryStore(clock=clock)
+    entries = registered(store, compiled("quiet", 3600.0), compiled("busy", 60.0))
+    computed: list[str] = []
+    real = schedule_health.next_due
+
+    def counting(state: Any, entry: Any, now: datetime) -> datetime | None:
+        computed.append(state.name)
+        return real(state, entry, now)
+
+    monkeypatch.setattr(schedule_health, "next_due", counting)
+    remembered = schedule_health.DueWindows()
+
+    def reading() -> NamespaceHealth:
+        return namespace_health(
+            store, NAMESPACE, entries, grace=GRACE, claim_timeout=timedelta(seconds=30),
+            max_entries=10, recent_rows=100, remembered=remembered,
+        )  # fmt: skip
+
+    reading()
+    assert sorted(computed) == ["busy", "quiet"]
+    computed.clear()
+    clock.now += timedelta(seconds=61)
+    decide(store, "busy", FRIDAY_FIVE + timedelta(seconds=60))
+    result = reading()
+    assert computed == ["busy"]
+    assert detail(result, "busy").next_due == FRIDAY_FIVE + timedelta(seconds=120)
+    assert detail(result, "quiet").next_due == FRIDAY_FIVE + timedelta(hours=1)
