@@ -110,8 +110,7 @@ def entry_health(
 
 class DueWindows:
     """`next_due` of each entry, remembered while its inputs stay the same: a reading every
-    interval computes again only the entries whose state or definition moved (at 100,000
-    entries, computing every crontab's next window is most of a reading)."""
+    interval computes again only the entries whose state or definition moved."""
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[tuple[object, ...], datetime | None]] = {}
