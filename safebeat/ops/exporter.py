@@ -5,7 +5,7 @@ It reads the store (`ops.schedule_health`) once before serving and then every `i
 in a thread; a scrape renders the latest reading, so scrapes cost the same at any size
 and never touch the store. A failed reading keeps the last one served (its age shows in
 `safebeat_schedule_read_timestamp_seconds`) and counts a read error. docs/metrics.md
-lists the series; a test keeps that table and EXPORTER_METRICS in step.
+lists the series; a test keeps that table and EXPORTER_SERIES in step.
 """
 
 from __future__ import annotations
