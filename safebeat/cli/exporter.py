@@ -29,7 +29,7 @@ def _duration(value: str, name: str) -> timedelta:
 
 @click.command()
 @click.option(
-    "--port", default=9809, show_default=True, type=click.IntRange(1, 65535), help="HTTP port."
+    "--port", default=9810, show_default=True, type=click.IntRange(1, 65535), help="HTTP port."
 )
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")  # noqa: S104 - a pod's port
 @click.option(

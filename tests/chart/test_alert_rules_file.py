@@ -19,7 +19,11 @@ HEADER = """\
 # Runbooks and the Alertmanager inhibition advice: docs/metrics.md#alerts
 """
 #: What the chart refuses to render without; none of it reaches the rules.
-REQUIRED = {"app": "proj", "image": {"repository": "proj"}, "store": {"existingSecret": "s"}}
+REQUIRED = {
+    "app": "proj",
+    "image": {"repository": "proj", "tag": "1.0"},
+    "store": {"existingSecret": "s"},
+}
 
 
 def rendered_groups(**rule_values: Any) -> list[dict[str, Any]]:

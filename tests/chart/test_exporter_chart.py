@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.chart import kube_linter
 from tests.chart.rendering import (
     CHART,
     KUBE_VERSIONS,
@@ -19,8 +20,11 @@ from tests.chart.rendering import (
 )
 
 
-def with_exporter(value_set: str = "all-features", **exporter: Any) -> list[dict[str, Any]]:
-    return render(CHART, merged(ci_values(value_set), {"exporter": {"enabled": True, **exporter}}))
+def with_exporter(
+    value_set: str = "all-features", metrics: dict[str, Any] | None = None, **exporter: Any
+) -> list[dict[str, Any]]:
+    values = {"exporter": {"enabled": True, **exporter}, "metrics": metrics or {}}
+    return render(CHART, merged(ci_values(value_set), values))
 
 
 def exporter_parts(manifests: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -47,7 +51,7 @@ def test_the_exporter_runs_once_and_is_scraped_by_its_own_service_monitor(
     exporter = container(spec, "exporter")
     assert exporter["command"][:4] == ["safebeat", "-A", "proj.celery", "exporter"]
     assert exporter["command"][4:] == [
-        "--port", "9809", "--interval", "15s", "--grace", "60s", "--max-entries", "50",
+        "--port", "9810", "--interval", "15s", "--grace", "60s", "--max-entries", "50",
     ]  # fmt: skip
     names = {e["name"] for e in exporter["env"]}
     assert {"SAFEBEAT_URL", "SAFEBEAT_NAMESPACE"} <= names
@@ -74,3 +78,19 @@ def test_no_beat_selector_counts_the_exporter_pod() -> None:
     ]
     for selector in selectors:
         assert not selector.items() <= pod_labels.items(), selector
+
+
+def test_with_pod_monitors_the_exporter_gets_its_own_pod_monitor() -> None:
+    """`metrics.podMonitor` instead of the ServiceMonitor: the exporter is scraped the same way."""
+    values = {"serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": True}}
+    parts = exporter_parts(with_exporter(metrics=values))
+    assert set(parts) == {"Deployment", "Service", "PodMonitor"}
+    endpoint = parts["PodMonitor"]["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["port"] == "exporter"
+    validate(parts["PodMonitor"], KUBE_VERSIONS[-1])
+
+
+@pytest.mark.parametrize("value_set", ["standalone", "all-features", "sidecar"])
+def test_the_exporter_meets_kube_linters_default_checks(value_set: str) -> None:
+    """Rendered with the exporter on, no default check fails unwaived."""
+    assert kube_linter.unwaived(with_exporter(value_set)) == []
