@@ -225,7 +225,7 @@ class TickEngine:
         try:
             return self.guard.run(self._tick)
         finally:
-            self.metrics.tick(self._monotonic() - started)
+            self.metrics.tick(self._monotonic() - started, succeeded=self.guard.succeeded)
             self.probes.loop_ran()
 
     def close(self) -> None:

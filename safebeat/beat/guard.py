@@ -46,6 +46,8 @@ class TickGuard:
         self._failures = 0
         self._sender = sender
         self._steps = 0
+        #: Whether the latest step finished without an error.
+        self.succeeded = False
 
     @property
     def running(self) -> bool:
@@ -55,6 +57,7 @@ class TickGuard:
     def run(self, step: Callable[[], float]) -> float:
         """Run `step`; turn store trouble into a backoff and anything else into a log line."""
         self._steps += 1
+        self.succeeded = False
         try:
             delay = step()
         except TickTooLong as exc:
@@ -84,6 +87,7 @@ class TickGuard:
             self._failures = 0
         self._probes.store_answered()
         self.backoff.succeeded()
+        self.succeeded = True
         return delay
 
     def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:

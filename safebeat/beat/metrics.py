@@ -1,21 +1,22 @@
 """Prometheus metrics of one beat replica, served on `safebeat_metrics_port`.
 
-Every metric carries the `namespace` label; per-entry metrics carry `entry`. The names
-and their meaning are listed in docs/metrics.md, and a test keeps that table and this
-module in step. Each replica exports what it did itself: sum across replicas (`sum by
-(entry)`) for the cluster's view.
+Every metric carries the `safebeat_namespace` label; per-entry metrics carry `entry`. No
+counter carries the replica's id (a new series per entry at every restart): join on
+`safebeat_replica_info` for it. The names and their meaning are listed in docs/metrics.md,
+and a test keeps that table and this module in step. Each replica exports what it did
+itself: sum across replicas (`sum by (entry)`) for the cluster's view.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from safebeat._version import __version__
-from safebeat.prometheus_table import Metric, Metrics
+from safebeat.prometheus_table import NAMESPACE, Metric, Metrics, without_created_series
 
 logger = logging.getLogger("safebeat.metrics")
 
@@ -32,6 +33,7 @@ class BeatTotals:
     """
 
     ticks: int = 0
+    ticks_succeeded: int = 0
     lock_busy: int = 0
     claimed: int = 0  # windows this replica claimed (re-publishes not included)
     dispatched: int = 0  # of those, published (safebeat_dispatches)
@@ -46,111 +48,98 @@ BEAT_METRICS = (
     Metric(
         "safebeat_replica_info",
         "Always 1: this replica's id, safebeat version and store (password hidden).",
-        ("namespace", "replica", "version", "store"),
+        (NAMESPACE, "replica", "version", "store"),
         Gauge,
     ),
     Metric(
         "safebeat_dispatches",
         "Windows this replica claimed and published (re-publishes not included).",
-        ("namespace", "entry", "replica"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_republished",
         "Claims left unsent past safebeat_claim_timeout, or windows whose run died, that "
         "this replica re-published.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_windows_skipped",
         "Windows not dispatched, by policy: "
         "missed, late, catchup_limit, overlap, paused, calendar.",
-        ("namespace", "entry", "reason"),
+        (NAMESPACE, "entry", "reason"),
         Counter,
     ),
     Metric(
         "safebeat_publish_errors",
         "Publishes that failed: kind is broker (left unsent, re-published) or message "
         "(recorded failed).",
-        ("namespace", "kind"),
+        (NAMESPACE, "kind"),
         Counter,
     ),
     Metric(
         "safebeat_dispatch_lag_seconds",
         "Seconds from a window to its publish by this replica (store clock).",
-        ("namespace",),
+        (NAMESPACE,),
         Histogram,
         {"buckets": LAG_BUCKETS},
     ),
     Metric(
-        "safebeat_last_dispatch_lag_seconds",
-        "Lag of the latest window of each entry this replica published.",
-        ("namespace", "entry"),
-        Gauge,
-    ),
-    Metric(
-        "safebeat_last_dispatch_window_timestamp_seconds",
-        "The latest window of each entry this replica published (Unix time).",
-        ("namespace", "entry"),
-        Gauge,
-    ),
-    Metric(
         "safebeat_tick_duration_seconds",
         "Seconds one tick took: lock, plan, claim, publish and record.",
-        ("namespace",),
+        (NAMESPACE,),
         Histogram,
         {"buckets": TICK_BUCKETS},
     ),
     Metric(
+        "safebeat_ticks_succeeded",
+        "Ticks that finished without an error (a tick that found the lock busy included).",
+        (NAMESPACE,),
+        Counter,
+    ),
+    Metric(
         "safebeat_tick_lock_busy",
         "Ticks that found another replica holding the tick lock (retried shortly).",
-        ("namespace",),
+        (NAMESPACE,),
         Counter,
     ),
     Metric(
         "safebeat_store_errors",
         "Store calls that failed: kind is unavailable (retried with backoff), error, or "
         "tick_too_long (the store ended a tick that outlasted the lock timeout).",
-        ("namespace", "kind"),
+        (NAMESPACE, "kind"),
         Counter,
     ),
     Metric(
         "safebeat_entry_errors",
         "Malformed entries at startup, and errors computing an entry's windows.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_replicas_alive",
         "Replicas of this namespace whose heartbeat is recent, as this replica sees it.",
-        ("namespace",),
+        (NAMESPACE,),
         Gauge,
     ),
     Metric(
         "safebeat_claims_left_unsent",
         "Claims this replica could not publish (broker unreachable); another pass "
         "re-publishes them after safebeat_claim_timeout.",
-        ("namespace",),
-        Gauge,
-    ),
-    Metric(
-        "safebeat_entry_period_seconds",
-        "The time between an entry's windows (for crontab and solar entries: the gap "
-        "between its next two windows at startup).",
-        ("namespace", "entry"),
+        (NAMESPACE,),
         Gauge,
     ),
     Metric(
         "safebeat_entries",
         "Entries this replica schedules (valid ones; broken ones are entry errors).",
-        ("namespace",),
+        (NAMESPACE,),
         Gauge,
     ),
     Metric(
         "safebeat_runtime_entries",
         "Of those, the entries added at run time (safebeat.schedules, safebeat schedule).",
-        ("namespace",),
+        (NAMESPACE,),
         Gauge,
     ),
 )
@@ -171,13 +160,13 @@ class BeatMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = Metrics(BEAT_METRICS, self.registry)
         self._metrics.set("safebeat_replica_info", 1, namespace, replica, __version__, store)
-        self._replica = replica
         for kind in ("broker", "message"):
             self._metrics.start_at_zero("safebeat_publish_errors", namespace, kind)
         for kind in ("unavailable", "error", "tick_too_long"):
             self._metrics.start_at_zero("safebeat_store_errors", namespace, kind)
         for name in (
             "safebeat_tick_lock_busy",
+            "safebeat_ticks_succeeded",
             "safebeat_dispatch_lag_seconds",
             "safebeat_tick_duration_seconds",
             "safebeat_claims_left_unsent",
@@ -186,6 +175,7 @@ class BeatMetrics:
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's port
         """Expose the metrics at http://address:port/metrics, in a daemon thread."""
+        without_created_series()
         start_http_server(port, addr=address, registry=self.registry)
         self.recording = True
         logger.info("safebeat: metrics on http://%s:%d/metrics", address, port)
@@ -209,11 +199,8 @@ class BeatMetrics:
         if not self.recording:
             return
         lag = max(0.0, (published - window).total_seconds())
-        self._inc("safebeat_dispatches", entry, self._replica)
+        self._inc("safebeat_dispatches", entry)
         self._metrics.observe("safebeat_dispatch_lag_seconds", lag, self.namespace)
-        self._set("safebeat_last_dispatch_lag_seconds", lag, entry)
-        at = window.astimezone(timezone.utc).timestamp()
-        self._set("safebeat_last_dispatch_window_timestamp_seconds", at, entry)
 
     def claimed(self, count: int) -> None:
         self.totals.claimed += count
@@ -230,8 +217,11 @@ class BeatMetrics:
         self.totals.publish_errors += count
         self._inc("safebeat_publish_errors", kind, amount=count)
 
-    def tick(self, seconds: float) -> None:
+    def tick(self, seconds: float, *, succeeded: bool) -> None:
         self.totals.ticks += 1
+        self.totals.ticks_succeeded += succeeded
+        if succeeded:
+            self._inc("safebeat_ticks_succeeded")
         if self.recording:
             self._metrics.observe("safebeat_tick_duration_seconds", seconds, self.namespace)
 
@@ -252,6 +242,3 @@ class BeatMetrics:
 
     def claims_left_unsent(self, count: int) -> None:
         self._set("safebeat_claims_left_unsent", count)
-
-    def entry_period(self, entry: str, seconds: float) -> None:
-        self._set("safebeat_entry_period_seconds", seconds, entry)

@@ -22,7 +22,7 @@ from safebeat.entries import Entry
 from safebeat.errors import EntryError, UnreadableState
 from safebeat.identity import format_window
 from safebeat.records import Claim, EntryState, NewSkip, TickResult
-from safebeat.windows import SkipReason, typical_period
+from safebeat.windows import SkipReason
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -167,17 +167,13 @@ def report_entries(
     metrics: BeatMetrics,
 ) -> None:
     """Log each broken entry once (`reported`: those already said), and export the
-    entries' count and periods."""
+    entries' count."""
     for name, error in broken.items():
         previous = reported.get(name)
         if previous is None or str(previous) != str(error):
             metrics.entry_error(name)
             logger.error("safebeat: %s; this entry is skipped, the others run", error)
     metrics.entries(len(entries))
-    for name, entry in entries.items() if metrics.recording else ():
-        period = typical_period(entry.rule)
-        if period is not None:
-            metrics.entry_period(name, period.total_seconds())
 
 
 def serve_metrics(metrics: BeatMetrics, port: int) -> bool:

@@ -23,6 +23,7 @@ COMMANDS = {
     "backfill": ("operate", "backfill"),
     "doctor": ("upkeep", "doctor_command"),
     "exec": ("exec_command", "exec_command"),
+    "exporter": ("exporter", "exporter"),
     "health": ("status", "health"),
     "history": ("history", "history"),
     "migrate": ("upkeep", "migrate"),

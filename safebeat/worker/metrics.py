@@ -24,7 +24,7 @@ from prometheus_client import (
     start_http_server,
 )
 
-from safebeat.prometheus_table import Metric, Metrics
+from safebeat.prometheus_table import NAMESPACE, Metric, Metrics, without_created_series
 
 # Typed in some prometheus-client releases and untyped in others: used as Any, so the
 # type check passes the same way on every release the package supports.
@@ -40,33 +40,40 @@ WORKER_METRICS = (
     Metric(
         "safebeat_executions",
         "Executions of safebeat windows that finished, by outcome (success, failure, retry).",
-        ("namespace", "entry", "outcome"),
+        (NAMESPACE, "entry", "outcome"),
         Counter,
     ),
     Metric(
         "safebeat_duplicates_suppressed",
         "Deliveries of a window whose run already finished, skipped without running the task.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_deliveries_deferred",
         "Deliveries of a window whose run was alive (or, for overlap=forbid, of an entry "
         "with a live run), sent again for later instead of running.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
+        Counter,
+    ),
+    Metric(
+        "safebeat_runs_taken_over",
+        "Deliveries that took over a window whose run had died (its lease expired "
+        "without a finish) and ran it again.",
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_executions_untracked",
         "Deliveries run without the duplicate check: the store was unreachable, or the "
         "window had no dispatch row.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_task_runtime_seconds",
         "Seconds a safebeat window's task ran, as the worker measured it.",
-        ("namespace",),
+        (NAMESPACE,),
         Histogram,
         {"buckets": RUNTIME_BUCKETS},
     ),
@@ -74,13 +81,13 @@ WORKER_METRICS = (
         "safebeat_paused_after_failures",
         "Entries this worker paused because their latest runs all failed "
         "(pause_after_failures); an alert: the entry sends nothing until resumed.",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Counter,
     ),
     Metric(
         "safebeat_last_success_timestamp_seconds",
         "When each entry last finished successfully on this worker (Unix time).",
-        ("namespace", "entry"),
+        (NAMESPACE, "entry"),
         Gauge,
         {"multiprocess_mode": "max"},
     ),
@@ -120,6 +127,8 @@ class WorkerMetrics:
     def started(self, namespace: str, entry: str, *, takeover: bool) -> None:
         self.totals.started += 1
         self.totals.taken_over += takeover
+        if takeover:
+            self._inc("safebeat_runs_taken_over", namespace, entry)
 
     def finished(self, namespace: str, entry: str, outcome: str, seconds: float) -> None:
         if not self.recording:
@@ -173,6 +182,7 @@ class WorkerMetrics:
                 "(docs/metrics.md)",
                 MULTIPROCESS_DIR,
             )
+        without_created_series()
         start_http_server(port, registry=registry)
         self.recording = True
         logger.info("safebeat: worker metrics on port %d", port)

@@ -26,6 +26,7 @@ COMMANDS = [
     "prune",
     "exec",
     "web",
+    "exporter",
 ]
 #: The commands of command groups, each with its own section after its group's.
 SUBCOMMANDS = {"schedule": ["add", "list", "remove"]}

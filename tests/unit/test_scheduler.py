@@ -250,6 +250,24 @@ def test_store_down_at_start_claims_nothing_then_recovers(
     assert max(sent.values()) == 1
 
 
+def test_only_ticks_that_reach_the_store_count_as_succeeded(clock: FakeClock, queue: str) -> None:
+    """During an outage ticks go on but none succeeds: what "no successful tick" alerts on."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    store = FlakyStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 3)
+    succeeded = scheduler.metrics.totals.ticks_succeeded
+    assert succeeded >= 3
+    store.down = True
+    ticks = scheduler.metrics.totals.ticks
+    run(scheduler, clock, 30)
+    assert scheduler.metrics.totals.ticks > ticks
+    assert scheduler.metrics.totals.ticks_succeeded == succeeded
+    store.down = False
+    run(scheduler, clock, 40)
+    assert scheduler.metrics.totals.ticks_succeeded > succeeded
+
+
 def test_store_lost_mid_run_sends_nothing_unclaimed(clock: FakeClock, queue: str) -> None:
     """Windows due while the store is down are not sent blind; after it returns, policy applies."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
