@@ -1190,6 +1190,21 @@ def test_queued_since_is_the_claim_of_a_newest_window_no_worker_started(
     assert queued_since() is None
 
 
+def test_queued_since_is_found_past_any_number_of_newer_skips(store: Store, namespace: str) -> None:
+    """The newest dispatched window is found however many skipped windows came after it
+    (a paused or `forbid` entry records one per window): 150 of them here."""
+    window = dispatched(store, namespace)
+    claimed = row_of(store, namespace, window).claimed_at  # type: ignore[attr-defined]
+    skips = [
+        NewSkip("a", window + n * SECOND, window + n * SECOND, 1, "paused") for n in range(1, 151)
+    ]
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=skips), replica=REPLICA)
+    result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+    assert result is not None
+    assert result.states["a"].queued_since == claimed
+    assert store.states(namespace)["a"].queued_since == claimed
+
+
 # --- effect keys (safebeat.claim) --------------------------------------------------------
 
 

@@ -54,8 +54,9 @@ SELECT e.name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = e.namespace AND q.entry = e.name
@@ -80,8 +81,9 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = e.namespace AND q.entry = e.name

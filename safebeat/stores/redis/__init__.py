@@ -47,6 +47,7 @@ from safebeat.records import (
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.redis.admin import RedisAdmin
 from safebeat.stores.redis.base import (
+    HISTORY_SLICE,
     LAYOUT_KEY,
     LAYOUT_VERSION,
     SCRIPTS,
@@ -137,6 +138,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
                 instant, pairs = self._run("register", [f"{prefix}:digest"], args)
                 changed.update(zip(pairs[::2], pairs[1::2], strict=True))
             self._migrate_leases(client, prefix)
+            self._migrate_dispatched(client, prefix)
         return Registration(changed)
 
     def _migrate_leases(self, client: Client, prefix: str) -> None:
@@ -149,6 +151,20 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             last = int(start + SLICE >= len(names))
             part = names[start : start + SLICE]
             self._run("migrate_leases", [f"{prefix}:leases"], [prefix, last, *part])
+
+    def _migrate_dispatched(self, client: Client, prefix: str) -> None:
+        """Once per namespace, outside any tick: the claimed and sent rows an earlier
+        release wrote go to P:dispatched:<entry>, which queued_since reads. Each script
+        reads the whole history of `HISTORY_SLICE` entries, so slices are small."""
+        if client.exists(f"{prefix}:dispatched:migrated"):
+            return
+        names = sorted(client.hkeys(f"{prefix}:digest"))
+        for start in range(0, len(names), HISTORY_SLICE) or [0]:
+            last = int(start + HISTORY_SLICE >= len(names))
+            part = names[start : start + HISTORY_SLICE]
+            self._run(
+                "migrate_dispatched", [f"{prefix}:dispatched:migrated"], [prefix, last, *part]
+            )
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
