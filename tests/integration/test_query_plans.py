@@ -56,9 +56,12 @@ def long_history(pg_url: str, namespace: str) -> Iterator[psycopg.Connection[Any
         yield conn
 
 
-def dispatch_scans(conn: psycopg.Connection[Any], sql: str, params: Mapping[str, Any]) -> list[Any]:
-    """The nodes of `sql`'s executed plan that read safebeat_dispatch."""
-    row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", params).fetchone()
+def dispatch_scans(
+    conn: psycopg.Connection[Any], sql: str, params: Mapping[str, Any], *, analyze: bool = True
+) -> list[Any]:
+    """The nodes of `sql`'s plan (executed, with `analyze`) that read safebeat_dispatch."""
+    options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+    row = conn.execute(f"EXPLAIN ({options}) {sql}", params).fetchone()
     assert row is not None
 
     def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -109,6 +112,19 @@ def test_the_stale_claims_page_never_scans_the_history(
     for scan in dispatch_scans(long_history, Q["stale_claims"], params):
         assert scan["Node Type"] in ("Index Scan", "Index Only Scan"), scan
         assert scan["Index Name"] in ("safebeat_dispatch_unsent", "safebeat_dispatch_running")
+
+
+@pytest.mark.postgres
+def test_a_prune_batch_reads_only_what_it_deletes(
+    long_history: psycopg.Connection[Any], namespace: str
+) -> None:
+    """A prune batch finds its rows by claim time, oldest first, through the index on
+    (namespace, claimed_at), and deletes them by primary key: no scan of the history."""
+    params = {"namespace": namespace, "before": T0 + timedelta(days=1), "batch": 5000}
+    nodes = dispatch_scans(long_history, Q["prune_dispatches"], params, analyze=False)
+    scans = [node for node in nodes if node["Node Type"] != "ModifyTable"]
+    assert {scan["Node Type"] for scan in scans} <= {"Index Scan", "Index Only Scan"}, scans
+    assert "safebeat_dispatch_claimed_at" in {scan.get("Index Name") for scan in scans}
 
 
 @pytest.mark.parametrize("query", ["load_states", "all_states"])

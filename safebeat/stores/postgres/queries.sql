@@ -264,8 +264,19 @@ ORDER BY window_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: prune_dispatches
+-- One batch of the rows claimed before `before`, oldest first (by the index on claim
+-- times: a batch reads what it deletes). prune runs batch after batch, each in a
+-- transaction of its own: a backlog is never one statement, which the statement timeout
+-- would end on every pass, so that it never caught up. The ids as an array (computed
+-- once) leave the planner one way to the rows, by primary key; with `id IN (...)` it may
+-- hash-join them against a scan of the whole table.
 DELETE FROM safebeat_dispatch
-WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
+WHERE id = ANY(ARRAY(
+    SELECT id FROM safebeat_dispatch
+    WHERE namespace = %(namespace)s AND claimed_at < %(before)s
+    ORDER BY claimed_at
+    LIMIT %(batch)s
+));
 
 -- name: prune_replicas
 DELETE FROM safebeat_replica

@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 try:
@@ -45,6 +45,7 @@ from safebeat.records import (
     take_over_page,
 )
 from safebeat.stores.base import StoreCheck
+from safebeat.stores.pruning import in_batches
 from safebeat.stores.redis.admin import RedisAdmin
 from safebeat.stores.redis.base import (
     HISTORY_SLICE,
@@ -317,18 +318,23 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         with self._boundary("forget a replica"):
             self._run("forget_replica", [f"{prefix}:heartbeats"], [prefix, replica.id])
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
+        """Dispatch rows in scripts of `PRUNE_BATCH` (`pruning.in_batches`), then every
+        expired effect key and old audit record, in scripts of as many, and old replicas."""
         prefix = key_prefix(namespace)
-        deleted = 0
         with self._boundary("prune"):
+
+            def delete_batch(batch: int) -> int:
+                return int(self._run("prune", [f"{prefix}:age"], [prefix, _us(before), batch]))
+
+            deleted = in_batches(delete_batch, batch=PRUNE_BATCH, budget=budget)
             for script, key, args in (
-                ("prune", f"{prefix}:age", [prefix, _us(before), PRUNE_BATCH]),
                 ("prune_effects", f"{prefix}:effects", [PRUNE_BATCH]),
                 ("prune_audit", f"{prefix}:audit", [prefix, _us(before), PRUNE_BATCH]),
             ):
                 while True:
                     batch = int(self._run(script, [key], args))
-                    if script != "prune_audit":  # prune counts dispatch rows and effect keys
+                    if script == "prune_effects":  # prune counts dispatch rows and effect keys
                         deleted += batch
                     if batch < PRUNE_BATCH:
                         break

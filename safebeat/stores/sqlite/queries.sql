@@ -176,7 +176,15 @@ ORDER BY window_at DESC, id DESC
 LIMIT :limit;
 
 -- name: prune_dispatches
-DELETE FROM safebeat_dispatch WHERE namespace = :namespace AND claimed_at < :before;
+-- One batch of the rows claimed before :before, oldest first; prune runs batch after
+-- batch, each a write transaction of its own, so a tick never waits long behind it.
+DELETE FROM safebeat_dispatch
+WHERE id IN (
+    SELECT id FROM safebeat_dispatch
+    WHERE namespace = :namespace AND claimed_at < :before
+    ORDER BY claimed_at
+    LIMIT :batch
+);
 
 -- name: prune_replicas
 DELETE FROM safebeat_replica WHERE namespace = :namespace AND heartbeat_at < :before;
