@@ -352,6 +352,11 @@ class AdminStore(StoreConnection, Protocol):
         and no `finished_at`, else None)."""
         ...
 
+    def state(self, namespace: str, entry: str) -> EntryState | None:
+        """Return the shared state of `entry` as `states` gives it, reading that entry
+        only; None if it is not registered."""
+        ...
+
     def replicas(self, namespace: str) -> list[ReplicaRecord]:
         """Return every replica's last heartbeat, newest first."""
         ...

@@ -1290,6 +1290,22 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     assert not store.set_paused(namespace, "no-such-entry", Pause(True))
 
 
+def test_the_state_of_one_entry_is_what_states_gives_for_it(store: Store, namespace: str) -> None:
+    """state() reads one entry: its pause, running and queued columns as states() has
+    them; None for a name that is not registered."""
+    window = dispatched(store, namespace)
+    store.register(namespace, definitions("a", "b"), REPLICA)
+    assert store.set_paused(namespace, "b", Pause(True, note="one entry"))
+    start(store, namespace, window)
+    every = store.states(namespace)
+    assert store.state(namespace, "a") == every["a"]
+    assert store.state(namespace, "b") == every["b"]
+    assert every["a"].running_since is not None
+    assert every["b"].paused
+    assert store.state(namespace, "no-such-entry") is None
+    assert store.state(f"{namespace}-other", "a") is None
+
+
 def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_resume(
     open_store: StoreFactory, namespace: str
 ) -> None:
