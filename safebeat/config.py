@@ -104,6 +104,13 @@ def _optional_duration(value: object, name: str) -> timedelta | None:
     return parse_duration(value, name)
 
 
+def _optional_positive_duration(value: object, name: str) -> timedelta | None:
+    """A timeout of at least 1 ms, or None for the default (None, "", "none", "off")."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in {"", "none", "off"}):
+        return None
+    return _positive_duration(value, name)
+
+
 def _positive_int(value: object, name: str) -> int:
     try:
         number = int(str(value)) if not isinstance(value, bool) else None
@@ -202,6 +209,11 @@ class Config:
     retention: timedelta = timedelta(days=30)
     metrics_port: int | None = None
     worker_metrics_port: int | None = None
+    #: Serve /livez and /readyz on this port (None: off).
+    probe_port: int | None = None
+    #: How long the tick loop may go without a tick before /livez fails (None: derived
+    #: from the scheduler's max interval, `safebeat.beat.probes.default_liveness_timeout`).
+    liveness_timeout: timedelta | None = None
     auto_migrate: bool = True
     lock_timeout: timedelta = timedelta(seconds=5)
     overlap: Overlap = Overlap.ALLOW
@@ -228,6 +240,8 @@ _PARSERS: dict[str, Callable[[object, str], Any]] = {
     "retention": _positive_duration,
     "metrics_port": _port,
     "worker_metrics_port": _port,
+    "probe_port": _port,
+    "liveness_timeout": _optional_positive_duration,
     "auto_migrate": _boolean,
     "lock_timeout": _positive_duration,
     "overlap": parse_overlap,
@@ -300,10 +314,21 @@ def load_config(
             continue
         values[short] = _PARSERS[short](raw, var)
         sources[short] = f"${var}"
+    _check_ports(values, sources)
     if "namespace" not in values:
         main = app_main if app_main and app_main != "__main__" else "default"
         values["namespace"] = _namespace(main, "the Celery app's main name (safebeat_namespace)")
     return Config(**values, sources=sources)
+
+
+def _check_ports(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+    """The probes and the metrics need a port each: one server cannot be both."""
+    probe, metrics = values.get("probe_port"), values.get("metrics_port")
+    if probe is not None and probe == metrics:
+        raise ConfigError(
+            f"{sources['probe_port']}={probe} is also {sources['metrics_port']}: "
+            "the probes and the metrics need a port each"
+        )
 
 
 def config_from_app(app: Any, environ: Mapping[str, str] | None = None) -> Config:

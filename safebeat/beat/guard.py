@@ -12,6 +12,7 @@ from collections.abc import Callable
 from safebeat import signals
 from safebeat.backoff import Backoff
 from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.probes import ProbeState
 from safebeat.errors import StoreError, StoreUnavailable, TickTooLong
 
 logger = logging.getLogger("safebeat.scheduler")
@@ -22,12 +23,14 @@ class TickGuard:
 
     After a failure, `backoff.waiting(now)` says the store is being left alone; a step
     that succeeds again resets the backoff and says the store is back. Each failure is
-    also sent as `safebeat.signals.tick_failed`, from `sender`.
+    also sent as `safebeat.signals.tick_failed`, from `sender`. `probes` hears whether
+    the store answered (readiness).
     """
 
     def __init__(
         self,
         metrics: BeatMetrics,
+        probes: ProbeState,
         *,
         monotonic: Callable[[], float],
         max_sleep: float,
@@ -36,6 +39,7 @@ class TickGuard:
     ) -> None:
         self.backoff = Backoff()
         self._metrics = metrics
+        self._probes = probes
         self._monotonic = monotonic
         self._max_sleep = max_sleep
         self._store_url = store_url
@@ -60,9 +64,11 @@ class TickGuard:
             return 0.0
         except StoreUnavailable as exc:
             self._metrics.store_error("unavailable")
+            self._probes.store_failed()
             return self._failed(exc, "store unreachable", logging.WARNING)
         except StoreError as exc:
             self._metrics.store_error("error")
+            self._probes.store_failed()
             return self._failed(exc, "store error", logging.ERROR)
         except Exception as exc:
             logger.exception("safebeat: unexpected error in tick: %s", exc)
@@ -76,6 +82,7 @@ class TickGuard:
                 self._failures,
             )
             self._failures = 0
+        self._probes.store_answered()
         self.backoff.succeeded()
         return delay
 

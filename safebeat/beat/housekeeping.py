@@ -10,6 +10,7 @@ from typing import overload
 
 from safebeat._version import __version__
 from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.probes import ProbeState
 from safebeat.beat.reporting import report_registration
 from safebeat.config import Config
 from safebeat.entries import Entry
@@ -111,9 +112,9 @@ class Definitions(Sequence[Definition]):
 
 class Housekeeper:
     """One replica's standing in the store: its entries registered, and its chores on their
-    timers (monotonic): a heartbeat every `heartbeat_interval`, a prune every
-    `prune_interval` (sooner while a backlog is left), and its heartbeat removed when it
-    stops. The intervals are read at
+    timers (monotonic): a heartbeat every `heartbeat_interval` (told to `probes`), a prune
+    every `prune_interval` (sooner while a backlog is left), and its heartbeat removed when
+    it stops. The intervals are read at
     each call, so a scheduler may change them."""
 
     def __init__(
@@ -122,11 +123,12 @@ class Housekeeper:
         config: Config,
         replica: Replica,
         metrics: BeatMetrics,
+        probes: ProbeState,
         *,
         monotonic: Callable[[], float],
     ) -> None:
         self._store, self._config, self._replica = store, config, replica
-        self._metrics, self._monotonic = metrics, monotonic
+        self._metrics, self._probes, self._monotonic = metrics, probes, monotonic
         self.next_heartbeat = 0.0
         self.next_prune = 0.0
         # The entries last heartbeated and their digests, and the digests the store took
@@ -187,6 +189,7 @@ class Housekeeper:
             stored=stored is not None and (stored is digests or stored == digests),
         )
         self._stored = digests
+        self._probes.heartbeat_recorded()
         self.next_heartbeat = self._monotonic() + interval
 
     def _digests_of(self, entries: Mapping[str, Entry]) -> Mapping[str, str]:

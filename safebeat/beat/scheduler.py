@@ -30,6 +30,8 @@ from safebeat.beat.claim_round import traced
 from safebeat.beat.dispatch import Sending
 from safebeat.beat.pipeline import BackgroundPublish, PublishedAlready, PublishThread
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
+from safebeat.beat.probe_server import ProbeServer, serve_probes
+from safebeat.beat.probes import default_liveness_timeout
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
     announce_tick,
@@ -126,6 +128,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self._last_store_now: datetime | None = None
         self._queue_timeouts: dict[str, timedelta] = {}
         self._publish_thread = PublishThread()
+        self._probe_server: ProbeServer | None = None
         parts = wire_parts(
             app,
             self.safebeat_config,
@@ -136,7 +139,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             max_sleep=self.max_interval,
             sender=self,
         )
-        self.metrics, self.dispatcher = parts.metrics, parts.dispatcher
+        self.metrics, self.dispatcher, self.probes = parts.metrics, parts.dispatcher, parts.probes
         self._pacing, self._runtime, self._rounds = parts.pacing, parts.runtime, parts.rounds
         self._chores, self._guard = parts.chores, parts.guard
         super().__init__(app, *args, lazy=lazy, **kwargs)
@@ -159,6 +162,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         config = self.safebeat_config
         if config.metrics_port is not None and not self.metrics.recording:
             serve_metrics(self.metrics, config.metrics_port)
+        if config.probe_port is not None and self._probe_server is None:
+            self._probe_server = serve_probes(self.probes, config.probe_port)
         self.use_entries(*self._compiled_entries())
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
@@ -186,6 +191,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         self.entries, self.broken_entries = entries, broken
         # Celery's `schedule` (its `data`): a read-only view, not a copy of every entry.
         self.data = MappingProxyType(entries)
+        if self.safebeat_config.liveness_timeout is None:
+            # Celery has set max_interval (`--max-interval`) by now.
+            self.probes.liveness_timeout = default_liveness_timeout(self.max_interval, len(entries))
         self._queue_timeouts = queue_timeouts(self.safebeat_config.overlap_timeout, entries)
         self._ready = False
 
@@ -227,6 +235,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
             return self._guard.run(self._tick)
         finally:
             self.metrics.tick(self._monotonic() - started)
+            self.probes.loop_ran()
 
     def should_sync(self) -> bool:
         return False  # all state lives in the store, written as it changes
@@ -247,6 +256,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         finally:
             if not self._guard.running:
                 self._publish_thread.close()
+                if self._probe_server is not None:
+                    self._probe_server.close()
+                    self._probe_server = None
                 if self._store is not None:
                     self._chores.forget_replica()
                     self._store.close()

@@ -18,6 +18,7 @@ from safebeat.beat.guard import TickGuard
 from safebeat.beat.housekeeping import Housekeeper
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.pacing import Pacing
+from safebeat.beat.probes import ProbeState, default_liveness_timeout
 from safebeat.beat.runtime_watch import RuntimeWatch
 from safebeat.config import Config
 from safebeat.identity import Replica
@@ -30,6 +31,7 @@ class BeatParts:
     """One scheduler's parts, sharing one store, config, replica, metrics and clock."""
 
     metrics: BeatMetrics
+    probes: ProbeState
     pacing: Pacing
     runtime: RuntimeWatch
     dispatcher: Dispatcher
@@ -52,12 +54,21 @@ def wire_parts(
     """Build a scheduler's parts; `store` opens the store when first called, `sender` is
     the scheduler the guard's signals name."""
     metrics = BeatMetrics(config.namespace, replica.id, redact(config.url))
+    probes = ProbeState(
+        monotonic=monotonic,
+        liveness_timeout=(
+            config.liveness_timeout.total_seconds()
+            if config.liveness_timeout is not None
+            else default_liveness_timeout(max_sleep)
+        ),
+    )
     pacing = Pacing()
     dispatcher = Dispatcher(
         app, claim_timeout=config.claim_timeout, replica=replica, monotonic=monotonic
     )
     return BeatParts(
         metrics=metrics,
+        probes=probes,
         pacing=pacing,
         runtime=RuntimeWatch(),
         dispatcher=dispatcher,
@@ -71,9 +82,10 @@ def wire_parts(
             metrics=metrics,
             monotonic=monotonic,
         ),
-        chores=Housekeeper(store, config, replica, metrics, monotonic=monotonic),
+        chores=Housekeeper(store, config, replica, metrics, probes, monotonic=monotonic),
         guard=TickGuard(
             metrics,
+            probes,
             monotonic=monotonic,
             max_sleep=max_sleep,
             store_url=lambda: store().display_url,

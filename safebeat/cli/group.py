@@ -2,7 +2,7 @@
 
 A command's module is imported when the command runs or `--help` lists it, so `celery`
 (which loads `safebeat.celery_command` whenever it starts, for a worker too) and a
-liveness probe running `safebeat health` import only what they use.
+health check running `safebeat health` import only what they use.
 """
 
 from __future__ import annotations

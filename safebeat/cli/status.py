@@ -1,4 +1,5 @@
-"""`safebeat status` (every entry and replica) and `safebeat health` (a liveness probe)."""
+"""`safebeat status` (every entry and replica) and `safebeat health` (the deep health check,
+through the store)."""
 
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
 def health(options: Options, any_replica: bool, max_age: str) -> None:
     """Exit 0 if a replica on this host (or any, with --any) heartbeated within --max-age.
 
-    For liveness probes: run it in the container that runs beat.
+    The deep check, through the store (`helm test`, a deploy script); for Kubernetes'
+    probes, use beat's own /livez and /readyz (safebeat_probe_port).
     """
     try:
         limit = parse_duration(max_age, "--max-age")

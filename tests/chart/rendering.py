@@ -21,11 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "safebeat"
 EXAMPLE = ROOT / "examples" / "helm-app"
 
-#: The oldest Kubernetes release whose schemas kubernetes-validate ships, and the newest.
-KUBE_VERSIONS = ("1.25", kubernetes_validate.latest_version())
+#: The oldest Kubernetes release the chart supports (the PodDisruptionBudget's
+#: unhealthyPodEvictionPolicy is on by default from 1.27), and the newest whose schemas
+#: kubernetes-validate ships.
+KUBE_VERSIONS = ("1.27", kubernetes_validate.latest_version())
 
 #: Kinds of the Prometheus Operator, which kubernetes-validate has no schema for.
-CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 
 Manifest = dict[str, Any]
 
@@ -153,6 +155,73 @@ _METADATA = {
 }
 
 
+#: A RelabelConfig, with the fields and actions of the CRDs.
+_RELABELINGS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "sourceLabels": {"type": "array", "items": {"type": "string"}},
+            "separator": {"type": "string"},
+            "targetLabel": {"type": "string"},
+            "regex": {"type": "string"},
+            "modulus": {"type": "integer"},
+            "replacement": {"type": "string"},
+            "action": {
+                "enum": [
+                    *("replace", "keep", "drop", "hashmod", "labelmap", "labeldrop"),
+                    *("labelkeep", "lowercase", "uppercase", "keepequal", "dropequal"),
+                ]
+            },
+        },
+    },
+}
+
+
+def _endpoints(port_field: str) -> dict[str, Any]:
+    """`endpoints` of a ServiceMonitor, `podMetricsEndpoints` of a PodMonitor."""
+    return {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [port_field],
+            "properties": {
+                port_field: {"type": "string"},
+                "path": {"type": "string"},
+                "interval": {"type": "string", "pattern": _DURATION},
+                "scrapeTimeout": {"type": "string", "pattern": _DURATION},
+                "relabelings": _RELABELINGS,
+                "metricRelabelings": _RELABELINGS,
+            },
+        },
+    }
+
+
+def _monitor(endpoints_field: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["selector", endpoints_field],
+        "additionalProperties": False,
+        "properties": {
+            "selector": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["matchLabels"],
+                "properties": {"matchLabels": _STRING_MAP},
+            },
+            "namespaceSelector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
+            },
+            endpoints_field: _endpoints("port"),
+        },
+    }
+
+
 def _crd(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -168,42 +237,8 @@ def _crd(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 CRD_SCHEMAS: dict[str, dict[str, Any]] = {
-    "ServiceMonitor": _crd(
-        "ServiceMonitor",
-        {
-            "type": "object",
-            "required": ["selector", "endpoints"],
-            "additionalProperties": False,
-            "properties": {
-                "selector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["matchLabels"],
-                    "properties": {"matchLabels": _STRING_MAP},
-                },
-                "namespaceSelector": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {"matchNames": {"type": "array", "items": {"type": "string"}}},
-                },
-                "endpoints": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        "type": "object",
-                        "additionalProperties": False,
-                        "required": ["port"],
-                        "properties": {
-                            "port": {"type": "string"},
-                            "path": {"type": "string"},
-                            "interval": {"type": "string", "pattern": _DURATION},
-                            "scrapeTimeout": {"type": "string", "pattern": _DURATION},
-                        },
-                    },
-                },
-            },
-        },
-    ),
+    "ServiceMonitor": _crd("ServiceMonitor", _monitor("endpoints")),
+    "PodMonitor": _crd("PodMonitor", _monitor("podMetricsEndpoints")),
     "PrometheusRule": _crd(
         "PrometheusRule",
         {

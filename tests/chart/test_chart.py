@@ -16,9 +16,8 @@ from click.testing import CliRunner
 from yamllint import linter as yamllint_linter
 from yamllint.config import YamlLintConfig
 
-from safebeat.beat.scheduler import Scheduler
 from safebeat.cli import main as safebeat_cli
-from safebeat.config import SETTINGS, parse_duration
+from safebeat.config import SETTINGS
 from safebeat.identity import Replica
 from safebeat.stores.sqlite import SqliteStore
 from tests.chart.rendering import (
@@ -83,6 +82,7 @@ def test_the_value_sets_render_what_they_promise() -> None:
         "Job",
         "Pod",
         "PodDisruptionBudget",
+        "PodMonitor",
         "PrometheusRule",
         "Service",
         "ServiceMonitor",
@@ -92,6 +92,7 @@ def test_the_value_sets_render_what_they_promise() -> None:
         "ConfigMap",
         "Job",
         "Pod",
+        "PodMonitor",
         "PrometheusRule",
         "Service",
         "ServiceMonitor",
@@ -105,6 +106,8 @@ def test_the_value_sets_render_what_they_promise() -> None:
         (merged(STANDALONE, {"app": ""}), "set app"),
         (merged(STANDALONE, {"image": {"repository": ""}}), "image.repository"),
         (merged(STANDALONE, {"store": {"existingSecret": ""}}), "store.existingSecret"),
+        (merged(STANDALONE, {"image": {"tag": ""}}), "set image.tag (not latest)"),
+        (merged(STANDALONE, {"image": {"tag": "latest"}}), "set image.tag (not latest)"),
     ],
 )
 def test_a_missing_required_value_is_named(values: dict[str, Any], named: str) -> None:
@@ -144,50 +147,67 @@ def test_settings_become_safebeat_environment_variables() -> None:
     assert variables["SAFEBEAT_CLAIM_TIMEOUT"] == "45"
     assert variables["SAFEBEAT_LOCK_TIMEOUT"] == "2.5s"
     assert variables["SAFEBEAT_METRICS_PORT"] == "9100"
+    assert variables["SAFEBEAT_PROBE_PORT"] == "9101"
+    assert variables["SAFEBEAT_LIVENESS_TIMEOUT"] == "2m"
     assert variables["DJANGO_SETTINGS_MODULE"] == "proj.settings"
 
 
 def test_schema_settings_are_exactly_the_safebeat_settings() -> None:
-    """`settings` accepts every safebeat setting but the URL, the metrics port and the
-    workers' metrics port (the chart runs beat, not workers), and nothing else."""
+    """`settings` accepts every safebeat setting but the URL, the metrics and probe ports
+    and the workers' metrics port (the chart runs beat, not workers), and nothing else."""
     schema = json.loads((CHART / "values.schema.json").read_text())
     accepted = set(schema["properties"]["settings"]["properties"])
     known = {name.removeprefix("safebeat_") for name in SETTINGS}
-    assert accepted == known - {"url", "metrics_port", "worker_metrics_port"}
+    assert accepted == known - {"url", "metrics_port", "probe_port", "worker_metrics_port"}
 
 
-def test_probes_run_safebeat_health_for_the_app() -> None:
-    """Startup, liveness and readiness probes all exec `safebeat -A <app> health --max-age`."""
+def test_probes_get_beats_own_endpoints_on_the_probe_port() -> None:
+    """Startup and liveness GET /livez, readiness GET /readyz, on the port beat serves them on."""
     container_spec = beat(STANDALONE)
-    expected = ["safebeat", "-A", "proj", "health", "--max-age", "30s"]
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert container_spec[probe]["exec"]["command"] == expected, probe
+    paths = {"startupProbe": "/livez", "livenessProbe": "/livez", "readinessProbe": "/readyz"}
+    for probe, path in paths.items():
+        assert container_spec[probe]["httpGet"] == {"path": path, "port": "beat-probes"}, probe
+        assert "exec" not in container_spec[probe], probe
+    ports = {p["name"]: p["containerPort"] for p in container_spec["ports"]}
+    assert ports == {"beat-probes": 9809, "beat-metrics": 9808}
+    assert env(container_spec)["SAFEBEAT_PROBE_PORT"] == "9809"
 
 
-def test_probe_command_is_accepted_by_the_cli_and_checks_the_apps_namespace() -> None:
-    """The probe's exact arguments run `safebeat health` in the app's namespace, not `default`."""
-    values = merged(STANDALONE, {"app": "tests.chart.probe_app"})
-    command = beat(values)["livenessProbe"]["exec"]["command"]
-    result = CliRunner().invoke(safebeat_cli, command[1:], env={"SAFEBEAT_URL": "memory://"})
-    # No beat heartbeats in this empty store: unhealthy (1), not a usage error (2).
-    assert result.exit_code == 1, result.output
-    assert "'probe-app'" in result.output
-
-
-def test_probe_timings_fit_the_heartbeat() -> None:
-    """Max-age spans three heartbeats; liveness tolerates a slow start and several failed probes."""
+def test_probe_timings_fit_beats_liveness_timeout() -> None:
+    """Startup allows two minutes or more; liveness needs several failures; each probe is a
+    GET answered from memory, so a short timeout does."""
     container_spec = beat(STANDALONE)
-    max_age = parse_duration(container_spec["livenessProbe"]["exec"]["command"][-1], "max-age")
-    assert max_age.total_seconds() >= 3 * Scheduler.heartbeat_interval
     startup, liveness = container_spec["startupProbe"], container_spec["livenessProbe"]
     # Importing the app, migrating and registering get two minutes or more.
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 120
-    # A restart needs several failures in a row, over longer than max-age itself.
+    # A restart needs several failures in a row: one slow answer never restarts beat.
     assert liveness["failureThreshold"] >= 3
-    assert liveness["periodSeconds"] * liveness["failureThreshold"] > max_age.total_seconds()
-    # Each probe starts Python and imports the app: allow it more than a second.
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-        assert container_spec[probe]["timeoutSeconds"] >= 5, probe
+        assert container_spec[probe]["timeoutSeconds"] <= 5, probe
+
+
+def test_probe_and_metrics_ports_must_differ() -> None:
+    """One port for both is refused: beat serves each on its own server."""
+    values = merged(STANDALONE, {"probes": {"port": 9808}})
+    with pytest.raises(helm.HelmRenderError, match=r"probes\.port and metrics\.port"):
+        render(CHART, values)
+    values = merged(values, {"metrics": {"enabled": False}})
+    assert [p["name"] for p in beat(values)["ports"]] == ["beat-probes"]
+
+
+def test_pdb_always_allows_evicting_unready_beats() -> None:
+    """The PDB sets unhealthyPodEvictionPolicy AlwaysAllow: a store outage, which makes every
+    beat unready, never blocks a node drain."""
+    for value_set in ("standalone", "all-features"):
+        pdb = one(render(CHART, ci_values(value_set)), "PodDisruptionBudget")
+        assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow", value_set
+
+
+def test_pdb_min_available_of_every_replica_is_refused() -> None:
+    """minAvailable equal to replicas would block every drain: rendering fails, naming both."""
+    values = merged(STANDALONE, {"podDisruptionBudget": {"minAvailable": 2}})
+    with pytest.raises(helm.HelmRenderError, match=r"minAvailable \(2\) must be below replicas"):
+        render(CHART, values)
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -273,8 +293,79 @@ def test_service_monitor_scrapes_the_beat_metrics_port() -> None:
     [endpoint] = monitor["spec"]["endpoints"]
     [port] = service["spec"]["ports"]
     assert endpoint["port"] == port["name"] == port["targetPort"]
-    [container_port] = beat(ci_values("all-features"))["ports"]
-    assert (container_port["name"], container_port["containerPort"]) == ("beat-metrics", 9100)
+    ports = {p["name"]: p["containerPort"] for p in beat(ci_values("all-features"))["ports"]}
+    assert ports["beat-metrics"] == 9100
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+    ]
+    assert endpoint["metricRelabelings"] == [
+        {
+            "sourceLabels": ["__name__"],
+            "regex": "safebeat_dispatch_lag_seconds_bucket",
+            "action": "drop",
+        }
+    ]
+
+
+def test_beat_pod_monitor_scrapes_the_sidecars_without_a_service() -> None:
+    """In sidecar mode the PodMonitor selects the app's pods and scrapes `beat-metrics`."""
+    monitor = one(render(CHART, ci_values("sidecar"), release="web"), "PodMonitor")
+    assert monitor["metadata"]["name"] == "web-safebeat"
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "helm-app",
+        "app.kubernetes.io/instance": "web",
+    }
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("beat-metrics", "/metrics")
+    assert endpoint["metricRelabelings"][0]["action"] == "drop"
+    assert "relabelings" not in endpoint
+
+
+def test_beat_pod_monitor_of_standalone_beats_selects_them() -> None:
+    """Standalone, the beats' PodMonitor selects the Deployment's pods, not the Job's."""
+    values = merged(STANDALONE, {"metrics": {"podMonitor": {"enabled": True}}})
+    manifests = render(CHART, values)
+    selector = one(manifests, "PodMonitor")["spec"]["selector"]["matchLabels"]
+    pods = one(manifests, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pods.items()
+    assert selector["app.kubernetes.io/component"] == "beat"
+
+
+def test_worker_pod_monitor_selects_the_workers_port() -> None:
+    """workerMetrics renders a PodMonitor of the workers' labels (templates rendered) and port."""
+    manifests = render(CHART, ci_values("all-features"))
+    [monitor] = [m for m in manifests if m["metadata"]["name"] == "rel-safebeat-workers"]
+    assert monitor["kind"] == "PodMonitor"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "proj-worker",
+        "app.kubernetes.io/instance": "rel",
+    }
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["apps"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["interval"]) == ("worker-metrics", "15s")
+    assert endpoint["metricRelabelings"] == [{"regex": "queue", "action": "labeldrop"}]
+
+
+@pytest.mark.parametrize(
+    ("monitoring", "named"),
+    [
+        (
+            {"workerMetrics": {"podMonitor": {"enabled": True}}},
+            r"workerMetrics\.podMonitor\.podSelector",
+        ),
+        (
+            {"mode": "sidecar", "metrics": {"podMonitor": {"enabled": True}}},
+            r"metrics\.podSelector",
+        ),
+    ],
+)
+def test_pod_monitor_without_its_selector_is_refused(
+    monitoring: dict[str, Any], named: str
+) -> None:
+    """A PodMonitor with nothing to select is an error naming the value to set."""
+    with pytest.raises(helm.HelmRenderError, match=named):
+        render(CHART, merged(STANDALONE, monitoring))
 
 
 def test_sidecar_mode_metrics_service_selects_the_application_pods() -> None:
@@ -332,6 +423,13 @@ def test_chart_copies_of_the_monitoring_files_are_identical(name: str) -> None:
         ({"settings": {"claim_timeout": "30 seconds"}}, "/settings/claim_timeout"),
         ({"store": {"existingSecret": "Proj_DB"}}, "/store/existingSecret"),
         ({"probes": {"liveness": {"periodSeconds": 0}}}, "/probes/liveness/periodSeconds"),
+        ({"probes": {"port": 0}}, "/probes/port"),
+        ({"podDisruptionBudget": {"maxUnavailable": 0}}, "/podDisruptionBudget/maxUnavailable"),
+        (
+            {"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}},
+            "/podDisruptionBudget/unhealthyPodEvictionPolicy",
+        ),
+        ({"workerMetrics": {"podMonitor": {"port": "Bad_Port"}}}, "/workerMetrics/podMonitor/port"),
     ],
 )
 def test_schema_rejects_a_bad_value(bad: dict[str, Any], message: str) -> None:
@@ -377,6 +475,7 @@ def test_notes_tell_what_was_installed() -> None:
     assert "Secret `proj-safebeat`" in standalone
     assert "rel-safebeat-migrate" in standalone
     assert "exec deploy/rel-safebeat -c beat -- safebeat -A proj status" in standalone
+    assert "GET /livez and /readyz on port 9809 (`beat-probes`)" in standalone
     sidecar = notes(CHART, ci_values("sidecar"))
     assert "sidecar in your application's pods" in sidecar
     assert "ServiceMonitor" in sidecar

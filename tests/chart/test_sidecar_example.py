@@ -60,15 +60,17 @@ def test_three_replicas_each_with_a_beat_sidecar(example_chart: Path) -> None:
 
 
 def test_sidecar_never_gates_the_app_pods_readiness(example_chart: Path) -> None:
-    """The sidecar has startup and liveness probes, and no readiness probe unless asked for."""
+    """The sidecar has startup and liveness probes on /livez, and no readiness probe unless
+    asked for: a store outage never takes the app's pods out of their Service."""
     pod = one(render(example_chart, None), "Deployment")["spec"]["template"]["spec"]
     beat = container(pod, "beat")
-    assert beat["livenessProbe"]["exec"]["command"][:4] == ["safebeat", "-A", "proj", "health"]
-    assert "startupProbe" in beat
+    assert beat["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "beat-probes"}
+    assert beat["startupProbe"]["httpGet"] == {"path": "/livez", "port": "beat-probes"}
     assert "readinessProbe" not in beat
     values = {"safebeat": {"probes": {"readiness": {"sidecar": True}}}}
     pod = one(render(example_chart, values), "Deployment")["spec"]["template"]["spec"]
-    assert "readinessProbe" in container(pod, "beat")
+    readiness = container(pod, "beat")["readinessProbe"]
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "beat-probes"}
 
 
 def test_the_safebeat_chart_adds_the_hook_and_no_beats_of_its_own(example_chart: Path) -> None:

@@ -264,8 +264,12 @@ SETTING_VALUES = {
     "safebeat_retention": durations,
     "safebeat_lock_timeout": durations,
     "safebeat_overlap_timeout": durations,
-    "safebeat_metrics_port": st.one_of(st.integers(-5, 70000), st.integers(), st.just("off"), junk),
+    "safebeat_metrics_port": st.one_of(
+        st.integers(9100, 9102), st.integers(-5, 70000), st.integers(), st.just("off"), junk
+    ),
     "safebeat_worker_metrics_port": st.one_of(st.integers(-5, 70000), st.integers(), junk),
+    "safebeat_probe_port": st.one_of(st.integers(9100, 9102), st.integers(-5, 70000), junk),
+    "safebeat_liveness_timeout": st.one_of(st.sampled_from(["", "none", "off"]), durations),
     "safebeat_auto_migrate": st.one_of(st.sampled_from(["yes", "no", "1", "false"]), junk),
     "safebeat_overlap": st.one_of(st.sampled_from(["allow", "forbid"]), junk),
     "safebeat_redis_eviction": st.one_of(st.sampled_from(["warn", "refuse", "ignore"]), junk),
@@ -317,6 +321,8 @@ def test_settings_load_or_raise_a_config_error_naming_the_setting(
         assert config.retention > timedelta(0)
         assert config.catchup_limit >= 1
         assert config.metrics_port is None or 1 <= config.metrics_port <= 65535
+        assert config.probe_port is None or config.probe_port != config.metrics_port
+        assert config.liveness_timeout is None or config.liveness_timeout > timedelta(0)
 
 
 # --- store URLs -------------------------------------------------------------------------------

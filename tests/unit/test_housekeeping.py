@@ -13,6 +13,7 @@ from safebeat.beat.housekeeping import (
     Housekeeper,
 )
 from safebeat.beat.metrics import BeatMetrics
+from safebeat.beat.probes import ProbeState
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_schedule
 from safebeat.identity import Replica
@@ -72,7 +73,8 @@ class SlowPruneStore(MemoryStore):
 def housekeeper(store: SlowPruneStore, clock: FakeClock) -> Housekeeper:
     config = Config(namespace="house")
     metrics = BeatMetrics("house", "replica", "memory://")
-    return Housekeeper(lambda: store, config, REPLICA, metrics, monotonic=clock.monotonic)
+    probes = ProbeState(monotonic=clock.monotonic, liveness_timeout=90)
+    return Housekeeper(lambda: store, config, REPLICA, metrics, probes, monotonic=clock.monotonic)
 
 
 def run_due(keeper: Housekeeper, clock: FakeClock) -> None:

@@ -37,7 +37,8 @@ app.kubernetes.io/component: beat
 
 {{/*
 The image reference, from a values map: image.repository, else global.image.repository (a
-parent chart's image); a digest wins over a tag.
+parent chart's image); a digest wins over a tag. A tag or a digest is required, and `latest`
+is refused: pods pulling a moving tag at different times run different schedules.
 */}}
 {{- define "safebeat.image" -}}
 {{- $image := .image | default dict -}}
@@ -48,10 +49,10 @@ parent chart's image); a digest wins over a tag.
 {{- $tag := $image.tag | default $global.tag -}}
 {{- if $digest -}}
 {{- printf "%s@%s" $repository $digest -}}
-{{- else if $tag -}}
+{{- else if and $tag (ne (toString $tag) "latest") -}}
 {{- printf "%s:%s" $repository (toString $tag) -}}
 {{- else -}}
-{{- $repository -}}
+{{- fail "safebeat: set image.tag (not latest) or image.digest, or global.image.tag: every beat must run the same release of your app" -}}
 {{- end -}}
 {{- end -}}
 
@@ -129,4 +130,27 @@ nodeSelector:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+{{/*
+kube-linter waivers: `ignore-check.kube-linter.io/<check>` annotations, each with its reason,
+for the default checks an object fails on purpose. From (dict "root" . "checks" (list ...)),
+`checks` naming the waivers that may apply to the object; each is added only when it does.
+*/}}
+{{- define "safebeat.lintWaivers" -}}
+{{- $v := .root.Values -}}
+{{- $waivers := dict -}}
+{{- if and (has "no-anti-affinity" .checks) $v.spreadAcrossNodes (not (dig "podAntiAffinity" nil ($v.affinity | default dict))) -}}
+{{- $_ := set $waivers "ignore-check.kube-linter.io/no-anti-affinity" "spreadAcrossNodes spreads the beats over nodes with a topologySpreadConstraint on kubernetes.io/hostname, which this check does not read" -}}
+{{- end -}}
+{{- if and (has "non-existent-service-account" .checks) $v.serviceAccountName -}}
+{{- $_ := set $waivers "ignore-check.kube-linter.io/non-existent-service-account" "serviceAccountName names an account created outside this chart (for a cloud identity)" -}}
+{{- end -}}
+{{- if and (has "dangling-service" .checks) (eq $v.mode "sidecar") -}}
+{{- $_ := set $waivers "ignore-check.kube-linter.io/dangling-service" "sidecar mode: the Service selects the application's pods (metrics.podSelector), which the parent chart renders" -}}
+{{- end -}}
+{{- with $waivers -}}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
 {{- end -}}

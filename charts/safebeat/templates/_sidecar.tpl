@@ -34,16 +34,14 @@ Under an alias, pass its values: (dict "values" .Values.beat).
 {{- include "safebeat.tmpVolume" $values -}}
 {{- end -}}
 
-{{/* `safebeat -A <app> health`: -A gives the probe the app's namespace and settings. */}}
-{{- define "safebeat.healthProbe" -}}
-exec:
-  command:
-    - safebeat
-    - -A
-    - {{ .app | quote }}
-    - health
-    - --max-age
-    - {{ .maxAge | quote }}
+{{/*
+An HTTP probe of beat's own server (`safebeat_probe_port`): /livez or /readyz, answered from
+memory, without importing the app or asking the store.
+*/}}
+{{- define "safebeat.httpProbe" -}}
+httpGet:
+  path: {{ .path }}
+  port: beat-probes
 periodSeconds: {{ .probe.periodSeconds }}
 timeoutSeconds: {{ .probe.timeoutSeconds }}
 failureThreshold: {{ .probe.failureThreshold }}
@@ -56,7 +54,9 @@ The beat container, from (dict "values" <values of this chart> "sidecar" <bool>)
 {{- define "safebeat.container" -}}
 {{- $v := .values -}}
 {{- $app := required "safebeat: set app, the Celery app as given to `celery -A` (for example proj)" $v.app -}}
-{{- $probeArgs := dict "app" $app "maxAge" $v.health.maxAge -}}
+{{- if and $v.metrics.enabled (eq (int $v.probes.port) (int $v.metrics.port)) -}}
+{{- fail "safebeat: probes.port and metrics.port must differ: beat serves each on its own port" -}}
+{{- end -}}
 - name: beat
   image: {{ include "safebeat.image" $v | quote }}
   imagePullPolicy: {{ include "safebeat.pullPolicy" $v }}
@@ -74,6 +74,8 @@ The beat container, from (dict "values" <values of this chart> "sidecar" <bool>)
     {{- end }}
   env:
     {{- include "safebeat.env" $v | nindent 4 }}
+    - name: SAFEBEAT_PROBE_PORT
+      value: {{ $v.probes.port | int | quote }}
     {{- if $v.metrics.enabled }}
     - name: SAFEBEAT_METRICS_PORT
       value: {{ $v.metrics.port | int | quote }}
@@ -95,23 +97,26 @@ The beat container, from (dict "values" <values of this chart> "sidecar" <bool>)
   envFrom:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- if $v.metrics.enabled }}
   ports:
+    - name: beat-probes
+      containerPort: {{ $v.probes.port | int }}
+      protocol: TCP
+    {{- if $v.metrics.enabled }}
     - name: beat-metrics
       containerPort: {{ $v.metrics.port | int }}
       protocol: TCP
-  {{- end }}
+    {{- end }}
   {{- if $v.probes.startup.enabled }}
   startupProbe:
-    {{- include "safebeat.healthProbe" (merge (dict "probe" $v.probes.startup) $probeArgs) | nindent 4 }}
+    {{- include "safebeat.httpProbe" (dict "path" "/livez" "probe" $v.probes.startup) | nindent 4 }}
   {{- end }}
   {{- if $v.probes.liveness.enabled }}
   livenessProbe:
-    {{- include "safebeat.healthProbe" (merge (dict "probe" $v.probes.liveness) $probeArgs) | nindent 4 }}
+    {{- include "safebeat.httpProbe" (dict "path" "/livez" "probe" $v.probes.liveness) | nindent 4 }}
   {{- end }}
   {{- if and $v.probes.readiness.enabled (or (not .sidecar) $v.probes.readiness.sidecar) }}
   readinessProbe:
-    {{- include "safebeat.healthProbe" (merge (dict "probe" $v.probes.readiness) $probeArgs) | nindent 4 }}
+    {{- include "safebeat.httpProbe" (dict "path" "/readyz" "probe" $v.probes.readiness) | nindent 4 }}
   {{- end }}
   {{- with $v.resources }}
   resources:
