@@ -21,6 +21,14 @@ from safebeat.stores.base import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
 
+#: How long one prune pass may spend deleting dispatch rows. Beat runs it between two
+#: ticks, so a backlog (after an outage, or a shorter retention) is deleted over several
+#: passes instead of holding up dispatching.
+PRUNE_BUDGET = timedelta(seconds=1)
+#: Seconds to the next prune pass after one that spent its whole budget: a backlog is
+#: left, and is deleted at up to a tenth of beat's time until it is gone.
+BACKLOG_PRUNE_INTERVAL = 10.0
+
 
 def heartbeat(
     store: Store,
@@ -46,8 +54,9 @@ def heartbeat(
 
 
 def prune(store: TickStore, config: Config, now: datetime) -> None:
-    """Delete history older than `safebeat_retention` (store time `now`) and expired keys."""
-    deleted = store.prune(config.namespace, now - config.retention)
+    """Delete history older than `safebeat_retention` (store time `now`) and expired keys,
+    dispatch rows for up to `PRUNE_BUDGET`."""
+    deleted = store.prune(config.namespace, now - config.retention, budget=PRUNE_BUDGET)
     if deleted:
         logger.info(
             "safebeat: pruned %d row(s): dispatches older than the retention, expired effect keys",
@@ -104,7 +113,8 @@ class Definitions(Sequence[Definition]):
 class Housekeeper:
     """One replica's standing in the store: its entries registered, and its chores on their
     timers (monotonic): a heartbeat every `heartbeat_interval` (told to `probes`), a prune
-    every `prune_interval`, and its heartbeat removed when it stops. The intervals are read at
+    every `prune_interval` (sooner while a backlog is left), and its heartbeat removed when
+    it stops. The intervals are read at
     each call, so a scheduler may change them."""
 
     def __init__(
@@ -204,8 +214,12 @@ class Housekeeper:
         if now >= self.next_heartbeat:
             self.heartbeat(entries, interval=heartbeat_interval)
         if now >= self.next_prune and store_now is not None:
+            started = self._monotonic()
             prune(self._store(), self._config, store_now)
-            self.next_prune = self._monotonic() + prune_interval
+            finished = self._monotonic()
+            if finished - started >= PRUNE_BUDGET.total_seconds():
+                prune_interval = min(prune_interval, BACKLOG_PRUNE_INTERVAL)
+            self.next_prune = finished + prune_interval
 
     def forget_replica(self) -> None:
         """Remove this replica's heartbeat, if it sent one, so `safebeat status` drops it."""

@@ -248,10 +248,15 @@ class TickStore(StoreConnection, Protocol):
         """
         ...
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
         """Delete dispatch rows claimed before `before`, replicas silent since then, audit
         records made before then, and effect keys whose expiry has passed (store now);
-        return how many dispatch rows and effect keys were deleted."""
+        return how many dispatch rows and effect keys were deleted.
+
+        Dispatch rows go in batches, oldest first, each a short transaction (or script) of
+        its own, so a backlog of any size never makes one long statement. With a `budget`,
+        no batch starts once it has passed (one always runs): what is left is the next
+        call's; without one, batches run until none is left."""
         ...
 
 
@@ -345,6 +350,11 @@ class AdminStore(StoreConnection, Protocol):
         """Return the shared state of every registered entry of `namespace`, each with its
         `running_since` (the latest `started_at` among its dispatch rows that have a start
         and no `finished_at`, else None)."""
+        ...
+
+    def state(self, namespace: str, entry: str) -> EntryState | None:
+        """Return the shared state of `entry` as `states` gives it, reading that entry
+        only; None if it is not registered."""
         ...
 
     def replicas(self, namespace: str) -> list[ReplicaRecord]:

@@ -35,7 +35,7 @@ def pause_if_failing(store: AdminStore, namespace: str, entry: str, threshold: i
     failures = consecutive_failures(history)
     if failures < threshold:
         return False
-    state = store.states(namespace).get(entry)
+    state = store.state(namespace, entry)
     if state is not None and state.paused_at(store.clock()):
         return False
     note = f"{failures} failed runs in a row (pause_after_failures={threshold})"

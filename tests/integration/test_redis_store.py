@@ -27,6 +27,7 @@ from safebeat.stores.base import (
     EntryState,
     LeasedRun,
     NewClaim,
+    NewSkip,
     Outcome,
     Reclaim,
     RunEnd,
@@ -580,5 +581,30 @@ def test_dead_runs_and_unsent_claims_of_an_earlier_release_are_still_taken_over(
         ("a", windows["a"], 2),
         ("b", windows["b"], 2),
     ]
+    for each in (store, upgraded):
+        each.close()
+
+
+def test_queued_claims_of_an_earlier_release_are_still_seen(redis_url: str, namespace: str) -> None:
+    """A store an earlier release wrote (claims only in P:history:<entry>, no
+    P:dispatched:<entry>) keeps its queued claims visible: the first registration of the
+    upgraded store adds them, skipped rows after them or not."""
+    store = RedisStore(redis_url)
+    store.migrate()
+    state = registered(store, namespace, [Definition("a", "every 1s", "d1")], REPLICA)["a"]
+    window = state.anchor + timedelta(seconds=1)
+    skip = NewSkip("a", window + timedelta(seconds=1), window + timedelta(seconds=1), 1, "paused")
+    store.tick(namespace, ["a"], lambda now, s: claim_plan(namespace, "a", window), replica=REPLICA)
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=[skip]), replica=REPLICA)
+    [claimed_at] = [r.claimed_at for r in store.history(namespace, "a") if r.window == window]
+    prefix = key_prefix(namespace)
+    admin = redis.Redis.from_url(redis_url)
+    admin.delete(f"{prefix}:dispatched:a", f"{prefix}:dispatched:migrated")  # earlier layout
+
+    upgraded = RedisStore(redis_url)
+    upgraded.register(namespace, [Definition("a", "every 1s", "d1")], OTHER)
+    result = upgraded.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=OTHER)
+    assert result is not None
+    assert result.states["a"].queued_since == claimed_at
     for each in (store, upgraded):
         each.close()

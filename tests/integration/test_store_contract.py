@@ -1190,6 +1190,21 @@ def test_queued_since_is_the_claim_of_a_newest_window_no_worker_started(
     assert queued_since() is None
 
 
+def test_queued_since_is_found_past_any_number_of_newer_skips(store: Store, namespace: str) -> None:
+    """The newest dispatched window is found however many skipped windows came after it
+    (a paused or `forbid` entry records one per window): 150 of them here."""
+    window = dispatched(store, namespace)
+    claimed = row_of(store, namespace, window).claimed_at  # type: ignore[attr-defined]
+    skips = [
+        NewSkip("a", window + n * SECOND, window + n * SECOND, 1, "paused") for n in range(1, 151)
+    ]
+    store.tick(namespace, ["a"], lambda now, s: TickPlan(skips=skips), replica=REPLICA)
+    result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+    assert result is not None
+    assert result.states["a"].queued_since == claimed
+    assert store.states(namespace)["a"].queued_since == claimed
+
+
 # --- effect keys (safebeat.claim) --------------------------------------------------------
 
 
@@ -1273,6 +1288,22 @@ def test_a_pause_is_seen_by_every_replica_and_outlives_registration(
     assert other.set_paused(namespace, "a", Pause(False))
     assert not store.states(namespace)["a"].paused
     assert not store.set_paused(namespace, "no-such-entry", Pause(True))
+
+
+def test_the_state_of_one_entry_is_what_states_gives_for_it(store: Store, namespace: str) -> None:
+    """state() reads one entry: its pause, running and queued columns as states() has
+    them; None for a name that is not registered."""
+    window = dispatched(store, namespace)
+    store.register(namespace, definitions("a", "b"), REPLICA)
+    assert store.set_paused(namespace, "b", Pause(True, note="one entry"))
+    start(store, namespace, window)
+    every = store.states(namespace)
+    assert store.state(namespace, "a") == every["a"]
+    assert store.state(namespace, "b") == every["b"]
+    assert every["a"].running_since is not None
+    assert every["b"].paused
+    assert store.state(namespace, "no-such-entry") is None
+    assert store.state(f"{namespace}-other", "a") is None
 
 
 def test_a_pause_with_an_end_and_a_note_is_seen_by_every_replica_and_cleared_by_resume(

@@ -383,3 +383,30 @@ def test_ics_unfolding_copies_each_character_a_bounded_number_of_times() -> None
 def test_a_calendar_unfolds_a_long_folded_line_whole() -> None:
     """Unfolding still joins every fold of a line, in order (RFC 5545, 3.1)."""
     assert _unfolded("A:1\r\n 2\r\n\t3\r\nB:4\r\n") == ["A:123", "B:4"]
+
+
+def test_a_large_generated_calendar_is_read_whole(tmp_path: Path) -> None:
+    """A 4 MB calendar (3,000 one-day events, each with a description folded over 15
+    lines, and one description of 3.6 MB folded 50,000 times) gives every event's day and
+    keeps every fold of the long line. Unfolding is linear: this reads in a fraction of a
+    second where adding each fold to the line so far took 18 s."""
+    first = date(2030, 1, 1)
+    days = [first + timedelta(days=n) for n in range(3000)]
+    fold = "\r\n " + "y" * 73
+    events = [
+        f"BEGIN:VEVENT\r\nDTSTART;VALUE=DATE:{day:%Y%m%d}\r\nSUMMARY:day {n}\r\n"
+        f"DESCRIPTION:d{fold * 15}\r\nEND:VEVENT\r\n"
+        for n, day in enumerate(days)
+    ]
+    long_event = (
+        "BEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20400101\r\nSUMMARY:long\r\n"
+        f"DESCRIPTION:x{fold * 50_000}\r\nEND:VEVENT\r\n"
+    )
+    text = f"BEGIN:VCALENDAR\r\n{''.join(events)}{long_event}END:VCALENDAR\r\n"
+    assert len(text) > 4_000_000
+    path = tmp_path / "large.ics"
+    path.write_text(text)
+    calendar = read_ics(path, BERLIN)
+    assert calendar.ranges == tuple((day, day) for day in [*days, date(2040, 1, 1)])
+    [long_line] = [line for line in _unfolded(text) if line.startswith("DESCRIPTION:x")]
+    assert long_line == "DESCRIPTION:x" + "y" * 73 * 50_000

@@ -20,12 +20,15 @@ from safebeat.records import (
     AuditAction,
     Claim,
     DispatchRecord,
+    EntryState,
     Outcome,
+    Pause,
     Status,
     consecutive_failures,
 )
 from safebeat.stores.base import Definition
-from safebeat.worker.failures import AUDIT_ACTOR
+from safebeat.stores.memory import MemoryStore
+from safebeat.worker.failures import AUDIT_ACTOR, pause_if_failing
 from safebeat.worker.metrics import WorkerTotals
 from tests.unit.test_worker import (  # noqa: F401 - fixtures used by name
     NAMESPACE,
@@ -190,3 +193,31 @@ def test_without_the_header_or_below_the_threshold_nothing_is_paused(
         fail(task, dispatch(app, window), window, threshold=threshold)
     assert not store(app).states(NAMESPACE)["weekly"].paused
     assert fresh_counters.paused_after_failures == 0
+
+
+class FailingEntryStore(MemoryStore):
+    """A memory store whose history is three failed runs, and which refuses to read every
+    entry's state at once."""
+
+    def history(
+        self, namespace: str, entry: str | None = None, limit: int = 100
+    ) -> list[DispatchRecord]:
+        return [record(minute, F) for minute in (3, 2, 1)]
+
+    def states(self, namespace: str) -> dict[str, EntryState]:
+        raise AssertionError("read the state of every entry to check one")
+
+
+def test_the_pause_check_reads_the_state_of_its_entry_only() -> None:
+    """Checking whether a failing entry is paused already reads that entry's state, not
+    the states of every entry of the namespace (100,000 of them, for each failed run)."""
+    store = FailingEntryStore()
+    names = ["weekly", *(f"other-{n}" for n in range(50))]
+    store.register(NAMESPACE, [Definition(name, "every 7d", "d") for name in names], REPLICA)
+    assert store.set_paused(NAMESPACE, "weekly", Pause(True, note="by hand"))
+    assert not pause_if_failing(store, NAMESPACE, "weekly", 3)  # paused already
+    assert store.set_paused(NAMESPACE, "weekly", Pause(False))
+    assert pause_if_failing(store, NAMESPACE, "weekly", 3)
+    state = store.state(NAMESPACE, "weekly")
+    assert state is not None
+    assert state.paused

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from safebeat.identity import Replica
@@ -231,7 +231,8 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
         with self._mutex:
             self._ns(namespace).replicas.pop(replica.id, None)
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
+        """Everything at once, whatever the budget: memory holds no transaction open."""
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
             old = [k for k, r in ns.dispatches.items() if r.claimed_at < before]

@@ -21,6 +21,12 @@ class MemoryAdmin(AdminAdapter, MemoryState):
             ns = self._ns(namespace)
             return self._with_running(ns, ns.entries)
 
+    def state(self, namespace: str, entry: str) -> records.EntryState | None:
+        with self._mutex:
+            ns = self._ns(namespace)
+            found = ns.entries.get(entry)
+            return None if found is None else self._with_running(ns, {entry: found})[entry]
+
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._mutex:
             found = list(self._ns(namespace).replicas.values())

@@ -16,6 +16,7 @@ from safebeat.stores.decoding import audit_record, record_of_row, state_of_row
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
     DispatchRow,
+    array_literal,
     as_columns,
     audit_columns,
     replica_columns,
@@ -30,6 +31,13 @@ class AdminStatements(AdminAdapter, Statements):
         with self._cursors.read("load entry states") as cursor:
             cursor.execute(Q["all_states"], {"namespace": namespace})
             return {row[0]: state_of_row(row) for row in cursor.fetchall()}
+
+    def state(self, namespace: str, entry: str) -> records.EntryState | None:
+        with self._cursors.read("load an entry's state") as cursor:
+            params = {"namespace": namespace, "names": array_literal([entry])}
+            cursor.execute(Q["load_states"], params)
+            row = cursor.fetchone()
+            return None if row is None else state_of_row(row)
 
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._cursors.read("list replicas") as cursor:

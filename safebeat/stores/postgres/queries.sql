@@ -54,8 +54,9 @@ SELECT e.name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = e.namespace AND q.entry = e.name
@@ -80,8 +81,9 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > clock_timestamp()) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = e.namespace AND q.entry = e.name
@@ -262,8 +264,19 @@ ORDER BY window_at DESC, id DESC
 LIMIT %(limit)s;
 
 -- name: prune_dispatches
+-- One batch of the rows claimed before `before`, oldest first (by the index on claim
+-- times: a batch reads what it deletes). prune runs batch after batch, each in a
+-- transaction of its own: a backlog is never one statement, which the statement timeout
+-- would end on every pass, so that it never caught up. The ids as an array (computed
+-- once) leave the planner one way to the rows, by primary key; with `id IN (...)` it may
+-- hash-join them against a scan of the whole table.
 DELETE FROM safebeat_dispatch
-WHERE namespace = %(namespace)s AND claimed_at < %(before)s;
+WHERE id = ANY(ARRAY(
+    SELECT id FROM safebeat_dispatch
+    WHERE namespace = %(namespace)s AND claimed_at < %(before)s
+    ORDER BY claimed_at
+    LIMIT %(batch)s
+));
 
 -- name: prune_replicas
 DELETE FROM safebeat_replica

@@ -12,7 +12,7 @@ one statement each (two for `record_publish` with both outcomes).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat.identity import Replica
@@ -30,6 +30,7 @@ from safebeat.records import (
 )
 from safebeat.stores.decoding import state_of_row
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of
+from safebeat.stores.pruning import in_batches
 from safebeat.stores.sql_common import (
     FIRST_STALE,
     advisory_key,
@@ -234,12 +235,20 @@ class TickStatements(TickAdapter, Statements):
         with self._cursors.statement("forget a replica") as cursor:
             cursor.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
 
-    def prune(self, namespace: str, before: datetime) -> int:
-        """Delete old dispatch rows and replicas, and expired effect keys; in the caller's
-        transaction. Returns the dispatch rows and effect keys deleted."""
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
+        """Delete old dispatch rows in batches (`pruning.in_batches`), then old replicas and
+        audit records and expired effect keys; each batch and the rest in a transaction of
+        its own (the caller's, if it holds one). Returns the dispatch rows and effect keys
+        deleted."""
+
+        def delete_batch(batch: int) -> int:
+            with self._cursors.transaction("prune") as cursor:
+                params = {"namespace": namespace, "before": before, "batch": batch}
+                cursor.execute(Q["prune_dispatches"], params)
+                return int(cursor.rowcount)
+
+        deleted = in_batches(delete_batch, budget=budget)
         with self._cursors.transaction("prune") as cursor:
-            cursor.execute(Q["prune_dispatches"], {"namespace": namespace, "before": before})
-            deleted = cursor.rowcount
             cursor.execute(Q["prune_replicas"], {"namespace": namespace, "before": before})
             cursor.execute(Q["prune_audit"], {"namespace": namespace, "before": before})
             cursor.execute(Q["prune_effects"], {"namespace": namespace})

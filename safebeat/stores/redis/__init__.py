@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 try:
@@ -45,8 +45,10 @@ from safebeat.records import (
     take_over_page,
 )
 from safebeat.stores.base import StoreCheck
+from safebeat.stores.pruning import in_batches
 from safebeat.stores.redis.admin import RedisAdmin
 from safebeat.stores.redis.base import (
+    HISTORY_SLICE,
     LAYOUT_KEY,
     LAYOUT_VERSION,
     SCRIPTS,
@@ -137,6 +139,7 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
                 instant, pairs = self._run("register", [f"{prefix}:digest"], args)
                 changed.update(zip(pairs[::2], pairs[1::2], strict=True))
             self._migrate_leases(client, prefix)
+            self._migrate_dispatched(client, prefix)
         return Registration(changed)
 
     def _migrate_leases(self, client: Client, prefix: str) -> None:
@@ -149,6 +152,20 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
             last = int(start + SLICE >= len(names))
             part = names[start : start + SLICE]
             self._run("migrate_leases", [f"{prefix}:leases"], [prefix, last, *part])
+
+    def _migrate_dispatched(self, client: Client, prefix: str) -> None:
+        """Once per namespace, outside any tick: the claimed and sent rows an earlier
+        release wrote go to P:dispatched:<entry>, which queued_since reads. Each script
+        reads the whole history of `HISTORY_SLICE` entries, so slices are small."""
+        if client.exists(f"{prefix}:dispatched:migrated"):
+            return
+        names = sorted(client.hkeys(f"{prefix}:digest"))
+        for start in range(0, len(names), HISTORY_SLICE) or [0]:
+            last = int(start + HISTORY_SLICE >= len(names))
+            part = names[start : start + HISTORY_SLICE]
+            self._run(
+                "migrate_dispatched", [f"{prefix}:dispatched:migrated"], [prefix, last, *part]
+            )
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim
@@ -301,18 +318,23 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         with self._boundary("forget a replica"):
             self._run("forget_replica", [f"{prefix}:heartbeats"], [prefix, replica.id])
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
+        """Dispatch rows in scripts of `PRUNE_BATCH` (`pruning.in_batches`), then every
+        expired effect key and old audit record, in scripts of as many, and old replicas."""
         prefix = key_prefix(namespace)
-        deleted = 0
         with self._boundary("prune"):
+
+            def delete_batch(batch: int) -> int:
+                return int(self._run("prune", [f"{prefix}:age"], [prefix, _us(before), batch]))
+
+            deleted = in_batches(delete_batch, batch=PRUNE_BATCH, budget=budget)
             for script, key, args in (
-                ("prune", f"{prefix}:age", [prefix, _us(before), PRUNE_BATCH]),
                 ("prune_effects", f"{prefix}:effects", [PRUNE_BATCH]),
                 ("prune_audit", f"{prefix}:audit", [prefix, _us(before), PRUNE_BATCH]),
             ):
                 while True:
                     batch = int(self._run(script, [key], args))
-                    if script != "prune_audit":  # prune counts dispatch rows and effect keys
+                    if script == "prune_effects":  # prune counts dispatch rows and effect keys
                         deleted += batch
                     if batch < PRUNE_BATCH:
                         break

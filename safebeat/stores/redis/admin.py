@@ -42,6 +42,12 @@ class RedisAdmin(AdminAdapter, RedisBase):
                 found.update(_states(part, columns))
         return found
 
+    def state(self, namespace: str, entry: str) -> records.EntryState | None:
+        prefix = key_prefix(namespace)
+        with self._boundary("load an entry's state"):
+            columns = self._run("states", [f"{prefix}:digest"], [prefix, entry])
+        return _states([entry], columns).get(entry)
+
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         prefix = key_prefix(namespace)
         with self._boundary("list replicas"):

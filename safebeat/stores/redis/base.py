@@ -58,6 +58,9 @@ BUSY_PAUSE = 0.02
 #: entries a namespace has.
 SLICE = 1000
 
+#: Entries whose whole history one script reads (the one-time migrate_dispatched).
+HISTORY_SLICE = 50
+
 _REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 
 #: The key every namespace with a registered entry has (its entries' digests).

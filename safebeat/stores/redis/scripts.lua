@@ -20,6 +20,10 @@
 --   P:age                  zset row id -> claimed_at, for pruning
 --   P:history              zset row id -> window
 --   P:history:<entry>      zset row id -> window, one entry's rows
+--   P:dispatched:<entry>   zset row id -> window, one entry's rows claimed or sent (what
+--                          queued_since reads, past any number of skipped rows)
+--   P:dispatched:migrated  set once the rows written before P:dispatched:<entry> existed
+--                          are in it (migrate_dispatched)
 --   P:paused               hash entry -> 1, or JSON {"until": us or null, "note": text or
 --                          null}: the entries paused (safebeat pause)
 --   P:audit:seq            audit record ids
@@ -179,19 +183,14 @@ local function stale_claims(p, now, stale_before, after_at, after_id, page)
 end
 
 -- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
--- started it, else false; looks at most at the entry's newest 100 rows.
+-- started it, else false: one row, however many skipped rows came after it.
 local function queued_since(p, name)
-    local ids = redis.call('ZREVRANGE', p .. ':history:' .. name, 0, 99)
-    for _, id in ipairs(ids) do
-        local row = redis.call('HMGET', p .. ':row:' .. id, 'status', 'started_at', 'claimed_at')
-        if row[1] == 'claimed' or row[1] == 'sent' then
-            if row[2] then
-                return false
-            end
-            return row[3] or false
-        end
+    local ids = redis.call('ZREVRANGE', p .. ':dispatched:' .. name, 0, 0)
+    if not ids[1] then
+        return false
     end
-    return false
+    local row = redis.call('HMGET', p .. ':row:' .. ids[1], 'started_at', 'claimed_at')
+    return not row[1] and row[2] or false
 end
 
 -- The rows of the newest `limit` ids of the sorted set `index`, newest first: what
@@ -388,6 +387,9 @@ if #new_rows > 0 then
             'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
             unpack(row[3]))
         redis.call('ZADD', p .. ':history:' .. entry, window, id)
+        if row[4] then
+            redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
+        end
         ages[#ages + 1] = now
         ages[#ages + 1] = id
         history[#history + 1] = window
@@ -441,6 +443,9 @@ local function settle(id, fields)
     if redis.call('HGET', row, 'status') == 'claimed' then
         redis.call('HSET', row, unpack(fields))
         redis.call('ZREM', KEYS[1], id)
+        if fields[2] == 'failed' then
+            redis.call('ZREM', p .. ':dispatched:' .. redis.call('HGET', row, 'entry'), id)
+        end
     end
 end
 for i = 3, 2 + n_sent do
@@ -500,6 +505,7 @@ return prune_before(KEYS[1], ARGV[2], ARGV[3], function(id)
     if fields[1] then
         redis.call('DEL', p .. ':claim:' .. fields[2] .. ':' .. fields[1])
         redis.call('ZREM', p .. ':history:' .. fields[1], id)
+        redis.call('ZREM', p .. ':dispatched:' .. fields[1], id)
         redis.call('ZREM', p .. ':running:' .. fields[1], id)
     end
     redis.call('DEL', row)
@@ -688,6 +694,7 @@ for i = 6, #ARGV, 4 do
         redis.call('ZADD', p .. ':age', now, id)
         redis.call('ZADD', p .. ':history', window, id)
         redis.call('ZADD', p .. ':history:' .. entry, window, id)
+        redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
         redis.call('ZADD', p .. ':unsent', now, id)
         claimed[#claimed + 1] = {id, entry, window, task_id}
     end
@@ -771,6 +778,7 @@ for i = 6, #ARGV do
         redis.call('ZADD', p .. ':age', now, id)
         redis.call('ZREM', p .. ':leases', id)
         local f = redis.call('HMGET', row, 'entry', 'window', 'task_id')
+        redis.call('ZADD', p .. ':dispatched:' .. f[1], f[2], id)
         taken[#taken + 1] = {tonumber(id), f[1], f[2], f[3], attempts}
     end
 end
@@ -792,6 +800,28 @@ for i = 3, #ARGV do
 end
 if ARGV[2] == '1' then
     redis.call('SET', p .. ':leases:migrated', '1')
+end
+return 0
+
+-- name: migrate_dispatched
+-- KEYS[1]: P:dispatched:migrated. ARGV: prefix, last (1 for the last slice, else 0), then
+-- entries. Rows written before P:dispatched:<entry> existed are only in
+-- P:history:<entry>: adds the claimed and sent ones of these entries; the last slice marks
+-- the namespace migrated, so no replica does it again.
+local p = ARGV[1]
+for i = 3, #ARGV do
+    local entry = ARGV[i]
+    local scored = redis.call('ZRANGEBYSCORE', p .. ':history:' .. entry, '-inf', '+inf',
+        'WITHSCORES')
+    for j = 1, #scored, 2 do
+        local status = redis.call('HGET', p .. ':row:' .. scored[j], 'status')
+        if status == 'claimed' or status == 'sent' then
+            redis.call('ZADD', p .. ':dispatched:' .. entry, scored[j + 1], scored[j])
+        end
+    end
+end
+if ARGV[2] == '1' then
+    redis.call('SET', KEYS[1], '1')
 end
 return 0
 

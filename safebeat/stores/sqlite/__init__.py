@@ -13,7 +13,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
 from safebeat.records import (
@@ -27,6 +27,7 @@ from safebeat.records import (
     take_over_page,
 )
 from safebeat.stores.base import StoreCheck
+from safebeat.stores.pruning import in_batches
 from safebeat.stores.sql_common import FIRST_STALE, dispatch_rows, replica_columns
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.stores.sqlite.admin import SqliteAdmin
@@ -224,10 +225,15 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
         with self._write("forget a replica") as conn:
             conn.execute(Q["forget_replica"], {"namespace": namespace, "replica": replica.id})
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
+        params = {"namespace": namespace, "before": _us(before), "now": _us(self.clock())}
+
+        def delete_batch(batch: int) -> int:
+            with self._write("prune") as conn:
+                return int(conn.execute(Q["prune_dispatches"], {**params, "batch": batch}).rowcount)
+
+        deleted = in_batches(delete_batch, budget=budget)
         with self._write("prune") as conn:
-            params = {"namespace": namespace, "before": _us(before), "now": _us(self.clock())}
-            deleted = conn.execute(Q["prune_dispatches"], params).rowcount
             conn.execute(Q["prune_replicas"], params)
             conn.execute(Q["prune_audit"], params)
             deleted += conn.execute(Q["prune_effects"], params).rowcount

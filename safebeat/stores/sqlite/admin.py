@@ -33,6 +33,16 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             ).fetchall()
         return {row[0]: _state(row) for row in rows}
 
+    def state(self, namespace: str, entry: str) -> records.EntryState | None:
+        with self._boundary("load an entry's state") as conn:
+            params = {
+                "namespace": namespace,
+                "names": json.dumps([entry]),
+                "now": _us(self.clock()),
+            }
+            row = conn.execute(Q["load_states"], params).fetchone()
+        return None if row is None else _state(row)
+
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         with self._boundary("list replicas") as conn:
             rows = conn.execute(Q["replicas"], {"namespace": namespace}).fetchall()

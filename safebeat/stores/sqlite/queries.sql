@@ -20,8 +20,9 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > :now) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
@@ -37,8 +38,9 @@ SELECT name, anchor, defined_at, last_window, digest, schedule,
           AND d.started_at IS NOT NULL AND d.finished_at IS NULL
           AND d.lease_until > :now) AS running_since,
        paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it (by the
-       -- unique key's index, newest window first).
+       -- The newest dispatched window's claim time while no worker started it: one
+       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
+       -- any number of newer skipped or failed rows.
        (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
         FROM safebeat_dispatch AS q
         WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
@@ -174,7 +176,15 @@ ORDER BY window_at DESC, id DESC
 LIMIT :limit;
 
 -- name: prune_dispatches
-DELETE FROM safebeat_dispatch WHERE namespace = :namespace AND claimed_at < :before;
+-- One batch of the rows claimed before :before, oldest first; prune runs batch after
+-- batch, each a write transaction of its own, so a tick never waits long behind it.
+DELETE FROM safebeat_dispatch
+WHERE id IN (
+    SELECT id FROM safebeat_dispatch
+    WHERE namespace = :namespace AND claimed_at < :before
+    ORDER BY claimed_at
+    LIMIT :batch
+);
 
 -- name: prune_replicas
 DELETE FROM safebeat_replica WHERE namespace = :namespace AND heartbeat_at < :before;

@@ -12,7 +12,7 @@ way, without the tick lock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
 from safebeat.records import Definition, Registration
@@ -21,6 +21,7 @@ from safebeat.stores.django.orm.admin import DjangoOrmAdmin
 from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.orm.tick import DjangoOrmTick
 from safebeat.stores.django.setup import django_models
+from safebeat.stores.pruning import in_batches
 from safebeat.stores.sql_common import replica_columns
 from safebeat.stores.ticking import Heartbeat, Release
 
@@ -171,15 +172,24 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
                 namespace=namespace, replica=replica.id
             ).delete()
 
-    def prune(self, namespace: str, before: datetime) -> int:
+    def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
         m = django_models(self.alias)
+        dispatches = m.Dispatch.objects.using(self.alias)
+
+        def delete_batch(batch: int) -> int:
+            # The ids first: MySQL/MariaDB take no LIMIT in an IN subquery.
+            with self._write("prune"):
+                ids = list(
+                    dispatches.filter(namespace=namespace, claimed_at__lt=before)
+                    .order_by("claimed_at")
+                    .values_list("id", flat=True)[:batch]
+                )
+                deleted, _ = dispatches.filter(id__in=ids).delete()
+                return int(deleted)
+
+        deleted = in_batches(delete_batch, budget=budget)
         with self._write("prune") as connection:
             now = vendors.clock(connection)
-            deleted, _ = (
-                m.Dispatch.objects.using(self.alias)
-                .filter(namespace=namespace, claimed_at__lt=before)
-                .delete()
-            )
             m.Replica.objects.using(self.alias).filter(
                 namespace=namespace, heartbeat_at__lt=before
             ).delete()

@@ -26,6 +26,10 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
         with self._boundary("load entry states"):
             return self._load(namespace, None)
 
+    def state(self, namespace: str, entry: str) -> records.EntryState | None:
+        with self._boundary("load an entry's state"):
+            return self._load(namespace, [entry]).get(entry)
+
     def replicas(self, namespace: str) -> list[records.ReplicaRecord]:
         m = django_models(self.alias)
         with self._boundary("list replicas"):
