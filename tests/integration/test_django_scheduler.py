@@ -258,6 +258,28 @@ def test_one_off_start_time_and_expires_are_honoured(
     assert max(windows["expiring"]) <= now + timedelta(seconds=3)
 
 
+def test_an_expired_row_is_disabled_as_django_celery_beat_does(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """django-celery-beat's scheduler turns off a row whose `expires` passed (the admin shows
+    it off); so does safebeat's, leaving a row whose `expires` was moved on untouched."""
+    from django_celery_beat.models import PeriodicTask
+
+    now = clock.now()
+    interval_task("expiring", 1, expires=now + timedelta(seconds=3))
+    interval_task("lasting", 1, expires=now + timedelta(days=1))
+    beats = [
+        scheduler(app, clock, store := MemoryStore(clock=clock.now)),
+        scheduler(app, clock, store),
+    ]
+    run(beats, clock, 2)
+    assert PeriodicTask.objects.get(name="expiring").enabled is True
+    run(beats, clock, 3)
+    assert PeriodicTask.objects.get(name="expiring").enabled is False
+    assert PeriodicTask.objects.get(name="lasting").enabled is True
+    assert all("expiring" not in beat.entries for beat in beats)
+
+
 def test_a_clocked_one_off_set_for_now_is_sent_once(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:
