@@ -39,7 +39,7 @@ from safebeat.beat.reporting import (
     serve_metrics,
 )
 from safebeat.beat.wiring import wire_parts
-from safebeat.config import Config, config_from_app
+from safebeat.config import Config, config_from_app, url_origin
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 from safebeat.identity import current_replica
@@ -256,7 +256,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]  # Celery is untyped
         config = self.safebeat_config
         return (
             f"    . safebeat -> {redact(config.url)} "
-            f"(namespace {config.namespace!r}, replica {self.replica.id})"
+            f"(namespace {config.namespace!r}, replica {self.replica.id}; "
+            f"store URL from {url_origin(config)})"
         )
 
     def _ensure_connected(self) -> Any:
