@@ -10,7 +10,7 @@ from celery import schedules
 
 from safebeat.crontab import seconds_of
 from safebeat.entries.custom import custom_rule, stock_class
-from safebeat.errors import EntryError, shown
+from safebeat.errors import EntryError, shorten, shown
 from safebeat.limits import MAX_DURATION, LimitError, check_instant
 from safebeat.windows import SOLAR_EVENTS, ClockedRule, CrontabRule, IntervalRule, Rule, SolarRule
 
@@ -63,6 +63,13 @@ def _stock_rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Ru
             return ClockedRule(check_instant(clocked_time, "clocked time"))
         except LimitError as exc:  # near datetime.min or max: no UTC instant every store holds
             raise EntryError(name, str(exc)) from None
+    if isinstance(value, str):
+        raise EntryError(
+            name,
+            f"schedule {shorten(value)} is text, which safebeat reads only for entries added at "
+            "run time (safebeat.schedules.add); in beat_schedule, as for Celery's beat, write "
+            "crontab(...) or a number of seconds",
+        )
     raise EntryError(
         name,
         f"safebeat cannot compute windows for a {type(value).__name__} schedule; use a "
