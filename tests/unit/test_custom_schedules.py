@@ -16,6 +16,7 @@ from celery.schedules import crontab, schedstate, schedule, solar
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import safebeat.schedules
 from safebeat import windows
 from safebeat.config import Config, config_from_app
 from safebeat.entries import compile_entry
@@ -260,3 +261,14 @@ def test_the_docs_example_is_honoured() -> None:
     friday_evening = datetime(2026, 3, 6, 17, tzinfo=UTC)
     assert windows.next_window(rule, friday_evening) == MONDAY + timedelta(hours=9)
     assert "workdays decides" in entries["report"].schedule_text
+
+
+def test_a_custom_class_is_not_stored_as_its_base_at_run_time() -> None:
+    """A stored entry keeps a crontab's fields: the class's rule would be lost, so it is
+    refused by name rather than stored as a plain crontab."""
+    app = Celery("custom", set_as_current=False)
+    app.conf.safebeat_url = "memory://custom"
+    with pytest.raises(EntryError) as raised:
+        safebeat.schedules.add(app, "report", "t.report", workdays(minute=0), store=MemoryStore())
+    assert raised.value.entry == "report"
+    assert "workdays decides its own windows" in str(raised.value)
