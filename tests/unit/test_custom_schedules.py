@@ -8,7 +8,7 @@ import uuid
 from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery
@@ -210,43 +210,56 @@ def test_stock_classes_and_subclasses_that_decide_nothing_keep_their_exact_rules
     assert isinstance(entry.rule, windows.CrontabRule)
 
 
+def schedule_of(kind: str) -> object:
+    """A fresh object of each kind: every replica builds its own beat_schedule."""
+    if kind == "workdays":
+        return workdays(minute="*/30", hour="8-18")
+    return even_minutes(timedelta(minutes=7))
+
+
+def answers_due(kind: str, window: datetime) -> bool:
+    """Whether `window`, a window of the base schedule, is one the class answers due at."""
+    if kind == "workdays":
+        return window.weekday() < 5
+    return window.minute % 2 == 0
+
+
 @settings(max_examples=25, deadline=None)
 @given(
+    kind=st.sampled_from(["workdays", "even_minutes"]),
     phases=st.lists(st.integers(0, 59_999_999), min_size=2, max_size=3),
     step=st.integers(61, 7_200),
     start=st.integers(0, 7 * 24 * 60),
 )
 def test_replicas_with_different_tick_phases_claim_the_same_windows(
-    phases: list[int], step: int, start: int
+    kind: str, phases: list[int], step: int, start: int
 ) -> None:
     """Each replica compiles the schedule itself and ticks alone at its own phase and pace;
     under `all`, every one decides exactly the windows the class answers due at."""
     begin = datetime(2026, 3, 2, tzinfo=UTC) + timedelta(minutes=start)
     end = begin + timedelta(days=2)
+    anchor = begin  # the interval's grid, as the store keeps it for every replica
     policy = Policy(misfire=Misfire.ALL, catchup_limit=100_000)
     decided: list[list[datetime]] = []
     for phase in phases:
         entry = compile_entry(
-            "w",
-            {"task": "t", "schedule": workdays(minute="*/30", hour="8-18")},
-            app_timezone=UTC,
-            config=Config(),
+            "w", {"task": "t", "schedule": schedule_of(kind)}, app_timezone=UTC, config=Config()
         )
+        base = cast(windows.FilteredRule, entry.rule).base
         after, now, mine = begin, begin + timedelta(microseconds=phase), []
         while now <= end:
-            due = windows.due(entry.rule, after=after, now=now, policy=policy)
+            due = windows.due(entry.rule, after=after, now=now, policy=policy, anchor=anchor)
             mine.extend(due.dispatch)
             after = due.last_window or after
             now += timedelta(seconds=step)
-        due = windows.due(entry.rule, after=after, now=end, policy=policy)
+        due = windows.due(entry.rule, after=after, now=end, policy=policy, anchor=anchor)
         decided.append([*mine, *due.dispatch])
     expected = [
-        begin + timedelta(minutes=m)
-        for m in range(1, 2 * 24 * 60 + 1)
-        if (begin + timedelta(minutes=m)).weekday() < 5
-        and (begin + timedelta(minutes=m)).minute in (0, 30)
-        and 8 <= (begin + timedelta(minutes=m)).hour <= 18
+        window
+        for window in windows.windows_between(base, begin, end, anchor)
+        if answers_due(kind, window)
     ]
+    assert expected
     assert all(replica == expected for replica in decided)
 
 
