@@ -27,8 +27,9 @@ from typing import Any
 from safebeat.beat.scheduler import Scheduler
 from safebeat.contrib.django.source import PeriodicTaskSource, Row, host_now
 from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import StoreUnavailable
+from safebeat.errors import EntryError, StoreUnavailable
 from safebeat.records import Claim
+from safebeat.windows import BoundedRule, FilteredRule
 
 logger = logging.getLogger("safebeat.contrib.django")
 
@@ -91,6 +92,19 @@ class DatabaseScheduler(Scheduler):
             self.schedule_source(), app_timezone=self.app.timezone, config=self.safebeat_config
         )
         for row in self._rows:
+            custom = _custom_source(entries.get(row.name))
+            if custom is not None:
+                # django-celery-beat copied the setting into this row as a plain schedule:
+                # running the row would run the class as something else.
+                entries.pop(row.name)
+                broken[row.name] = EntryError(
+                    row.name,
+                    f"its beat_schedule schedule is {custom}, which decides its own windows, "
+                    "and a periodic task row of the same name, which would win, cannot hold "
+                    "that rule (django-celery-beat copies settings into rows as plain "
+                    "schedules); delete or rename the row to run the class",
+                )
+                continue
             if row.name in entries or row.name in broken:
                 if row.name not in self._shadowed:
                     self._shadowed.add(row.name)
@@ -151,6 +165,14 @@ class DatabaseScheduler(Scheduler):
                 sorted({claim.entry for _, claim in rows}),
                 exc,
             )
+
+
+def _custom_source(entry: Entry | None) -> str | None:
+    """The custom schedule class deciding `entry`'s windows, if one does."""
+    if entry is None:
+        return None
+    rule = entry.rule.rule if isinstance(entry.rule, BoundedRule) else entry.rule
+    return rule.source if isinstance(rule, FilteredRule) else None
 
 
 def _same(new: dict[str, Entry], old: dict[str, Entry]) -> bool:
