@@ -82,7 +82,7 @@ def custom_rule(name: str, value: Any, stock: Any, base: Rule, zone: tzinfo) -> 
     previous = _previous(base)
 
     def answer(window: datetime, last_run_at: datetime, method: Callable[..., Any]) -> bool:
-        asked = _copy_at(value, window.astimezone(zone))
+        asked = _copy_at(value, window.astimezone(zone), zone)
         try:
             reply = method(asked, last_run_at.astimezone(zone))
         except Exception as exc:
@@ -130,12 +130,14 @@ def _previous(base: IntervalRule | CrontabRule) -> Callable[[datetime], datetime
     return before
 
 
-def _copy_at(value: Any, now: datetime) -> Any:
-    """A shallow copy of schedule `value` whose `now()` is `now`: the object itself is
-    shared by threads and entries, so it is never changed."""
+def _copy_at(value: Any, now: datetime, zone: tzinfo) -> Any:
+    """A shallow copy of schedule `value` whose `now()` is `now`, and whose zone (Celery's
+    `tz`, the app's by default) is the entry's, in which safebeat lays out its windows.
+    The object itself is shared by threads and entries, so it is never changed."""
     copy = object.__new__(type(value))
     copy.__dict__.update(vars(value))
     copy.nowfun = lambda: now
+    copy.__dict__["tz"] = zone  # over Celery's cached `tz` property
     return copy
 
 

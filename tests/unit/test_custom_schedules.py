@@ -285,3 +285,31 @@ def test_a_custom_class_is_not_stored_as_its_base_at_run_time() -> None:
         safebeat.schedules.add(app, "report", "t.report", workdays(minute=0), store=MemoryStore())
     assert raised.value.entry == "report"
     assert "workdays decides its own windows" in str(raised.value)
+
+
+class zoned_workdays(crontab):
+    """Not due on weekends in the schedule's own zone (`self.tz`, Celery's app zone)."""
+
+    def is_due(self, last_run_at: datetime) -> Any:
+        due, next_check = super().is_due(last_run_at)
+        return schedstate(due and self.now().astimezone(self.tz).weekday() < 5, next_check)
+
+
+@pytest.mark.parametrize("cls", [workdays, zoned_workdays])
+def test_the_class_is_asked_in_the_entrys_time_zone(cls: type[crontab]) -> None:
+    """Monday 00:30 in Auckland is Sunday in UTC: the class sees the entry's Monday, by
+    `now()` and by its `tz`."""
+    entry = compile_entry(
+        "nz",
+        {
+            "task": "t",
+            "schedule": cls(minute=30, hour=0),
+            "options": {"safebeat": {"timezone": "Pacific/Auckland"}},
+        },
+        app_timezone=UTC,
+        config=Config(),
+    )
+    friday_noon_utc = datetime(2026, 3, 6, 12, tzinfo=UTC)  # Saturday 01:00 in Auckland
+    first = windows.next_window(entry.rule, friday_noon_utc)
+    assert first == datetime(2026, 3, 8, 11, 30, tzinfo=UTC)  # Monday 00:30 NZDT
+    assert windows.next_window(entry.rule, first) == datetime(2026, 3, 9, 11, 30, tzinfo=UTC)
