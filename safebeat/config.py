@@ -331,6 +331,19 @@ def _check_ports(values: Mapping[str, Any], sources: Mapping[str, str]) -> None:
         )
 
 
+def url_origin(config: Config) -> str:
+    """Where `config.url` came from, for a message about the store: the variable wins over
+    the setting, so a stale `SAFEBEAT_URL` is a common surprise."""
+    source = config.sources.get("url")
+    if source is None:
+        return "the default (neither SAFEBEAT_URL nor safebeat_url is set)"
+    if source.startswith("$"):
+        return f"the {source[1:]} environment variable"
+    if source.startswith("--"):
+        return f"the {source} option"
+    return f"the {source} setting"
+
+
 def config_from_app(app: Any, environ: Mapping[str, str] | None = None) -> Config:
     """Read the safebeat settings of a Celery app (see load_config)."""
     return load_config(app.conf, app_main=app.main, app_namespace=app.namespace, environ=environ)

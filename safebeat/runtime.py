@@ -28,6 +28,7 @@ from safebeat.app_schedule import Schedule
 from safebeat.config import Config, parse_duration
 from safebeat.crontab import crontab
 from safebeat.entries import Entry, compile_entry
+from safebeat.entries.custom import class_name, stock_class
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.limits import (
     MAX_DURATION,
@@ -61,6 +62,13 @@ def schedule_spec(name: str, schedule: object) -> dict[str, Any]:
     (Celery's, safebeat's with seconds, or 5 or 6 cron fields as text) and an aware
     datetime (one window). Raise EntryError naming `name` for anything else.
     """
+    if stock_class(schedule) is not None:  # its own is_due would be lost in the stored text
+        raise EntryError(
+            name,
+            f"{class_name(schedule)} decides its own windows, and a stored entry keeps only "
+            "a crontab's fields or an interval; put it in the app's beat_schedule "
+            "(docs/windows.md, custom schedule classes)",
+        )
     if isinstance(schedule, schedules.crontab):
         return {"crontab": cron_text(schedule)}
     if isinstance(schedule, datetime):

@@ -35,6 +35,7 @@ class TickGuard:
         monotonic: Callable[[], float],
         max_sleep: float,
         store_url: Callable[[], str],
+        url_origin: str = "",
         sender: object = None,
     ) -> None:
         self.backoff = Backoff()
@@ -43,6 +44,8 @@ class TickGuard:
         self._monotonic = monotonic
         self._max_sleep = max_sleep
         self._store_url = store_url
+        #: Where the store URL came from, said with every store error (`config.url_origin`).
+        self._url_origin = f"; the store URL is from {url_origin}" if url_origin else ""
         self._failures = 0
         self._sender = sender
         self._steps = 0
@@ -68,11 +71,11 @@ class TickGuard:
         except StoreUnavailable as exc:
             self._metrics.store_error("unavailable")
             self._probes.store_failed()
-            return self._failed(exc, "store unreachable", logging.WARNING)
+            return self._failed(exc, "store unreachable", logging.WARNING, origin=True)
         except StoreError as exc:
             self._metrics.store_error("error")
             self._probes.store_failed()
-            return self._failed(exc, "store error", logging.ERROR)
+            return self._failed(exc, "store error", logging.ERROR, origin=True)
         except Exception as exc:
             logger.exception("safebeat: unexpected error in tick: %s", exc)
             return self._failed(exc, "unexpected error", logging.ERROR, counted=False)
@@ -90,12 +93,19 @@ class TickGuard:
         self.succeeded = True
         return delay
 
-    def _failed(self, exc: Exception, what: str, level: int, *, counted: bool = True) -> float:
+    def _failed(
+        self, exc: Exception, what: str, level: int, *, counted: bool = True, origin: bool = False
+    ) -> float:
         if counted:
             self._failures += 1
         delay = self.backoff.failed(self._monotonic())
         logger.log(
-            level, "safebeat: %s (%s); claiming nothing, retrying in %.1fs", what, exc, delay
+            level,
+            "safebeat: %s (%s); claiming nothing, retrying in %.1fs%s",
+            what,
+            exc,
+            delay,
+            self._url_origin if origin else "",
         )
         signals.send(signals.tick_failed, self._sender, exception=exc, reason=what, retry_in=delay)
         return min(delay, self._max_sleep)

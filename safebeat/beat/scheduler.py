@@ -25,7 +25,7 @@ from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.probes import ProbeState
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.tuning import Tuning
-from safebeat.config import Config, config_from_app
+from safebeat.config import Config, config_from_app, url_origin
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 from safebeat.identity import current_replica
@@ -184,7 +184,8 @@ class Scheduler(Tuning, beat.Scheduler):  # type: ignore[misc]  # Celery is unty
         config = self.safebeat_config
         return (
             f"    . safebeat -> {redact(config.url)} "
-            f"(namespace {config.namespace!r}, replica {self.replica.id})"
+            f"(namespace {config.namespace!r}, replica {self.replica.id}; "
+            f"store URL from {url_origin(config)})"
         )
 
     # --- the broker, as the engine sees it (`safebeat.beat.engine.BrokerLink`) ------------

@@ -19,7 +19,7 @@ from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.pacing import Pacing
 from safebeat.beat.probes import ProbeState, default_liveness_timeout
 from safebeat.beat.runtime_watch import RuntimeWatch
-from safebeat.config import Config
+from safebeat.config import Config, url_origin
 from safebeat.identity import Replica
 from safebeat.stores import Store
 from safebeat.urls import redact
@@ -85,6 +85,7 @@ def wire_parts(
             monotonic=monotonic,
             max_sleep=max_sleep,
             store_url=lambda: store().display_url,
+            url_origin=url_origin(config),
             sender=sender,
         ),
     )

@@ -71,7 +71,8 @@ class Options:
             raise NoStore("no store configured: give -A, --url or SAFEBEAT_URL")
         config = config_from_app(app) if app is not None else load_config({})
         if self.url:
-            config = dataclasses.replace(config, url=self.url)
+            sources = {**config.sources, "url": "--url"}
+            config = dataclasses.replace(config, url=self.url, sources=sources)
         if self.namespace:
             namespace = check_namespace(self.namespace, "--namespace")
             config = dataclasses.replace(config, namespace=namespace)

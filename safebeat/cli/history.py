@@ -28,18 +28,24 @@ def _history_row(r: DispatchRecord) -> dict[str, Any]:
     }
 
 
+#: Entry names a `history` without an entry lists, at most.
+LISTED_ENTRIES = 20
+
+
 @click.command()
-@click.argument("entry")
+@click.argument("entry", required=False)
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @store_options
 @click.pass_obj
-def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
+def history(options: Options, entry: str | None, limit: int, as_json: bool) -> None:
     """ENTRY's recent windows: who sent each, lag, outcome, and what was skipped and why."""
     with opened(options) as (config, store):
         known = store.states(config.namespace)
         if not known:
             raise click.ClickException(empty_namespace(store, config.namespace))
+        if entry is None:
+            raise click.UsageError(_name_one(sorted(known), config.namespace))
         if entry not in known:
             raise click.ClickException(unknown_entry(entry, known, config.namespace))
         rows = store.history(config.namespace, entry, limit=limit)
@@ -50,6 +56,14 @@ def history(options: Options, entry: str, limit: int, as_json: bool) -> None:
         ["window", "status", "replica", "lag", "attempts", "outcome", "runtime", "note"],
         _history_cells,
     )
+
+
+def _name_one(known: Sequence[str], namespace: str) -> str:
+    """The error of a `history` given no entry: the entries it could show."""
+    shown = ", ".join(repr(name) for name in known[:LISTED_ENTRIES])
+    more = len(known) - LISTED_ENTRIES
+    rest = f" and {more} more (`safebeat status` lists them all)" if more > 0 else ""
+    return f"Missing argument 'ENTRY': name an entry of namespace {namespace!r}: {shown}{rest}"
 
 
 def _history_cells(r: DispatchRecord) -> list[str]:

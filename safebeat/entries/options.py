@@ -13,7 +13,16 @@ from safebeat.config import Config, parse_duration, parse_misfire, parse_overlap
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.identity import format_window
 from safebeat.limits import LimitError, check_instant
-from safebeat.windows import BoundedRule, Calendar, IntervalRule, Jitter, Overlap, Policy, Rule
+from safebeat.windows import (
+    BoundedRule,
+    Calendar,
+    FilteredRule,
+    IntervalRule,
+    Jitter,
+    Overlap,
+    Policy,
+    Rule,
+)
 
 POLICY_KEYS = frozenset(
     {
@@ -118,6 +127,13 @@ def entry_bounds(name: str, rule: Rule, options: Mapping[str, Any]) -> Rule:
         )
     if isinstance(rule, IntervalRule) and rule.anchor is None and start is not None:
         rule = IntervalRule(rule.every, anchor=start)
+    if (
+        isinstance(rule, FilteredRule)
+        and isinstance(rule.base, IntervalRule)
+        and rule.base.anchor is None
+        and start is not None
+    ):
+        rule = FilteredRule(IntervalRule(rule.base.every, anchor=start), rule.keeps, rule.source)
     assert not isinstance(rule, BoundedRule)  # noqa: S101 - compile_rule never bounds a rule
     return BoundedRule(rule, start, end)
 

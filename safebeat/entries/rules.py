@@ -9,7 +9,8 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from celery import schedules
 
 from safebeat.crontab import seconds_of
-from safebeat.errors import EntryError, shown
+from safebeat.entries.custom import custom_rule, stock_class
+from safebeat.errors import EntryError, shorten, shown
 from safebeat.limits import MAX_DURATION, LimitError, check_instant
 from safebeat.windows import SOLAR_EVENTS, ClockedRule, CrontabRule, IntervalRule, Rule, SolarRule
 
@@ -18,6 +19,14 @@ _MAX_SECONDS = MAX_DURATION.total_seconds()
 
 
 def compile_rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
+    """The rule of entry `name`'s schedule `value`; a subclass of a Celery schedule that
+    decides its own windows keeps deciding them (`safebeat.entries.custom`)."""
+    rule = _stock_rule(name, value, relative=relative, zone=zone)
+    stock = stock_class(value)
+    return rule if stock is None else custom_rule(name, value, stock, rule, zone)
+
+
+def _stock_rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> Rule:
     if isinstance(value, bool):
         raise EntryError(name, f"schedule {value!r} is not a schedule")
     if isinstance(value, int | float):
@@ -54,6 +63,13 @@ def compile_rule(name: str, value: object, *, relative: bool, zone: tzinfo) -> R
             return ClockedRule(check_instant(clocked_time, "clocked time"))
         except LimitError as exc:  # near datetime.min or max: no UTC instant every store holds
             raise EntryError(name, str(exc)) from None
+    if isinstance(value, str):
+        raise EntryError(
+            name,
+            f"schedule {shorten(value)} is text, which safebeat reads only for entries added at "
+            "run time (safebeat.schedules.add); in beat_schedule, as for Celery's beat, write "
+            "crontab(...) or a number of seconds",
+        )
     raise EntryError(
         name,
         f"safebeat cannot compute windows for a {type(value).__name__} schedule; use a "

@@ -9,7 +9,7 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from safebeat.identity import format_window
-from safebeat.windows import BoundedRule, CrontabRule, IntervalRule, Rule, SolarRule
+from safebeat.windows import BoundedRule, CrontabRule, FilteredRule, IntervalRule, Rule, SolarRule
 
 
 def describe(rule: Rule) -> str:
@@ -21,6 +21,8 @@ def describe(rule: Rule) -> str:
         if rule.end is not None:
             text += f" not after {format_window(rule.end)}"
         return text
+    if isinstance(rule, FilteredRule):
+        return f"{describe(rule.base)} as {rule.source} decides"
     if isinstance(rule, IntervalRule):
         every = f"every {seconds_text(rule.every)}s"
         return every if rule.anchor is None else f"{every} from {format_window(rule.anchor)}"

@@ -7,6 +7,7 @@ says why.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import os
 from collections.abc import Callable, Mapping
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
-from safebeat.config import Config
+from safebeat.config import Config, config_from_app, url_origin
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
@@ -59,9 +60,12 @@ Check = Callable[[Context], list[Finding]]
 
 
 def run_checks(context: Context) -> list[Finding]:
-    """Run every check; the store check first, and the others only if the store answers."""
-    findings = check_store(context)
-    if any(f.level is Level.PROBLEM for f in findings):
+    """Run every check: those of the settings alone first, then the store's, and the others
+    only if the store answers."""
+    findings = [*check_store_url(context), *check_scheduler(context)]
+    store = check_store(context)
+    findings += store
+    if any(f.level is Level.PROBLEM for f in store):
         return findings
     for check in (
         check_namespace,
@@ -78,6 +82,88 @@ def run_checks(context: Context) -> list[Finding]:
         except SafebeatError as exc:
             findings.append(Finding(check.__name__.removeprefix("check_"), Level.PROBLEM, str(exc)))
     return findings
+
+
+def check_store_url(context: Context) -> list[Finding]:
+    """Where the store URL came from; a warning when `SAFEBEAT_URL` and the app's
+    `safebeat_url` are both set and differ, since the variable silently wins."""
+    config = context.config
+    found = Finding("store URL", Level.OK, f"{redact(config.url)} from {url_origin(config)}")
+    variable = os.environ.get("SAFEBEAT_URL")
+    if context.app is None or variable is None or config.sources.get("url") != "$SAFEBEAT_URL":
+        return [found]
+    try:
+        setting = config_from_app(context.app, environ={})
+    except SafebeatError:  # the setting's own error is reported where beat reads it
+        return [found]
+    if "url" not in setting.sources or setting.url == variable.strip():
+        return [found]
+    return [
+        Finding(
+            "store URL",
+            Level.WARNING,
+            f"SAFEBEAT_URL ({redact(variable.strip())}) wins over the app's "
+            f"{setting.sources['url']} ({redact(setting.url)}); unset one of them, so that "
+            "every beat, worker and command uses the same store",
+        )
+    ]
+
+
+#: The schedulers safebeat ships, as `beat_scheduler` or `-S` names them.
+SCHEDULERS = ("safebeat.Scheduler", "safebeat.contrib.django.DatabaseScheduler")
+#: Celery's own default `beat_scheduler`, and other schedulers a misspelling may be close to.
+_CELERY_DEFAULT = "celery.beat:PersistentScheduler"
+_OTHER_SCHEDULERS = (_CELERY_DEFAULT, "django_celery_beat.schedulers:DatabaseScheduler")
+
+
+def check_scheduler(context: Context) -> list[Finding]:
+    """The app's configured `beat_scheduler` (with -A) can be loaded and is safebeat's; a
+    misspelt name gets the closest one. (`-S` on beat's command line, which wins over the
+    setting, cannot be seen from here.)"""
+    if context.app is None:
+        return []
+    from celery.utils.imports import symbol_by_name  # noqa: PLC0415 - only with -A
+
+    from safebeat.beat.scheduler import Scheduler  # noqa: PLC0415 - only with -A
+
+    name = context.app.conf.beat_scheduler
+    if not isinstance(name, str):
+        name = f"{name.__module__}.{name.__qualname__}"
+    try:
+        scheduler = symbol_by_name(name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        close = difflib.get_close_matches(name, (*SCHEDULERS, *_OTHER_SCHEDULERS), n=1)
+        hint = (
+            f"; did you mean {close[0]!r}?" if close else f" (safebeat's: {', '.join(SCHEDULERS)})"
+        )
+        return [
+            Finding(
+                "scheduler",
+                Level.PROBLEM,
+                f"beat_scheduler {name!r} cannot be loaded ({type(exc).__name__}: {exc}){hint}",
+            )
+        ]
+    except Exception as exc:  # noqa: BLE001 - importing it ran code that failed (Django setup)
+        return [Finding("scheduler", Level.WARNING, f"beat_scheduler {name!r}: {exc}")]
+    if isinstance(scheduler, type) and issubclass(scheduler, Scheduler):
+        return [Finding("scheduler", Level.OK, f"beat_scheduler {name!r} is safebeat's")]
+    if name == _CELERY_DEFAULT:
+        return [
+            Finding(
+                "scheduler",
+                Level.OK,
+                f"beat_scheduler is Celery's default ({name}): start beat with "
+                "-S safebeat.Scheduler, or set beat_scheduler = 'safebeat.Scheduler'",
+            )
+        ]
+    return [
+        Finding(
+            "scheduler",
+            Level.WARNING,
+            f"beat_scheduler {name!r} is not safebeat's: a beat started without "
+            "-S safebeat.Scheduler runs it, and each replica sends every window",
+        )
+    ]
 
 
 def check_store(context: Context) -> list[Finding]:

@@ -3,7 +3,8 @@ units the window math counts in."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
 from typing import TypeAlias
 
@@ -71,6 +72,27 @@ class ClockedRule:
     at: datetime
 
 
+@dataclass(frozen=True, eq=False)
+class FilteredRule:
+    """The windows of `base` that `keeps` accepts: a custom schedule class's own answer
+    (`safebeat.entries.custom`), asked at each window of the class's base schedule.
+
+    `keeps` must be deterministic: it is asked about one instant at a time, by every
+    replica, in any order, and its answer for an instant must never change. `source`
+    names the deciding class, for the entry's canonical text. Compared by identity (one
+    rule per entry), since `keeps` cannot be compared by value.
+    """
+
+    base: IntervalRule | CrontabRule
+    keeps: Callable[[datetime], bool]
+    source: str
+    #: Answers already worked out, by base window: the nearest window `keeps` accepts
+    #: at or after it (`later`) and at or before it (`earlier`), None where the search
+    #: found none. The answers never change, so every lookup after the first is free.
+    later: dict[datetime, datetime | None] = field(default_factory=dict, repr=False)
+    earlier: dict[datetime, datetime | None] = field(default_factory=dict, repr=False)
+
+
 @dataclass(frozen=True)
 class BoundedRule:
     """The windows of `rule` from `start` until `end` (each optional, both included).
@@ -79,9 +101,9 @@ class BoundedRule:
     no next window, so the entry is done.
     """
 
-    rule: IntervalRule | CrontabRule | SolarRule | ClockedRule
+    rule: IntervalRule | CrontabRule | SolarRule | ClockedRule | FilteredRule
     start: datetime | None = None
     end: datetime | None = None
 
 
-Rule: TypeAlias = IntervalRule | CrontabRule | SolarRule | ClockedRule | BoundedRule
+Rule: TypeAlias = IntervalRule | CrontabRule | SolarRule | ClockedRule | FilteredRule | BoundedRule

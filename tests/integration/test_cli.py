@@ -152,6 +152,12 @@ def test_history_shows_recent_windows_and_names_an_unknown_entry(
     assert "no entry 'every1s'" in wrong.output
     assert "did you mean 'every-1s'?" in wrong.output
     assert "Traceback" not in wrong.output
+    missing = cli("--url", filled, "--namespace", namespace, "history")
+    assert missing.exit_code == 2
+    assert (
+        f"Missing argument 'ENTRY': name an entry of namespace {namespace!r}: 'every-1s'"
+        in missing.output
+    )
 
 
 def test_health_passes_while_this_host_heartbeats_and_fails_otherwise(

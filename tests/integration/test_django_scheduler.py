@@ -258,6 +258,28 @@ def test_one_off_start_time_and_expires_are_honoured(
     assert max(windows["expiring"]) <= now + timedelta(seconds=3)
 
 
+def test_an_expired_row_is_disabled_as_django_celery_beat_does(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """django-celery-beat's scheduler turns off a row whose `expires` passed (the admin shows
+    it off); so does safebeat's, leaving a row whose `expires` was moved on untouched."""
+    from django_celery_beat.models import PeriodicTask
+
+    now = clock.now()
+    interval_task("expiring", 1, expires=now + timedelta(seconds=3))
+    interval_task("lasting", 1, expires=now + timedelta(days=1))
+    beats = [
+        scheduler(app, clock, store := MemoryStore(clock=clock.now)),
+        scheduler(app, clock, store),
+    ]
+    run(beats, clock, 2)
+    assert PeriodicTask.objects.get(name="expiring").enabled is True
+    run(beats, clock, 3)
+    assert PeriodicTask.objects.get(name="expiring").enabled is False
+    assert PeriodicTask.objects.get(name="lasting").enabled is True
+    assert all("expiring" not in beat.entries for beat in beats)
+
+
 def test_a_clocked_one_off_set_for_now_is_sent_once(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:
@@ -292,3 +314,29 @@ def test_a_row_wins_over_a_beat_schedule_entry_of_its_name(
     assert beat.entries["report"].schedule_text == "every 7s"
     assert beat.entries["report"].policy.misfire.value == "skip"
     assert beat.entries["from-settings"].schedule_text == "every 60s"
+
+
+def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_one(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """django-celery-beat copies a settings entry into a row as a plain schedule, losing a
+    custom class's `is_due`; the row would win, so the entry is refused by name instead."""
+    from celery.schedules import crontab, schedstate
+
+    class workdays(crontab):
+        def is_due(self, last_run_at: datetime) -> Any:
+            due, next_check = super().is_due(last_run_at)
+            return schedstate(due and self.now().weekday() < 5, next_check)
+
+    app.conf.beat_schedule = {
+        "report": {"task": "billing.charge", "schedule": workdays(minute=0, hour=9)},
+        "alone": {"task": "billing.charge", "schedule": workdays(minute=0, hour=9)},
+    }
+    interval_task("report", 60)
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 1)
+    assert "report" not in beat.entries
+    problem = str(beat.broken_entries["report"])
+    assert "workdays" in problem
+    assert "delete or rename the row" in problem
+    assert "workdays decides" in beat.entries["alone"].schedule_text

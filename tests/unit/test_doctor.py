@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from safebeat.config import Config
-from safebeat.ops.doctor import Context, Level, check_publisher_confirms
+from safebeat.config import Config, config_from_app
+from safebeat.ops.doctor import (
+    Context,
+    Level,
+    check_publisher_confirms,
+    check_scheduler,
+    check_store_url,
+)
 from safebeat.stores.memory import MemoryStore
 
 
@@ -48,3 +54,53 @@ def test_without_the_app_the_check_is_skipped_saying_why() -> None:
     [finding] = check_publisher_confirms(Context(MemoryStore(), Config()))
     assert finding.level is Level.OK
     assert "needs -A" in finding.message
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "level", "words"),
+    [
+        ("safebeat.Schedular", Level.PROBLEM, "did you mean 'safebeat.Scheduler'?"),
+        (
+            "safebeat.contrib.django.DatabaseSchedular",
+            Level.PROBLEM,
+            "did you mean 'safebeat.contrib.django.DatabaseScheduler'?",
+        ),
+        ("safebeat.Scheduler", Level.OK, "is safebeat's"),
+        ("safebeat.contrib.django:DatabaseScheduler", Level.OK, "is safebeat's"),
+        ("celery.beat:PersistentScheduler", Level.OK, "-S safebeat.Scheduler"),
+        ("celery.beat:Scheduler", Level.WARNING, "each replica sends every window"),
+    ],
+)
+def test_a_misspelt_scheduler_in_the_apps_configuration_is_a_problem_naming_the_closest(
+    scheduler: str, level: Level, words: str
+) -> None:
+    app = Celery("doctor", broker="memory://", set_as_current=False)
+    app.conf.beat_scheduler = scheduler
+    [finding] = check_scheduler(Context(MemoryStore(), Config(), app=app))
+    assert (finding.check, finding.level) == ("scheduler", level)
+    assert words in finding.message
+
+
+def test_the_store_url_says_where_it_came_from_and_a_shadowed_setting_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    app = Celery("doctor", broker="memory://", set_as_current=False)
+    app.conf.safebeat_url = "postgresql://app:s3cr3t@db/app"
+    monkeypatch.delenv("SAFEBEAT_URL", raising=False)
+    [finding] = check_store_url(Context(MemoryStore(), config_from_app(app), app=app))
+    assert finding.level is Level.OK
+    assert finding.message == "postgresql://app:***@db/app from the safebeat_url setting"
+
+    monkeypatch.setenv("SAFEBEAT_URL", "postgresql://app:s3cr3t@olddb/app")
+    [finding] = check_store_url(Context(MemoryStore(), config_from_app(app), app=app))
+    assert finding.level is Level.WARNING
+    assert finding.message.startswith(
+        "SAFEBEAT_URL (postgresql://app:***@olddb/app) wins over the app's safebeat_url "
+        "(postgresql://app:***@db/app)"
+    )
+    assert "s3cr3t" not in finding.message
+
+    monkeypatch.setenv("SAFEBEAT_URL", "postgresql://app:s3cr3t@db/app")
+    [finding] = check_store_url(Context(MemoryStore(), config_from_app(app), app=app))
+    assert finding.level is Level.OK
+    assert "from the SAFEBEAT_URL environment variable" in finding.message

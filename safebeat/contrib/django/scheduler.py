@@ -10,7 +10,8 @@ settings, and nothing is written from settings into the table). Rows are read ag
 only when django-celery-beat's change marker moves, and only the rows that changed are
 compiled again (see `safebeat.contrib.django.source`). After a window is published it
 writes back the row's `last_run_at` (the window) and `total_run_count`, and nothing else;
-a `one_off` row is disabled after its first window. Everything else — claims, windows,
+a `one_off` row is disabled after its first window, and a row whose `expires` has passed
+is disabled, as django-celery-beat's own scheduler does. Everything else — claims, windows,
 replicas — is `safebeat.Scheduler`'s.
 """
 
@@ -26,8 +27,9 @@ from typing import Any
 from safebeat.beat.scheduler import Scheduler
 from safebeat.contrib.django.source import PeriodicTaskSource, Row, host_now
 from safebeat.entries import Entry, compile_schedule
-from safebeat.errors import StoreUnavailable
+from safebeat.errors import EntryError, StoreUnavailable
 from safebeat.records import Claim
+from safebeat.windows import BoundedRule, FilteredRule
 
 logger = logging.getLogger("safebeat.contrib.django")
 
@@ -82,11 +84,27 @@ class DatabaseScheduler(Scheduler):
     def _apply(self) -> None:
         """Run the settings' entries and the rows' (a row wins over a setting of its name)."""
         now = self.clock()
-        self._rows = [row for row in self._rows if row.expires is None or row.expires > now]
+        expired = [row.name for row in self._rows if row.expires is not None and row.expires <= now]
+        if expired:
+            self._rows = [row for row in self._rows if row.name not in expired]
+            self._disable_expired(expired, now)
         entries, broken = compile_schedule(
             self.schedule_source(), app_timezone=self.app.timezone, config=self.safebeat_config
         )
         for row in self._rows:
+            custom = _custom_source(entries.get(row.name))
+            if custom is not None:
+                # django-celery-beat copied the setting into this row as a plain schedule:
+                # running the row would run the class as something else.
+                entries.pop(row.name)
+                broken[row.name] = EntryError(
+                    row.name,
+                    f"its beat_schedule schedule is {custom}, which decides its own windows, "
+                    "and a periodic task row of the same name, which would win, cannot hold "
+                    "that rule (django-celery-beat copies settings into rows as plain "
+                    "schedules); delete or rename the row to run the class",
+                )
+                continue
             if row.name in entries or row.name in broken:
                 if row.name not in self._shadowed:
                     self._shadowed.add(row.name)
@@ -111,6 +129,24 @@ class DatabaseScheduler(Scheduler):
         )
         self.use_entries(entries, broken)
 
+    def _disable_expired(self, names: Sequence[str], now: datetime) -> None:
+        """Turn off the rows `names`, whose `expires` has passed, as django-celery-beat does
+        (the admin then shows them off); a failure only leaves them on, and unsent."""
+        pks = [self._row_ids[name] for name in names if name in self._row_ids]
+        if not pks:
+            return
+        from django.db import DatabaseError  # noqa: PLC0415
+
+        from safebeat.contrib.django.writeback import disable_expired  # noqa: PLC0415
+
+        try:
+            if disable_expired(pks, now):
+                logger.info("safebeat: periodic tasks %s expired and are disabled", sorted(names))
+        except DatabaseError as exc:
+            logger.warning(
+                "safebeat: could not disable the expired periodic tasks %s: %s", sorted(names), exc
+            )
+
     def published(self, claims: Sequence[Claim]) -> None:
         """Write back last_run_at and total_run_count of the rows whose windows went out."""
         rows = [(self._row_ids[c.entry], c) for c in claims if c.entry in self._row_ids]
@@ -129,6 +165,14 @@ class DatabaseScheduler(Scheduler):
                 sorted({claim.entry for _, claim in rows}),
                 exc,
             )
+
+
+def _custom_source(entry: Entry | None) -> str | None:
+    """The custom schedule class deciding `entry`'s windows, if one does."""
+    if entry is None:
+        return None
+    rule = entry.rule.rule if isinstance(entry.rule, BoundedRule) else entry.rule
+    return rule.source if isinstance(rule, FilteredRule) else None
 
 
 def _same(new: dict[str, Entry], old: dict[str, Entry]) -> bool:

@@ -17,6 +17,7 @@ from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.stores.base import Store, StoreCheck
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, known_migrations, migration_state
+from safebeat.stores.refusals import refusal_hint
 from safebeat.urls import django_alias
 
 
@@ -79,6 +80,9 @@ class DjangoDatabase:
                 raise self._schema_missing(action, exc) from exc
             if not connection.in_atomic_block:
                 connection.close()  # reconnect on the next call
+            hint = refusal_hint(exc, where=f"of the DATABASES[{self.alias!r}] setting")
+            if hint is not None:  # a configuration error: retrying will not help
+                raise StoreError(f"{self._message(action, exc)}; {hint}") from exc
             raise StoreUnavailable(self._message(action, exc)) from exc
         except DatabaseError as exc:
             if _missing_table(exc):

@@ -35,6 +35,7 @@ from safebeat.records import TickResult
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.postgres.loaders import read_unreadable_timestamps
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
+from safebeat.stores.refusals import refusal_hint
 from safebeat.stores.sql_common import advisory_key
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
 from safebeat.urls import redact, scrub
@@ -89,12 +90,12 @@ class PostgresStore(PostgresOperations):
             conn = self._connection()
         except psycopg.Error as exc:
             self._drop()
-            raise StoreUnavailable(self._message(action, exc)) from exc
+            raise self._unreachable(action, exc) from exc
         try:
             yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._drop()
-            raise StoreUnavailable(self._message(action, exc)) from exc
+            raise self._unreachable(action, exc) from exc
         except psycopg.errors.UndefinedTable as exc:
             self._rollback()
             raise StoreError(
@@ -114,6 +115,14 @@ class PostgresStore(PostgresOperations):
     def _message(self, action: str, exc: BaseException) -> str:
         detail = scrub(str(exc).strip() or type(exc).__name__, self._url)
         return f"PostgreSQL store {self.display_url}: {action} failed: {detail}"
+
+    def _unreachable(self, action: str, exc: BaseException) -> StoreError:
+        """StoreUnavailable (beat retries) unless the server refused our user, password or
+        database: a configuration error, which says what to check."""
+        hint = refusal_hint(exc)
+        if hint is not None:
+            return StoreError(f"{self._message(action, exc)}; {hint}")
+        return StoreUnavailable(self._message(action, exc))
 
     def _rollback(self) -> None:
         conn = self._conn
