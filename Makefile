@@ -9,7 +9,7 @@ DEMO_VENV := .venv-demo
 DEMO_LOCK := requirements/demo.txt
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos simulate clean
+.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos simulate screenshots clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -73,6 +73,10 @@ SEEDS ?= 1000
 ## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
 simulate: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+
+## screenshots: the web console's pictures in docs/, taken by the browser test (needs chromium)
+screenshots: $(STAMP)
+	SAFEBEAT_SCREENSHOTS=docs $(BIN)/pytest tests/acceptance/test_web_browser.py -k operator
 
 ## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
 ## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py, about 20 minutes)

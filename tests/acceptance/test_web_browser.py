@@ -337,6 +337,9 @@ def _text(browser: Any, element_id: str) -> str:
 
 
 def _save_screenshot(browser: Any, folder: Path, name: str) -> None:
+    """The whole page (the window grown to its height), in `folder` and $SAFEBEAT_SCREENSHOTS."""
+    height = int(browser.execute_script("return document.documentElement.scrollHeight"))
+    browser.set_window_size(1400, min(max(height + 200, 600), 2400))  # + the window frame
     path = folder / name
     assert browser.save_screenshot(str(path)), "Chromium saved no screenshot"
     assert path.stat().st_size > 1000
