@@ -5,9 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.txt
+DEMO_VENV := .venv-demo
+DEMO_LOCK := requirements/demo.txt
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos simulate clean
+.PHONY: demo weekly-report lock test lint typecheck docs unit integration acceptance matrix oldest bench bench-peers bench-scale bench-targets chaos simulate screenshots clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -16,15 +18,28 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip check
 	touch $(STAMP)
 
-## lock: resolve the dev extra anew into requirements/dev.txt (every Python from 3.10, hashed)
+# The demo's own virtualenv: the package and its core dependencies only, from requirements/demo.txt.
+$(DEMO_VENV)/.installed: pyproject.toml $(DEMO_LOCK)
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/pip install --quiet --require-hashes --no-deps -r $(DEMO_LOCK)
+	$(DEMO_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	$(DEMO_VENV)/bin/pip check
+	touch $@
+
+## lock: resolve the dev extra anew into requirements/dev.txt, and the core dependencies into
+## requirements/demo.txt (every Python from 3.10, hashed)
 lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --extra dev \
 		--universal --python-version 3.10 --generate-hashes --upgrade --quiet \
 		--custom-compile-command "make lock" -o $(LOCK)
+	$(BIN)/uv pip compile pyproject.toml requirements/demo.in --constraint $(LOCK) \
+		--universal --python-version 3.10 --generate-hashes --quiet \
+		--custom-compile-command "make lock" -o $(DEMO_LOCK)
 
 ## demo: three safebeat replicas beside three stock beats, on SQLite, no server needed
-demo: $(STAMP)
-	$(BIN)/python examples/demo.py
+## (in .venv-demo: the package and its core dependencies, none of the dev toolchain)
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_VENV)/bin/python examples/demo.py
 
 ## weekly-report: the 12,400-mail incident with three beats, two workers, a redelivery and a kill
 weekly-report: $(STAMP)
@@ -58,6 +73,10 @@ SEEDS ?= 1000
 ## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
 simulate: $(STAMP)
 	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+
+## screenshots: the web console's pictures in docs/, taken by the browser test (needs chromium)
+screenshots: $(STAMP)
+	SAFEBEAT_SCREENSHOTS=docs $(BIN)/pytest tests/acceptance/test_web_browser.py -k operator
 
 ## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
 ## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py, about 20 minutes)
@@ -105,4 +124,4 @@ fuzz: $(STAMP)
 	SAFEBEAT_FUZZ_PROFILE=hostile-long $(BIN)/pytest -n $(PYTEST_WORKERS) tests/integration/test_hostile_inputs.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site
+	rm -rf $(VENV) $(DEMO_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis site

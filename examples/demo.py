@@ -463,6 +463,10 @@ def report(
     print("runs:       how often one stock beat runs the entry in the time it ran")
     print("windows:    scheduled instants in the run (from safebeat's store and messages)")
     print("duplicates: stock: messages beyond one per run; safebeat: windows sent twice or more")
+    print("sent by:    safebeat replicas that sent the entry's windows: whichever replica takes")
+    print("            the tick first sends, so this column changes from run to run")
+    if any(row.entry.crontab for row in rows):
+        print("crontab:    every minute, on the minute: 1 when the run crosses a minute, else 0")
     print()
 
     def by_replica(counts: Counter[str]) -> str:

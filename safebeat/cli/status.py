@@ -86,7 +86,7 @@ def status(options: Options, as_json: bool) -> None:
              "last success", "running since"],
             [
                 [
-                    s.name + (f" ({s.pause_text})" if s.paused else ""),
+                    s.name + (" (paused)" if s.paused else ""),
                     s.schedule,
                     _next_cell(s, schedule),
                     when(None if s.last_sent is None else s.last_sent.window),
@@ -100,10 +100,18 @@ def status(options: Options, as_json: bool) -> None:
             ],
         )
     )  # fmt: skip
+    paused = [s for s in statuses if s.paused]
+    if paused:
+        click.echo("\npaused entries (their windows are skipped, reason paused):")
+        for s in paused:
+            click.echo(f"  {printable(s.name)}: {printable(s.pause_text)}")
     if broken or unreadable:
         click.echo("\nbroken entries (beat skips them):")
         for name, error in [*sorted(broken.items()), *((u.entry, u) for u in unreadable)]:
             click.echo(f"  {printable(name)}: {printable(error.problem)}")
+    if not replicas:
+        click.echo("\nreplicas: none is running (no beat has a heartbeat in this namespace)")
+        return
     click.echo("\nreplicas:")
     click.echo(
         table(
@@ -129,6 +137,8 @@ def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:
         return "(broken)"
+    if s.next_window_skipped:
+        return f"{when(s.next_window)} (skipped)"
     return when(s.next_window)
 
 

@@ -28,10 +28,13 @@ def migrate(options: Options) -> None:
     """Create or upgrade safebeat's tables in the store (safe to run from many places)."""
     config, store = open_store(options, create=True)
     try:
-        version = operations.migrate(store, config.namespace, actor=operations.cli_actor())
+        before, version = operations.migrate(store, config.namespace, actor=operations.cli_actor())
     finally:
         store.close()
-    click.echo(f"{store.display_url}: schema at version {version}")
+    if before == version:
+        click.echo(f"{store.display_url}: schema at version {version} already; nothing to do")
+    else:
+        click.echo(f"{store.display_url}: schema at version {version}")
 
 
 @click.command("doctor")

@@ -29,7 +29,7 @@ from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError, UnreadableState
-from safebeat.identity import current_replica, task_id_for
+from safebeat.identity import Replica, current_replica, task_id_for
 from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
 from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim, Pause
 from safebeat.stores.base import Store
@@ -66,6 +66,13 @@ def cli_actor() -> str:
     except (KeyError, OSError):  # no user name in the environment or the password database
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def _operator(actor: str) -> Replica:
+    """The sender recorded on an operator's windows: the actor in place of the host, so
+    `status` and `history` say who sent them (`trigger by alice@ops-1`), not a process
+    that appears in no replica list."""
+    return replace(current_replica(), host=actor)
 
 
 def set_paused(
@@ -152,15 +159,19 @@ def forget_entry(store: Store, namespace: str, entry: str, *, actor: str) -> boo
     return True
 
 
-def migrate(store: Store, namespace: str, *, actor: str) -> int:
-    """Bring the store's schema to this safebeat's (see Store.migrate); return its version.
+def migrate(store: Store, namespace: str, *, actor: str) -> tuple[int, int]:
+    """Bring the store's schema to this safebeat's (see Store.migrate); return the
+    versions before and after.
 
-    Recorded in `namespace`'s audit trail, since the trail lives in the schema it makes.
+    A migration that changed the schema is recorded in `namespace`'s audit trail, since
+    the trail lives in the schema it makes; one that found nothing to do is not.
     """
+    before = store.schema_version()
     version = store.migrate()
-    note = f"schema at version {version}"
-    store.record_audit(namespace, AuditEvent(actor, AuditAction.MIGRATE, note=note))
-    return version
+    if version != before:
+        note = f"schema at version {version}"
+        store.record_audit(namespace, AuditEvent(actor, AuditAction.MIGRATE, note=note))
+    return before, version
 
 
 def trigger(
@@ -301,7 +312,7 @@ def _claim_publish_and_audit(
     """Claim a trigger's or backfill's windows (with reason `action`), publish them, and
     record the action with the windows it claimed (a window that already had a row is not
     the operator's doing)."""
-    replica = current_replica()
+    replica = _operator(actor)
     claims = store.claim_extra(
         namespace,
         [

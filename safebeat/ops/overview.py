@@ -14,11 +14,22 @@ from safebeat import windows
 from safebeat.display import when
 from safebeat.entries import Entry
 from safebeat.liveness import is_live
-from safebeat.records import DispatchRecord, EntryState, Outcome, ReplicaRecord, Status
+from safebeat.records import (
+    AuditAction,
+    DispatchRecord,
+    EntryState,
+    Outcome,
+    ReplicaRecord,
+    Status,
+)
 from safebeat.stores.base import AdminStore
 
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
+
+
+#: The reasons of windows an operator sent; their rows name the operator as the host.
+OPERATOR_REASONS = frozenset({AuditAction.TRIGGER.value, AuditAction.BACKFILL.value})
 
 
 @dataclass(frozen=True)
@@ -52,8 +63,23 @@ class EntryStatus:
         return f"{text} ({self.pause_note})" if self.pause_note else text
 
     @property
+    def next_window_skipped(self) -> bool:
+        """Whether the next window falls inside the pause in force, so beat will skip it."""
+        return (
+            self.paused
+            and self.next_window is not None
+            and (self.paused_until is None or self.next_window < self.paused_until)
+        )
+
+    @property
     def sent_by(self) -> str | None:
-        return None if self.last_sent is None else self.last_sent.replica
+        """The replica that sent the latest window; for an operator's `trigger` or
+        `backfill`, who asked for it (`trigger by alice@ops-1`)."""
+        if self.last_sent is None:
+            return None
+        if self.last_sent.reason in OPERATOR_REASONS:
+            return f"{self.last_sent.reason} by {self.last_sent.host}"
+        return self.last_sent.replica
 
     @property
     def lag(self) -> timedelta | None:

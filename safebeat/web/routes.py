@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -31,8 +31,9 @@ from safebeat import display, limits
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
 from safebeat.records import Pause
-from safebeat.web import pictures
+from safebeat.web import instants, pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
+from safebeat.web.instants import local_zone
 from safebeat.web.security import (
     CSRF_FIELD,
     AllowedHosts,
@@ -85,8 +86,12 @@ class Pages:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
+        zone = local_zone(console.app)
         self.templates.filters.update(
-            when=display.when, span=display.span, note=display.note, lag=display.lag
+            at=functools.partial(instants.instant_html, zone=zone),
+            span=display.span,
+            note=display.note,
+            lag=display.lag,
         )
 
     def render(
@@ -135,20 +140,46 @@ class Pages:
     async def entry(self, request: Request) -> Response:
         name = request.path_params["name"]
         limit = _int(request.query_params.get("limit"), HISTORY_ROWS)
+        done = _DONE.get(request.query_params.get("done", ""))
+        return await self._entry_page(request, name, limit, done=done)
+
+    async def _entry_page(
+        self,
+        request: Request,
+        name: str,
+        limit: int = HISTORY_ROWS,
+        status_code: int = 200,
+        *,
+        done: str | None = None,
+        refused: str | None = None,
+        typed: Mapping[str, str] | None = None,
+        missing: Response | None = None,
+    ) -> Response:
+        """An entry's page; after a refused action, with why (`refused`) and the values the
+        operator typed (`typed`) back in the form. Without such an entry: `missing`, or 404."""
         try:
             found = await run_in_threadpool(self.console.entry, name, limit)
         except SafebeatError as exc:
             return self.failure(request, exc, 503)
         if found is None:
-            return self.problem(
+            return missing or self.problem(
                 request, 404, "No such entry", f"no entry {name!r} is registered in this namespace"
             )
+        now = found.now
         return self.render(
             request,
             "entry.html",
+            status_code,
             title=name,
             entry=found,
-            done=_DONE.get(request.query_params.get("done", "")),
+            done=done,
+            refused=refused,
+            typed=dict(typed or {}),
+            examples={
+                "until": instants.example_instant(now, timedelta(days=1)),
+                "start": instants.example_instant(now, -timedelta(hours=3)),
+                "end": instants.example_instant(now, -timedelta(hours=1)),
+            },
             strip=pictures.window_strip(found.history),
             chart=pictures.lag_chart(found.history),
             kinds=pictures.KINDS,
@@ -235,9 +266,16 @@ class Pages:
                     functools.partial(self.console.set_paused, name, pause, actor=actor_of(request))
                 )
             except SafebeatError as exc:
-                # 404 only for an entry not registered; a value refused is the form's fault.
-                refused_value = until_text or isinstance(exc, limits.LimitError)
-                return self.failure(request, exc, 400 if refused_value else 404)
+                # 404 only for an entry not registered; a value refused is the form's fault,
+                # shown on the entry's page with what was typed, so the note is not lost.
+                if until_text or isinstance(exc, limits.LimitError):
+                    why = display.one_line(str(exc))
+                    typed = {"until": until_text, "note": note}
+                    failure = self.failure(request, exc)  # a name no entry may have
+                    return await self._entry_page(
+                        request, name, status_code=400, refused=why, typed=typed, missing=failure
+                    )
+                return self.failure(request, exc, 404)
             target = path_for(request, "entry", name=name)
             done = ("paused-until" if until_text else "paused") if paused else "resumed"
             return RedirectResponse(f"{target}?done={done}", status_code=303)

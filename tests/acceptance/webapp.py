@@ -19,6 +19,7 @@ from tests.acceptance.brokerkeys import redis_transport_options
 app = Celery("shop", broker=os.environ["SB_BROKER_URL"])
 safebeat.worker.install(app)
 app.conf.update(
+    timezone="Europe/Berlin",  # the console shows local times beside UTC
     task_default_queue=os.environ["SB_QUEUE"],
     broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),
     beat_schedule={

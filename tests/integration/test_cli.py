@@ -317,6 +317,10 @@ def test_trigger_publishes_one_extra_run_recorded_as_such(
     assert (row.status, row.reason, row.task_id) == (Status.SENT, "trigger", message.task_id)
     assert message.window == row.window
     assert store.states(namespace)["report"].last_window is None  # the schedule is untouched
+    # Sent by the operator, not by a short-lived process no replica list shows.
+    assert row.host == operations.cli_actor()
+    status = json.loads(cli("-A", app_module, "status", "--json").output)["entries"]
+    assert [e["sent_by"] for e in status] == [f"trigger by {operations.cli_actor()}"]
 
 
 def test_backfill_sends_only_the_windows_never_sent(
@@ -374,7 +378,8 @@ def test_pause_until_with_a_note_shows_in_status_and_is_audited(
     state = store.states(namespace)["report"]
     assert (state.paused, state.paused_until, state.pause_note) == (True, until, "db upgrade")
     status = cli(*args, "status")
-    assert f"report (paused until {iso(until)} (db upgrade))" in status.output
+    assert "report (paused)" in status.output
+    assert f"  report: paused until {iso(until)} (db upgrade)\n" in status.output
     shown = json.loads(cli(*args, "status", "--json").output)["entries"][0]
     assert (shown["paused_until"], shown["pause_note"]) == (iso(until), "db upgrade")
     [record] = store.audit(namespace)
@@ -453,12 +458,17 @@ def test_prune_is_audited_with_its_cutoff(filled: str, namespace: str) -> None:
 
 
 def test_migrate_is_audited_with_the_schema_version(sqlite_url: str, namespace: str) -> None:
-    """`migrate` records who migrated to which version, in the namespace it runs for."""
+    """`migrate` records who migrated to which version, in the namespace it runs for; a
+    second `migrate`, with nothing to do, says so and records nothing."""
     result = cli("--url", sqlite_url, "--namespace", namespace, "migrate")
     assert result.exit_code == 0, result.output
     [record] = SqliteStore(sqlite_url).audit(namespace)
     note = f"schema at version {MIGRATIONS[-1].version}"  # the highest number: may skip one
     assert (record.action.value, record.note) == ("migrate", note)
+    again = cli("--url", sqlite_url, "--namespace", namespace, "migrate")
+    assert again.exit_code == 0, again.output
+    assert "already; nothing to do" in again.output
+    assert len(SqliteStore(sqlite_url).audit(namespace)) == 1
 
 
 def test_audit_lists_actions_newest_first_by_entry_and_as_json(

@@ -247,7 +247,7 @@ def test_backfill_previews_its_windows_then_sends_only_those(
     form = {"csrf_token": token, "start": start, "end": end}
     preview = client.post(f"/entries/{ENTRY}/backfill", data=form)
     assert preview.status_code == 200
-    listed = re.findall(r"<li>([^<]+)</li>", preview.text)
+    listed = re.findall(r'<li><time datetime="([^"]+)"', preview.text)
     assert len(listed) == 5
     assert listed[0] == start
     assert not [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason]
@@ -367,16 +367,21 @@ def signed_in(filled: Filled) -> Iterator[TestClient]:
 def test_pause_until_with_a_note_is_shown_and_audited_as_the_signed_in_user(
     signed_in: TestClient, filled: Filled
 ) -> None:
-    """Pausing with an end and a note keeps both in the store, the pages say "paused until
-    ... (note)", and the audit trail records the basic-auth user, the end and the note."""
+    """Pausing with an end and a note keeps both in the store, the pages show the end and
+    the note and mark the next window as skipped, and the audit trail records the
+    basic-auth user, the end and the note."""
     until = (filled.store.clock() + timedelta(hours=1)).replace(microsecond=0)
     form = {"csrf_token": csrf_token(signed_in), "until": format_window(until), "note": "db move"}
     paused = signed_in.post(f"/entries/{ENTRY}/pause", data=form)
     assert paused.status_code == 200
     assert "until the pause ends" in paused.text
-    expected = f"paused until {format_window(until)} (db move)"
-    assert expected in paused.text
-    assert expected in signed_in.get("/").text
+    shown_until = f'until <time datetime="{format_window(until)}"'
+    assert re.search(rf'id="pause">Paused {shown_until}.*?</time>: db move</p>', paused.text)
+    assert 'id="next-skipped"' in paused.text
+    entries = signed_in.get("/").text
+    assert shown_until in entries
+    assert "db move" in entries
+    assert "will be skipped (paused)" in entries
     state = filled.store.states(filled.namespace)[ENTRY]
     assert (state.paused_until, state.pause_note) == (until, "db move")
     [record] = filled.store.audit(filled.namespace)
@@ -392,11 +397,14 @@ def test_pause_until_with_a_note_is_shown_and_audited_as_the_signed_in_user(
 def test_a_pause_end_that_is_not_an_instant_is_refused(
     signed_in: TestClient, filled: Filled
 ) -> None:
-    """An `until` without a zone is 400 with the reason, and the entry stays unpaused."""
-    form = {"csrf_token": csrf_token(signed_in), "until": "2030-01-01T00:00"}
+    """An `until` without a zone is 400 with the reason, on the entry's page with what was
+    typed still in the form (the note is not lost), and the entry stays unpaused."""
+    form = {"csrf_token": csrf_token(signed_in), "until": "2030-01-01T00:00", "note": "db move"}
     refused = signed_in.post(f"/entries/{ENTRY}/pause", data=form)
     assert refused.status_code == 400
     assert "has no time zone" in refused.text
+    assert 'name="until" value="2030-01-01T00:00"' in refused.text
+    assert 'name="note" maxlength="500" value="db move"' in refused.text
     assert not filled.store.states(filled.namespace)[ENTRY].paused
     assert filled.store.audit(filled.namespace) == []
 
@@ -447,7 +455,9 @@ def test_the_audit_page_lists_actions_newest_first_and_by_entry(
     signed_in.post(f"/entries/{ENTRY}/pause", data={"csrf_token": csrf_token(signed_in)})
     page = signed_in.get("/audit")
     assert page.status_code == 200
-    rows = re.findall(r'<tr class="a-(\w+)">\s*<td>[^<]+</td><td>([^<]+)</td>', page.text)
+    rows = re.findall(
+        r'<tr class="a-(\w+)">\s*<td><time .*?</time></td><td>([^<]+)</td>', page.text
+    )
     assert rows == [("pause", "ops"), ("prune", "alice@ops-1")]
     one = signed_in.get("/audit", params={"entry": ENTRY})
     assert re.findall(r'<tr class="a-(\w+)">', one.text) == ["pause"]

@@ -1,6 +1,7 @@
-"""The test environment's lock: `requirements/dev.txt` pins, with hashes, a version inside
-every range `pyproject.toml` declares for the dev extra, so `make test` installs what the
-package asks for (`make lock` refreshes it)."""
+"""The locks: `requirements/dev.txt` pins, with hashes, a version inside every range
+`pyproject.toml` declares for the dev extra, so `make test` installs what the package asks
+for; `requirements/demo.txt` pins the core dependencies alone, at the same versions, so
+`make demo` needs none of the dev toolchain (`make lock` refreshes both)."""
 
 from __future__ import annotations
 
@@ -21,15 +22,16 @@ else:  # pytest brings tomli where tomllib is missing
 
 ROOT = Path(__file__).parents[2]
 LOCK = ROOT / "requirements" / "dev.txt"
+DEMO_LOCK = ROOT / "requirements" / "demo.txt"
 PIN = re.compile(
     r"^(?P<name>[A-Za-z0-9._-]+)(?:\[[^\]]*\])?==(?P<version>\S+)(?:\s*;\s*(?P<marker>[^\\]+?))?\s*\\?$"
 )
 
 
-def _pins() -> dict[str, list[tuple[Version, str | None]]]:
-    """Each package of the lock with its pinned versions and the markers they apply under."""
+def _pins(lock: Path = LOCK) -> dict[str, list[tuple[Version, str | None]]]:
+    """Each package of a lock with its pinned versions and the markers they apply under."""
     pins: dict[str, list[tuple[Version, str | None]]] = {}
-    for line in LOCK.read_text().splitlines():
+    for line in lock.read_text().splitlines():
         found = PIN.match(line)
         if found:
             name = canonicalize_name(found["name"])
@@ -84,11 +86,30 @@ def test_every_declared_range_has_a_locked_version_inside_it(python: str) -> Non
     assert not problems, "requirements/dev.txt is stale; run `make lock`:\n" + "\n".join(problems)
 
 
-def test_every_pin_carries_its_hashes() -> None:
-    """pip installs the lock with --require-hashes, so every pinned file has a hash."""
-    blocks = re.split(r"\n(?=[A-Za-z0-9])", LOCK.read_text())
+@pytest.mark.parametrize("lock", [LOCK, DEMO_LOCK], ids=["dev", "demo"])
+def test_every_pin_carries_its_hashes(lock: Path) -> None:
+    """pip installs each lock with --require-hashes, so every pinned file has a hash."""
+    blocks = re.split(r"\n(?=[A-Za-z0-9])", lock.read_text())
     unhashed = [
         block.split()[0] for block in blocks if "==" in block and "--hash=sha256:" not in block
     ]
     assert not unhashed
-    assert len(_pins()) > 50
+    assert _pins(lock)
+
+
+def test_the_demo_lock_is_the_core_at_the_dev_locks_versions() -> None:
+    """`make demo` installs the core dependencies (and the build backend) at the versions
+    the tests ran with, and nothing from the dev extra."""
+    demo, dev = _pins(DEMO_LOCK), _pins(LOCK)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = {canonicalize_name(Requirement(text).name) for text in project["dependencies"]}
+    assert core <= set(demo), "requirements/demo.txt misses a core dependency; run `make lock`"
+
+    def versions(pins: list[tuple[Version, str | None]] | None) -> set[Version]:
+        return {version for version, _marker in pins or []}
+
+    differing = {name for name, pins in demo.items() if versions(pins) != versions(dev.get(name))}
+    build_backend = {"hatchling", "editables", "pathspec", "pluggy", "trove-classifiers"}
+    assert differing <= build_backend, f"demo and dev locks disagree: {differing}"
+    dev_only = {"mypy", "selenium", "django", "psycopg", "redis", "matplotlib", "pytest"}
+    assert not dev_only & set(demo), "the demo lock pulls in the dev toolchain"

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
+from celery import Celery
 
 from safebeat.config import load_config
 from safebeat.entries import compile_schedule
+from safebeat.identity import parse_window
 from safebeat.ops.overview import EntryStatus, entry_status
 from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
 from safebeat.web import AllowedHosts, is_loopback
 from safebeat.web.console import is_late, window_kind
+from safebeat.web.instants import example_instant, instant_html, local_zone
 from safebeat.web.pictures import lag_chart, window_strip
 from safebeat.web.words import in_words
 
@@ -123,6 +128,52 @@ def test_the_pictures_draw_one_mark_per_window_and_escape_text() -> None:
     assert "&lt;script&gt;" in strip
     assert lag_chart(rows).count("<circle") == 1
     assert "no lag to draw" in lag_chart(rows[:1])
+
+
+def test_the_lag_chart_has_a_time_axis_under_it() -> None:
+    """The first, middle and last sent windows are labelled under the line, in UTC, with
+    the date once the windows span more than one day."""
+    rows = [record(id=i, window=NOW - timedelta(minutes=i)) for i in range(5)]
+    chart = lag_chart(rows)
+    first, middle, last = (NOW - timedelta(minutes=m) for m in (4, 2, 0))
+    labels = re.findall(r'<text class="time"[^>]*>([^<]+)</text>', chart)
+    assert labels == [f"{w:%H:%M:%S}" for w in (first, middle, last)]
+    assert ">UTC</text>" in chart
+    days = [record(id=i, window=NOW - timedelta(days=i)) for i in range(3)]
+    assert re.findall(r'<text class="time"[^>]*>([^<]+)</text>', lag_chart(days))[0] == (
+        f"{NOW - timedelta(days=2):%m-%d %H:%M}"
+    )
+
+
+def test_an_instant_reads_to_the_second_with_the_apps_local_time_beside() -> None:
+    """No microseconds in the text (the exact value is the title), no wrapping inside the
+    value, and the app's zone beside UTC, with the date where the day differs."""
+    late_evening = datetime(2026, 3, 1, 23, 30, 5, 123456, tzinfo=timezone.utc)
+    html = str(instant_html(late_evening, ZoneInfo("Europe/Berlin")))
+    assert 'datetime="2026-03-01T23:30:05.123456Z"' in html
+    assert "<span>2026-03-01 23:30:05 UTC</span>" in html
+    assert '<span class="local">2026-03-02 00:30:05 CET</span>' in html
+    same_day = str(instant_html(late_evening.replace(hour=9), ZoneInfo("Europe/Berlin")))
+    assert '<span class="local">10:30:05 CET</span>' in same_day
+    assert "local" not in str(instant_html(late_evening, None))
+    assert str(instant_html(None, None)) == "-"
+
+
+def test_the_local_zone_is_the_apps_unless_it_is_utc() -> None:
+    def app_in(zone: str) -> Celery:
+        app = Celery("zones", set_as_current=False)
+        app.conf.timezone = zone
+        return app
+
+    assert local_zone(app_in("Europe/Berlin")) == ZoneInfo("Europe/Berlin")
+    assert local_zone(app_in("UTC")) is None
+    assert local_zone(None) is None
+
+
+def test_the_examples_in_the_forms_lie_where_the_action_takes_them() -> None:
+    """A pause's example end lies in the future, a backfill's example range in the past."""
+    assert parse_window(example_instant(NOW, timedelta(days=1))) > NOW
+    assert parse_window(example_instant(NOW, -timedelta(hours=1))) < NOW
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,45 @@
+"""What `safebeat status` and the console say of a paused entry's next window."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from safebeat.ops.overview import EntryStatus
+
+NEXT = datetime(2026, 3, 2, 7, 0, tzinfo=timezone.utc)
+ACTIVE = EntryStatus(
+    name="report",
+    schedule="every 60s",
+    next_window=NEXT,
+    last_window=None,
+    last_sent=None,
+    last_outcome=None,
+    last_success=None,
+    running_since=None,
+    skipped_recently=0,
+    paused=False,
+)
+
+
+@pytest.mark.parametrize(
+    ("paused", "until", "skipped"),
+    [
+        (False, None, False),
+        (True, None, True),  # paused until resumed
+        (True, NEXT + timedelta(minutes=1), True),  # the pause ends after the window
+        (True, NEXT, False),  # the pause ends at the window: it is sent
+        (True, NEXT - timedelta(minutes=1), False),
+    ],
+)
+def test_the_next_window_is_marked_skipped_only_inside_the_pause(
+    paused: bool, until: datetime | None, skipped: bool
+) -> None:
+    status = replace(ACTIVE, paused=paused, paused_until=until)
+    assert status.next_window_skipped is skipped
+
+
+def test_an_unknown_next_window_is_not_marked() -> None:
+    assert not replace(ACTIVE, paused=True, next_window=None).next_window_skipped
