@@ -78,7 +78,8 @@ entry can still be triggered: that is an explicit run. `trigger` and `backfill` 
 entry in the schedule beat runs, django-celery-beat rows included.
 
 Every `pause`, `resume`, `trigger`, `backfill`, `prune` and `migrate` that changes the
-schema, from this command, the Django admin or the web console, is recorded in the store's audit trail: who (here
+schema, from this command, the Django admin or the web console, is recorded in the
+store's audit trail: who (here
 the OS user at the host, `alice@ops-1`; there the signed-in user), when (the store's
 clock), what, the entry and its windows (the windows claimed; a pause's end), and the
 `--note`. `audit` lists it, newest first; it is pruned with the history
