@@ -15,13 +15,14 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime, timezone, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery import current_task
 
 from safebeat.config import Config
-from safebeat.identity import ENTRY_HEADER, WINDOW_HEADER, parse_window
+from safebeat.identity import ENTRY_HEADER, TIMEZONE_HEADER, WINDOW_HEADER, parse_window
 
 logger = logging.getLogger("safebeat.worker")
 
@@ -33,10 +34,24 @@ WINDOW_VARIABLE = "SAFEBEAT_WINDOW"
 
 @dataclass(frozen=True)
 class CurrentWindow:
-    """The schedule entry and window (an aware UTC datetime) a task was sent for."""
+    """The schedule entry and window (an aware UTC datetime) a task was sent for, and the
+    zone the entry's schedule speaks (`zone`: its `timezone` option, else the app's)."""
 
     entry: str
     window: datetime
+    zone: tzinfo = timezone.utc
+
+    @property
+    def local(self) -> datetime:
+        """The window in the entry's zone: `2026-03-01 00:30+01:00` for a Berlin entry
+        whose window is `2026-02-28T23:30:00Z`."""
+        return self.window.astimezone(self.zone)
+
+    @property
+    def local_date(self) -> date:
+        """The day the window belongs to where the schedule runs: the date to key a daily
+        report or a billing day on (`window.date()` is the UTC date)."""
+        return self.local.date()
 
 
 @dataclass(frozen=True)
@@ -59,7 +74,7 @@ def current_window() -> CurrentWindow | None:
     was scheduled for.
     """
     request = getattr(current_task, "request", None)
-    found = None if request is None else window_of(request)
+    found = None if request is None else window_of(request, _app_zone())
     if found is not None:
         return found
     running = _running.get()
@@ -85,16 +100,20 @@ def running_config() -> Config | None:
     return None if running_now is None else running_now.config
 
 
-def window_of(request: Any) -> CurrentWindow | None:
-    """Return the window a Celery request (`task.request`) carries, or None."""
+def window_of(request: Any, default_zone: tzinfo = timezone.utc) -> CurrentWindow | None:
+    """Return the window a Celery request (`task.request`) carries, or None.
+
+    Its zone is the `safebeat_timezone` header's; a message without one (an entry in UTC,
+    or sent by a safebeat before 0.2) gets `default_zone`."""
     headers = getattr(request, "headers", None)
     headers = headers if isinstance(headers, Mapping) else {}
     entry = headers.get(ENTRY_HEADER, getattr(request, ENTRY_HEADER, None))
     window = headers.get(WINDOW_HEADER, getattr(request, WINDOW_HEADER, None))
     if not isinstance(entry, str) or not isinstance(window, str):
         return None
+    zone = _zone(headers.get(TIMEZONE_HEADER, getattr(request, TIMEZONE_HEADER, None)))
     try:
-        return CurrentWindow(entry, parse_window(window))
+        return CurrentWindow(entry, parse_window(window), zone or default_zone)
     except ValueError:
         logger.warning(
             "safebeat: task %s has a malformed %s header %r; treating it as not sent by safebeat",
@@ -120,3 +139,22 @@ def window_from_environment(environ: Mapping[str, str]) -> CurrentWindow | None:
             window,
         )
         return None
+
+
+def _zone(name: object) -> tzinfo | None:
+    """The zone a `safebeat_timezone` header names, or None for none or an unknown name."""
+    if not isinstance(name, str) or not name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        logger.warning("safebeat: unknown time zone %r in a task's headers; using UTC", name)
+        return None
+
+
+def _app_zone() -> tzinfo:
+    """The running task's app's zone, for a message that names none (or UTC)."""
+    zone = getattr(getattr(current_task, "app", None), "timezone", None)
+    if not isinstance(zone, tzinfo) or getattr(zone, "key", None) in ("UTC", "Etc/UTC"):
+        return timezone.utc  # one UTC, so windows compare equal whichever way they came
+    return zone

@@ -28,6 +28,9 @@ PERIODIC_TASK_HEADER = "periodic_task_name"
 OVERLAP_HEADER = "safebeat_overlap"
 #: Stock beat marks its messages with it; tools that look for it keep working.
 BEAT_TASK_HEADER = "celery_beat_task"
+#: The IANA name of the zone the entry's schedule speaks, where it is not UTC:
+#: `current_window().local_date` is the window's date there.
+TIMEZONE_HEADER = "safebeat_timezone"
 #: Every header beat may set on a window's message (`beat.message_fields.headers_for`).
 #: The worker hook carries each of them over to a copy it sends again, so the two lists
 #: cannot drift: add a header here, or the copy that later takes a run over loses it.
@@ -38,6 +41,7 @@ WINDOW_MESSAGE_HEADERS = (
     BEAT_TASK_HEADER,
     OVERLAP_HEADER,
     PAUSE_AFTER_FAILURES_HEADER,
+    TIMEZONE_HEADER,
 )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from celery.beat import BeatLazyFunc
@@ -21,6 +21,7 @@ from safebeat.identity import (
     OVERLAP_HEADER,
     PAUSE_AFTER_FAILURES_HEADER,
     PERIODIC_TASK_HEADER,
+    TIMEZONE_HEADER,
     WINDOW_HEADER,
     format_window,
 )
@@ -64,7 +65,17 @@ def headers_for(entry: Entry, window: str) -> dict[str, Any]:
         headers[OVERLAP_HEADER] = Overlap.FORBID.value
     if entry.pause_after_failures is not None:
         headers[PAUSE_AFTER_FAILURES_HEADER] = entry.pause_after_failures
+    zone = zone_key(entry.zone)
+    if zone is not None:
+        headers[TIMEZONE_HEADER] = zone
     return headers
+
+
+def zone_key(zone: tzinfo) -> str | None:
+    """The IANA name a worker can look `zone` up by, or None for UTC or a zone without one
+    (a fixed offset: the window's local date is then told in UTC)."""
+    key = getattr(zone, "key", None)
+    return key if isinstance(key, str) and key not in ("UTC", "Etc/UTC") else None
 
 
 def _evaluate(value: object) -> object:

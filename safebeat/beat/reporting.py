@@ -64,7 +64,10 @@ def report_plan(
             format_window(skip.window),
             skip.reason,
         )
-    # Windows of paused entries are skipped on purpose: recorded, not warned about.
+    # Windows of paused entries are skipped on purpose: said at INFO, not warned about.
+    paused = [s for s in planned.skips if s.reason == SkipReason.PAUSED.value]
+    if paused:
+        _summarize_paused(paused)
     unexpected = [s for s in planned.skips if s.reason != SkipReason.PAUSED.value]
     if unexpected:
         _summarize_skips(unexpected)
@@ -73,6 +76,19 @@ def report_plan(
 def skipped_windows(skips: Sequence[NewSkip]) -> int:
     """How many windows `skips` stand for (a span too long to count counts as one)."""
     return sum(skip.count or 1 for skip in skips)
+
+
+def _summarize_paused(skips: Sequence[NewSkip]) -> None:
+    """One INFO line per tick for the windows paused entries skipped, so the replica that
+    skipped a window says so in its log as it does for one it sent."""
+    names = sorted({skip.entry for skip in skips})
+    shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+    logger.info(
+        "safebeat: skipped %d window(s) of paused entr%s %s (recorded with reason paused)",
+        skipped_windows(skips),
+        "y" if len(names) == 1 else "ies",
+        shown,
+    )
 
 
 def _summarize_skips(skips: Sequence[NewSkip]) -> None:

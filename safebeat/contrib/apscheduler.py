@@ -246,7 +246,8 @@ def _run(
     job_logger.info('Running job "%s" (scheduled at %s)', job, run_time)
     began = time.monotonic()
     try:
-        with running(CurrentWindow(job.id, window), config):
+        zone = run_time.tzinfo or timezone.utc
+        with running(CurrentWindow(job.id, window, zone), config):
             retval = job.func(*job.args, **job.kwargs)
     except BaseException:
         exc, tb = sys.exc_info()[1:]

@@ -58,6 +58,7 @@ class Timing:
     overlap: Overlap
     pause_after: int | None
     schedule_text: str
+    zone: tzinfo
 
 
 #: The timings one `compile_schedule` worked out, by schedule (see `_known_timing`), each
@@ -175,6 +176,7 @@ def compile_entry(
         options or _NONE,
         overlap,
         pause_after_failures=pause_after,
+        zone=timing.zone,
     )
 
 
@@ -244,6 +246,7 @@ def _timing(
         overlap,
         pause_after,
         sys.intern(describe(rule)),  # one string per distinct schedule
+        zone,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from safebeat.records import Definition, EntryState
@@ -29,6 +29,9 @@ class Entry:
     not_before: datetime | None = None
     #: Pause the entry after this many consecutive failed runs (the worker hook decides).
     pause_after_failures: int | None = None
+    #: The zone the schedule speaks (its `timezone` option, else the app's): where a
+    #: window's local date is told (`current_window().local_date`).
+    zone: tzinfo = timezone.utc
 
     @property
     def definition(self) -> Definition:

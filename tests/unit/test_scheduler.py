@@ -584,7 +584,8 @@ def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
     clock: FakeClock, queue: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """While paused, an entry's windows are recorded as skipped (paused); resuming sends
-    the next window only, never the ones that passed meanwhile, and nothing is warned."""
+    the next window only, never the ones that passed meanwhile; the skips are said at
+    INFO, and nothing is warned."""
     app = make_app(
         queue, {"a": {"task": "t.run", "schedule": 60.0}, "b": {"task": "t.run", "schedule": 60.0}}
     )
@@ -593,10 +594,15 @@ def test_a_paused_entry_sends_nothing_and_resumes_with_the_next_window(
     run(scheduler, clock, 61, step=1)
     assert {m["safebeat_entry"] for m in drain(app, queue)} == {"a", "b"}
     assert store.set_paused("unit", "a", Pause(True))
-    with caplog.at_level(logging.WARNING, "safebeat"):
+    with caplog.at_level(logging.INFO, "safebeat"):
         run(scheduler, clock, 300, step=1)
     assert {m["safebeat_entry"] for m in drain(app, queue)} == {"b"}
-    assert "skipped windows" not in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    said = [r.getMessage() for r in caplog.records if "of paused entry 'a'" in r.getMessage()]
+    assert (
+        said
+        == ["safebeat: skipped 1 window(s) of paused entry 'a' (recorded with reason paused)"] * 5
+    )
     paused = [r for r in store.history("unit", "a") if r.status is Status.SKIPPED]
     assert {r.reason for r in paused} == {"paused"}
     assert sum(r.skipped_count or 0 for r in paused) == 5
