@@ -54,10 +54,12 @@ acceptance: $(STAMP)
 	$(BIN)/pytest tests/acceptance
 
 SEEDS ?= 1000
+STORE ?= memory
 
-## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
+## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS
+## seeds, against STORE (memory, or the real sqlite, postgres or redis: slower)
 simulate: $(STAMP)
-	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --store $(STORE) --known "hole 3"
 
 ## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
 ## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py, about 20 minutes)

@@ -1,0 +1,258 @@
+"""The store a simulated history runs against, on the simulator's clock.
+
+`memory` (the default) is the fastest. `sqlite`, `postgres` and `redis` run the same seed
+against the real backend, so the rules written in SQL and Lua meet the same histories:
+each seed gets a store of its own (a fresh SQLite file, a fresh PostgreSQL database, a
+Redis namespace of its own), and each reads "now" from the simulated clock:
+
+- SQLite takes its clock from the caller already (`SqliteStore(url, clock=...)`): the
+  statements receive `:now` as a parameter.
+- PostgreSQL reads `clock_timestamp()` in its statements. The seed's database has a
+  `clock_timestamp()` of its own in `public`, ahead of `pg_catalog` on the database's
+  `search_path`, which returns the simulated time kept in a one-row table; the simulator
+  writes that row (on a connection of its own) before a store call whenever it changed.
+  The store's SQL runs unchanged.
+- Redis reads `TIME` in one Lua helper (`now_us`). The simulated store registers the
+  same scripts with that helper reading a key the simulator sets instead; the store's
+  `clock()` reads the same key. The rules run unchanged. The tick lock's TTL stays in
+  real time: it is taken and released within one store call, which the simulator never
+  interrupts.
+
+All simulated processes share one store object (one connection): the simulator runs one
+store call at a time and never stops inside one, so what each call sees and commits is
+what separate connections would see and commit.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from safebeat.identity import format_window
+from safebeat.records import DispatchRecord, TickResult, lease_alive
+
+#: The backends `--store` accepts.
+STORES = ("memory", "sqlite", "postgres", "redis")
+
+Clock = Callable[[], datetime]
+Log = Callable[[str], None]
+
+#: Every row the simulation reads back (far more than a history makes).
+ALL_ROWS = 1_000_000
+#: Store calls that never read the clock (beat asks on every tick): not worth a write of
+#: the simulated time; the next call that reads the clock writes it.
+CLOCKLESS = frozenset({"runtime_version"})
+
+
+class Backend(Protocol):
+    """One seed's store and what the simulator needs around it."""
+
+    name: str
+    store: Any
+    #: Take-overs that took a run still holding a live lease (for the diagnosis).
+    live_takeovers: set[str]
+
+    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run one store call with the store's "now" set to the simulated time."""
+        ...
+
+    def rows(self, namespace: str, entry: str | None = None) -> list[DispatchRecord]:
+        """The dispatch rows, as the store holds them now."""
+        ...
+
+    def close(self) -> None:
+        """Close the store and remove what this seed created."""
+        ...
+
+
+class RealBackend:
+    """A real store: note the live take-overs by reading the rows around each tick."""
+
+    name = "real"
+
+    def __init__(self, store: Any, clock: Clock, namespace: str, log: Log) -> None:
+        self.store = store
+        self.live_takeovers: set[str] = set()
+        self._clock = clock
+        self._namespace = namespace
+        self._log = log
+
+    def sync(self) -> None:
+        """Make the store's clock read the simulated time (nothing to do by default)."""
+
+    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if name not in CLOCKLESS:
+            self.sync()
+        if name != "tick" or kwargs.get("reclaim") is None:
+            return method(*args, **kwargs)
+        before = self._clock()
+        alive = {
+            (r.entry, r.window)
+            for r in self.rows(self._namespace)
+            if r.started_at is not None
+            and r.finished_at is None
+            and lease_alive(r.lease_until, before)
+        }
+        result = method(*args, **kwargs)
+        if isinstance(result, TickResult):
+            for claim in result.reclaimed:
+                if (claim.entry, claim.window) in alive:
+                    key = f"{claim.entry}@{format_window(claim.window)}"
+                    self.live_takeovers.add(key)
+                    self._log(f"(a take-over of {key} whose run holds a live lease)")
+        return result
+
+    def rows(self, namespace: str, entry: str | None = None) -> list[DispatchRecord]:
+        self.sync()
+        return list(self.store.history(namespace, entry, ALL_ROWS))
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class SqliteBackend(RealBackend):
+    name = "sqlite"
+
+    def __init__(self, clock: Clock, namespace: str, log: Log) -> None:
+        from safebeat.stores.sqlite import SqliteStore
+
+        self._folder = tempfile.TemporaryDirectory(prefix="safebeat-sim-")
+        path = Path(self._folder.name) / "store.db"
+        super().__init__(SqliteStore(f"sqlite:///{path}", clock=clock), clock, namespace, log)
+
+    def close(self) -> None:
+        super().close()
+        self._folder.cleanup()
+
+
+#: The seed's own `clock_timestamp()`: the simulated time, read on every call (VOLATILE,
+#: like the one in pg_catalog it stands in front of).
+_PG_CLOCK = """
+CREATE TABLE safebeat_sim_clock (now timestamptz NOT NULL);
+INSERT INTO safebeat_sim_clock VALUES ('2000-01-01T00:00:00Z');
+CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz
+    LANGUAGE sql VOLATILE AS 'SELECT now FROM public.safebeat_sim_clock';
+"""
+
+
+class PostgresBackend(RealBackend):
+    name = "postgres"
+
+    def __init__(self, clock: Clock, namespace: str, log: Log, seed: int) -> None:
+        import psycopg
+
+        from safebeat.stores.postgres import PostgresStore
+        from tests import runscope, services
+
+        self._admin = services.postgres_admin_url()
+        self._database = runscope.database("sim", f"{os.getpid()}_{seed}")
+        url = services.create_database(self._admin, self._database)
+        self._written: datetime | None = None
+        self._setter = psycopg.connect(url, autocommit=True)
+        self._setter.execute(_PG_CLOCK)
+        # New sessions look in `public` before `pg_catalog`: the store's connections
+        # (opened after this) find the simulated clock_timestamp(). A commit does not wait
+        # for its WAL flush: no server crashes here, and what a commit makes visible is the
+        # same, ten times faster.
+        for setting in ("search_path = public, pg_catalog", "synchronous_commit = off"):
+            self._setter.execute(f'ALTER DATABASE "{self._database}" SET {setting}')
+        self._setter.execute("SET synchronous_commit = off")
+        super().__init__(PostgresStore(url), clock, namespace, log)
+
+    def sync(self) -> None:
+        now = self._clock()
+        if now != self._written:
+            self._setter.execute("UPDATE safebeat_sim_clock SET now = %s", (now,))
+            self._written = now
+
+    def close(self) -> None:
+        from tests import services
+
+        super().close()
+        self._setter.close()
+        services.drop_database(self._admin, self._database)
+
+
+class RedisBackend(RealBackend):
+    name = "redis"
+
+    def __init__(self, clock: Clock, namespace: str, log: Log) -> None:
+        from tests.simulation.redis_clock import SimRedisStore
+
+        self._written: datetime | None = None
+        self._url = _redis_server().url
+        self._store = SimRedisStore(self._url)
+        super().__init__(self._store, clock, namespace, log)
+
+    def sync(self) -> None:
+        now = self._clock()
+        if now != self._written:
+            self._store.set_now(now)
+            self._written = now
+
+    def close(self) -> None:
+        import redis
+
+        super().close()
+        with redis.Redis.from_url(self._url) as client:
+            client.flushall()  # the server is this process's own
+
+
+_redis: list[Any] = []
+
+
+def _redis_server() -> Any:
+    """This process's own redis-server (flushed after each seed), started once."""
+    if not _redis:
+        from tests import services
+
+        _redis.append(services.start_redis_server())
+    return _redis[0]
+
+
+class MemoryBackend:
+    """The memory store (the simulator's `SimStore`, which notes live take-overs itself)."""
+
+    name = "memory"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.live_takeovers: set[str] = store.live_takeovers
+
+    def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return method(*args, **kwargs)
+
+    def rows(self, namespace: str, entry: str | None = None) -> list[DispatchRecord]:
+        return list(self.store.history(namespace, entry, ALL_ROWS))
+
+    def close(self) -> None:
+        pass
+
+
+class _MemoryFactory(Protocol):
+    def __call__(self, clock: Clock) -> Any: ...
+
+
+def open_backend(
+    kind: str,
+    *,
+    seed: int,
+    clock: Clock,
+    namespace: str,
+    log: Log,
+    memory: _MemoryFactory,
+) -> Backend:
+    """A fresh store of `kind` for one seed, reading "now" from `clock`."""
+    if kind == "memory":
+        return MemoryBackend(memory(clock))
+    if kind == "sqlite":
+        return SqliteBackend(clock, namespace, log)
+    if kind == "postgres":
+        return PostgresBackend(clock, namespace, log, seed)
+    if kind == "redis":
+        return RedisBackend(clock, namespace, log)
+    raise ValueError(f"unknown store {kind!r}; known: {', '.join(STORES)}")
