@@ -2,12 +2,13 @@
 
 `memory` (the default) is the fastest. `sqlite`, `postgres` and `redis` run the same seed
 against the real backend, so the rules written in SQL and Lua meet the same histories:
-each seed gets a store of its own (a fresh SQLite file, a fresh PostgreSQL database, a
-Redis namespace of its own), and each reads "now" from the simulated clock:
+each seed gets a store of its own (a fresh SQLite file; a fresh schema in a PostgreSQL
+database of the process's own; the process's own redis-server, emptied after each seed),
+and each reads "now" from the simulated clock:
 
 - SQLite takes its clock from the caller already (`SqliteStore(url, clock=...)`): the
   statements receive `:now` as a parameter.
-- PostgreSQL reads `clock_timestamp()` in its statements. The seed's database has a
+- PostgreSQL reads `clock_timestamp()` in its statements. The database has a
   `clock_timestamp()` of its own in `public`, ahead of `pg_catalog` on the database's
   `search_path`, which returns the simulated time kept in a one-row table; the simulator
   writes that row (on a connection of its own) before a store call whenever it changed.
@@ -25,6 +26,7 @@ what separate connections would see and commit.
 
 from __future__ import annotations
 
+import atexit
 import os
 import tempfile
 from collections.abc import Callable
@@ -129,52 +131,63 @@ class SqliteBackend(RealBackend):
         self._folder.cleanup()
 
 
-#: The seed's own `clock_timestamp()`: the simulated time, read on every call (VOLATILE,
-#: like the one in pg_catalog it stands in front of).
+#: The simulated `clock_timestamp()`: the simulated time, read on every call (VOLATILE,
+#: like the one in pg_catalog it stands in front of), in `public`.
 _PG_CLOCK = """
-CREATE TABLE safebeat_sim_clock (now timestamptz NOT NULL);
-INSERT INTO safebeat_sim_clock VALUES ('2000-01-01T00:00:00Z');
+CREATE TABLE public.safebeat_sim_clock (now timestamptz NOT NULL);
+INSERT INTO public.safebeat_sim_clock VALUES ('2000-01-01T00:00:00Z');
 CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz
     LANGUAGE sql VOLATILE AS 'SELECT now FROM public.safebeat_sim_clock';
 """
+#: The schema a seed's tables live in, made afresh for each seed.
+_PG_SCHEMA = "safebeat_sim"
+
+_pg: list[tuple[str, Any]] = []
+
+
+def _pg_database() -> tuple[str, Any]:
+    """This process's own database (its URL, and a connection that sets its clock),
+    created once and dropped when the process ends; each seed has a fresh schema in it.
+    Advisory locks are per database: simulations running at once never share one."""
+    if not _pg:
+        import psycopg
+
+        from tests import runscope, services
+
+        admin = services.postgres_admin_url()
+        database = runscope.database("sim", str(os.getpid()))
+        url = services.create_database(admin, database)
+        atexit.register(services.drop_database, admin, database)
+        setter = psycopg.connect(url, autocommit=True)
+        setter.execute(_PG_CLOCK)
+        # The store's sessions (opened after this) find the seed's tables first, then the
+        # simulated clock_timestamp(), then pg_catalog. A commit does not wait for its WAL
+        # flush: no server crashes here, and what a commit makes visible is the same.
+        path = f"search_path = {_PG_SCHEMA}, public, pg_catalog"
+        for setting in (path, "synchronous_commit = off"):
+            setter.execute(f'ALTER DATABASE "{database}" SET {setting}')
+        setter.execute("SET synchronous_commit = off")
+        _pg.append((url, setter))
+    return _pg[0]
 
 
 class PostgresBackend(RealBackend):
     name = "postgres"
 
-    def __init__(self, clock: Clock, namespace: str, log: Log, seed: int) -> None:
-        import psycopg
-
+    def __init__(self, clock: Clock, namespace: str, log: Log) -> None:
         from safebeat.stores.postgres import PostgresStore
-        from tests import runscope, services
 
-        self._admin = services.postgres_admin_url()
-        self._database = runscope.database("sim", f"{os.getpid()}_{seed}")
-        url = services.create_database(self._admin, self._database)
+        url, self._setter = _pg_database()
+        self._setter.execute(f"DROP SCHEMA IF EXISTS {_PG_SCHEMA} CASCADE")
+        self._setter.execute(f"CREATE SCHEMA {_PG_SCHEMA}")
         self._written: datetime | None = None
-        self._setter = psycopg.connect(url, autocommit=True)
-        self._setter.execute(_PG_CLOCK)
-        # New sessions look in `public` before `pg_catalog`: the store's connections
-        # (opened after this) find the simulated clock_timestamp(). A commit does not wait
-        # for its WAL flush: no server crashes here, and what a commit makes visible is the
-        # same, ten times faster.
-        for setting in ("search_path = public, pg_catalog", "synchronous_commit = off"):
-            self._setter.execute(f'ALTER DATABASE "{self._database}" SET {setting}')
-        self._setter.execute("SET synchronous_commit = off")
         super().__init__(PostgresStore(url), clock, namespace, log)
 
     def sync(self) -> None:
         now = self._clock()
         if now != self._written:
-            self._setter.execute("UPDATE safebeat_sim_clock SET now = %s", (now,))
+            self._setter.execute("UPDATE public.safebeat_sim_clock SET now = %s", (now,))
             self._written = now
-
-    def close(self) -> None:
-        from tests import services
-
-        super().close()
-        self._setter.close()
-        services.drop_database(self._admin, self._database)
 
 
 class RedisBackend(RealBackend):
@@ -240,7 +253,6 @@ class _MemoryFactory(Protocol):
 def open_backend(
     kind: str,
     *,
-    seed: int,
     clock: Clock,
     namespace: str,
     log: Log,
@@ -252,7 +264,7 @@ def open_backend(
     if kind == "sqlite":
         return SqliteBackend(clock, namespace, log)
     if kind == "postgres":
-        return PostgresBackend(clock, namespace, log, seed)
+        return PostgresBackend(clock, namespace, log)
     if kind == "redis":
         return RedisBackend(clock, namespace, log)
     raise ValueError(f"unknown store {kind!r}; known: {', '.join(STORES)}")

@@ -899,7 +899,6 @@ class World:
         self.trace = trace
         self.backend = open_backend(
             store,
-            seed=seed,
             clock=lambda: self.clock.now() + timedelta(seconds=self.store_offset),
             namespace=NAMESPACE,
             log=self.log,
