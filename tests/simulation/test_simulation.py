@@ -79,7 +79,8 @@ def test_the_default_mix_of_faults_keeps_every_invariant() -> None:
 #: Lua. The seeds that found holes on the memory store (their faults: store errors and
 #: lost replies, kills, SIGTERM mid-round, refused deferrals of a backlog), then seeds of
 #: the default mix (5003 has nine fault kinds at once; 5004 clock jumps and lost replies;
-#: 5005 SIGTERM, store errors and a stall longer than the lease).
+#: 5005 SIGTERM, store errors and a stall longer than the lease). PostgreSQL, the slowest
+#: by far, runs 5003 alone of those.
 POSTGRES, REDIS = pytest.mark.postgres, pytest.mark.redis
 REAL_STORE_SEEDS = [
     pytest.param("sqlite", ["--seed", "4"], id="sqlite-hole-2"),
@@ -88,12 +89,10 @@ REAL_STORE_SEEDS = [
     pytest.param(
         "sqlite", ["--seed", "97", "--faults", "backlog,publish-refused"], id="sqlite-hole-4"
     ),
-    pytest.param("sqlite", ["--seeds", "6", "--first", "5000"], id="sqlite-mix"),
+    pytest.param("sqlite", ["--seeds", "3", "--first", "5003"], id="sqlite-mix"),
     pytest.param("postgres", ["--seed", "4"], id="postgres-hole-2", marks=POSTGRES),
     pytest.param("postgres", ["--seed", "7"], id="postgres-hole-1", marks=POSTGRES),
-    pytest.param(
-        "postgres", ["--seeds", "3", "--first", "5003"], id="postgres-mix", marks=POSTGRES
-    ),
+    pytest.param("postgres", ["--seed", "5003"], id="postgres-mix", marks=POSTGRES),
     pytest.param("redis", ["--seed", "4"], id="redis-hole-2", marks=REDIS),
     pytest.param("redis", ["--seed", "7"], id="redis-hole-1", marks=REDIS),
     pytest.param("redis", ["--seeds", "3", "--first", "5003"], id="redis-mix", marks=REDIS),

@@ -23,6 +23,10 @@ killed or stall (shorter than a third of its lease, or longer than its lease), t
 store's clock may jump forward, the broker may be cut.
 
 The invariants (`Checker`) are checked as the history happens and at the end.
+
+The store is the memory store unless `store` names a real one (`backends`: SQLite,
+PostgreSQL or Redis, fresh for the seed and on the same fake clock), where the same
+history meets the rules written in SQL and Lua.
 """
 
 from __future__ import annotations
