@@ -19,9 +19,8 @@ and each reads "now" from the simulated clock:
   real time: it is taken and released within one store call, which the simulator never
   interrupts.
 
-All simulated processes share one store object (one connection): the simulator runs one
-store call at a time and never stops inside one, so what each call sees and commits is
-what separate connections would see and commit.
+Each simulated process (a beat, a worker) opens a store of its own, as in production;
+the simulator runs one store call at a time and never stops inside one.
 """
 
 from __future__ import annotations
@@ -58,6 +57,10 @@ class Backend(Protocol):
     #: Take-overs that took a run still holding a live lease (for the diagnosis).
     live_takeovers: set[str]
 
+    def connect(self) -> Any:
+        """The store as one simulated process holds it (its own connection)."""
+        ...
+
     def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run one store call with the store's "now" set to the simulated time."""
         ...
@@ -72,16 +75,25 @@ class Backend(Protocol):
 
 
 class RealBackend:
-    """A real store: note the live take-overs by reading the rows around each tick."""
+    """A real store, one connection per simulated process (`connect`) as in production,
+    and one of the simulator's own (`store`, what it reads the rows with); notes the live
+    take-overs by reading the rows around each tick."""
 
     name = "real"
 
-    def __init__(self, store: Any, clock: Clock, namespace: str, log: Log) -> None:
-        self.store = store
+    def __init__(self, opener: Callable[[], Any], clock: Clock, namespace: str, log: Log) -> None:
+        self._opener = opener
+        self.store = opener()
+        self._opened = [self.store]
         self.live_takeovers: set[str] = set()
         self._clock = clock
         self._namespace = namespace
         self._log = log
+
+    def connect(self) -> Any:
+        store = self._opener()
+        self._opened.append(store)
+        return store
 
     def sync(self) -> None:
         """Make the store's clock read the simulated time (nothing to do by default)."""
@@ -113,7 +125,8 @@ class RealBackend:
         return list(self.store.history(namespace, entry, ALL_ROWS))
 
     def close(self) -> None:
-        self.store.close()
+        for store in self._opened:
+            store.close()
 
 
 class SqliteBackend(RealBackend):
@@ -124,7 +137,8 @@ class SqliteBackend(RealBackend):
 
         self._folder = tempfile.TemporaryDirectory(prefix="safebeat-sim-")
         path = Path(self._folder.name) / "store.db"
-        super().__init__(SqliteStore(f"sqlite:///{path}", clock=clock), clock, namespace, log)
+        url = f"sqlite:///{path}"
+        super().__init__(lambda: SqliteStore(url, clock=clock), clock, namespace, log)
 
     def close(self) -> None:
         super().close()
@@ -181,7 +195,7 @@ class PostgresBackend(RealBackend):
         self._setter.execute(f"DROP SCHEMA IF EXISTS {_PG_SCHEMA} CASCADE")
         self._setter.execute(f"CREATE SCHEMA {_PG_SCHEMA}")
         self._written: datetime | None = None
-        super().__init__(PostgresStore(url), clock, namespace, log)
+        super().__init__(lambda: PostgresStore(url), clock, namespace, log)
 
     def sync(self) -> None:
         now = self._clock()
@@ -198,13 +212,12 @@ class RedisBackend(RealBackend):
 
         self._written: datetime | None = None
         self._url = _redis_server().url
-        self._store = SimRedisStore(self._url)
-        super().__init__(self._store, clock, namespace, log)
+        super().__init__(lambda: SimRedisStore(self._url), clock, namespace, log)
 
     def sync(self) -> None:
         now = self._clock()
         if now != self._written:
-            self._store.set_now(now)
+            self.store.set_now(now)
             self._written = now
 
     def close(self) -> None:
@@ -235,6 +248,9 @@ class MemoryBackend:
     def __init__(self, store: Any) -> None:
         self.store = store
         self.live_takeovers: set[str] = store.live_takeovers
+
+    def connect(self) -> Any:
+        return self.store  # the memory store stands for the server every process shares
 
     def call(self, name: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return method(*args, **kwargs)

@@ -658,7 +658,7 @@ class Beat(Process):
                 SimScheduler.__init__(
                     scheduler,
                     world.app,
-                    store=StoreProxy(self, world.store),
+                    store=StoreProxy(self, world.backend.connect()),
                     monotonic=world.clock.monotonic,
                 )
             scheduler.dispatcher.publisher = SimPublisher(self)  # type: ignore[assignment]
@@ -992,7 +992,7 @@ class World:
     def start_worker(self) -> None:
         self._generation += 1
         worker = Worker(self, f"w{self._generation}")
-        worker.store = StoreProxy(worker, self.store)
+        worker.store = StoreProxy(worker, self.backend.connect())
         worker.main = self.spawn(worker.name, worker.run, worker)
         self.workers.append(worker)
 
