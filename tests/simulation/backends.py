@@ -21,6 +21,10 @@ and each reads "now" from the simulated clock:
 
 Each simulated process (a beat, a worker) opens a store of its own, as in production;
 the simulator runs one store call at a time and never stops inside one.
+
+A seed decides the same settings, faults and draws on every store; where a store returns
+rows in another order (claims, take-overs: the contract leaves it open), the history
+goes on in another order from there, so a seed's trace may differ between stores.
 """
 
 from __future__ import annotations
