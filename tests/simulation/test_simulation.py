@@ -80,7 +80,7 @@ def test_the_default_mix_of_faults_keeps_every_invariant() -> None:
 #: lost replies, kills, SIGTERM mid-round, refused deferrals of a backlog), then seeds of
 #: the default mix (5003 has nine fault kinds at once; 5004 clock jumps and lost replies;
 #: 5005 SIGTERM, store errors and a stall longer than the lease). PostgreSQL, the slowest
-#: by far, runs 5003 alone of those.
+#: (and slower still on a busy machine), runs 5003 alone of those.
 POSTGRES, REDIS = pytest.mark.postgres, pytest.mark.redis
 REAL_STORE_SEEDS = [
     pytest.param("sqlite", ["--seed", "4"], id="sqlite-hole-2"),
