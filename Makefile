@@ -69,10 +69,12 @@ acceptance: $(STAMP)
 	$(BIN)/pytest tests/acceptance
 
 SEEDS ?= 1000
+STORE ?= memory
 
-## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
+## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS
+## seeds, against STORE (memory, or the real sqlite, postgres or redis: slower)
 simulate: $(STAMP)
-	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --store $(STORE) --known "hole 3"
 
 ## screenshots: the web console's pictures in docs/, taken by the browser test (needs chromium)
 screenshots: $(STAMP)

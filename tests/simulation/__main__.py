@@ -3,6 +3,7 @@
     python -m tests.simulation --seeds 1000          # seeds 0..999, progress as it goes
     python -m tests.simulation --seed 4242           # replay one seed, with its trace
     python -m tests.simulation --seeds 100 --first 5000 --faults beat-term,store-fail
+    python -m tests.simulation --seeds 50 --store postgres   # the same histories, real SQL
 
 A history depends on string hashing order too, so the runner fixes PYTHONHASHSEED (it
 starts itself again with PYTHONHASHSEED=0 when it is not set).
@@ -16,7 +17,7 @@ import os
 import sys
 import time
 
-REPLAY = "PYTHONHASHSEED=0 .venv/bin/python -m tests.simulation --seed {seed}{faults}"
+REPLAY = "PYTHONHASHSEED=0 .venv/bin/python -m tests.simulation --seed {seed}{faults}{store}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--faults", help="only these fault kinds (comma-separated)")
+    parser.add_argument(
+        "--store",
+        default="memory",
+        help="the store the histories run against: memory (fastest), sqlite, postgres, redis",
+    )
     parser.add_argument("--stop", action="store_true", help="stop at the first failing seed")
     parser.add_argument("--trace", type=int, default=60, help="trace lines shown per failure")
     parser.add_argument(
@@ -39,7 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)
+    from tests.simulation.backends import STORES
     from tests.simulation.world import FAULT_KINDS, Violation, choose, diagnose, simulate
+
+    if args.store not in STORES:
+        parser.error(f"unknown store {args.store!r}; known: {', '.join(STORES)}")
+    store_arg = f" --store {args.store}" if args.store != "memory" else ""
 
     kinds = tuple(args.faults.split(",")) if args.faults else None
     if kinds is not None:
@@ -53,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     started = last = time.monotonic()
     for done, seed in enumerate(seeds, 1):
         try:
-            world = simulate(seed, choose(seed, kinds))
+            world = simulate(seed, choose(seed, kinds), store=args.store)
         except Violation as exc:
             failed.append((seed, str(exc)))
             world = exc.world  # type: ignore[attr-defined]
@@ -67,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  settings: {world.s}")
             for line in world.lines[-args.trace :]:
                 print(f"  {line}")
-            print(f"  replay: {REPLAY.format(seed=seed, faults=faults_arg)}")
+            print(f"  replay: {REPLAY.format(seed=seed, faults=faults_arg, store=store_arg)}")
             if args.stop:
                 break
         else:
@@ -79,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if now - last >= 10 or done == len(seeds):
             last = now
             print(
-                f"{done}/{len(seeds)} seeds, {len(failed)} failed, {now - started:.0f}s",
+                f"{done}/{len(seeds)} seeds, {len(failed)} failed, {now - started:.0f}s "
+                f"({(now - started) / done:.2f}s a seed, {args.store} store)",
                 flush=True,
             )
     if failed:

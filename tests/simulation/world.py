@@ -24,6 +24,10 @@ killed or stall (shorter than a third of its lease, or longer than its lease), t
 store's clock may jump forward, the broker may be cut.
 
 The invariants (`Checker`) are checked as the history happens and at the end.
+
+The store is the memory store unless `store` names a real one (`backends`: SQLite,
+PostgreSQL or Redis, fresh for the seed and on the same fake clock), where the same
+history meets the rules written in SQL and Lua.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from safebeat.testing import FakeClock
 from safebeat.worker import delivery
 from safebeat.worker.leases import LeaseRenewer
 from tests.simulation import strands
+from tests.simulation.backends import Backend, open_backend
 from tests.simulation.strands import Killed, Strand
 
 NAMESPACE = "sim"
@@ -308,9 +313,9 @@ class Checker:
             if in_flight and worker in (None, body.worker) and body.excused is None:
                 body.excused = reason
 
-    def finish(self, store: MemoryStore, until: float) -> None:
+    def finish(self, backend: Backend, until: float) -> None:
         """Every window claimed before the faults stopped has completed by now."""
-        rows = store._ns(NAMESPACE).dispatches.values()
+        rows = backend.rows(NAMESPACE)
         for row in sorted(rows, key=lambda r: (r.entry, r.window)):
             if row.task_id is None or row.status not in (Status.CLAIMED, Status.SENT):
                 continue
@@ -562,9 +567,11 @@ class StoreProxy:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._store, name)
-        if not callable(attr) or name in ("clock", "close"):
+        if not callable(attr) or name == "close":
             return attr
         process = self._process
+        if name == "clock":
+            return lambda: process.world.backend.call(name, attr)
 
         def call(*args: Any, **kwargs: Any) -> Any:
             process.gate(name)
@@ -573,7 +580,7 @@ class StoreProxy:
                 process.failed(name)
                 world.log(f"{process.name} store {name} fails")
                 raise StoreUnavailable(f"sim: {name} failed")
-            result = attr(*args, **kwargs)
+            result = world.backend.call(name, attr, *args, **kwargs)
             if name in FAULTY_CALLS and process.may_fail(name) and world.fault("reply-lost"):
                 process.failed(name)
                 world.log(f"{process.name} store {name} done, reply lost")
@@ -658,7 +665,7 @@ class Beat(Process):
                     timezone=lambda: world.app.timezone,
                 ),
                 tuning=Tuning(),
-                store=StoreProxy(self, world.store),  # type: ignore[arg-type]
+                store=StoreProxy(self, world.backend.connect()),  # type: ignore[arg-type]
                 monotonic=world.clock.monotonic,
                 publish_thread=SimPublishThread(self),  # type: ignore[arg-type]
             )
@@ -790,7 +797,10 @@ class Worker(Process):
         task = SimTask(self, request)
         delivery.ended(task, state, None)
         body.end_recorded = True
-        row = world.store._ns(NAMESPACE).dispatches.get((body.entry, parse_window(body.window)))
+        window = parse_window(body.window)
+        row = next(
+            (r for r in world.backend.rows(NAMESPACE, body.entry) if r.window == window), None
+        )
         if (
             row is not None
             and row.finished_at is None
@@ -885,20 +895,31 @@ class SimBackoff(delivery.StoreBackoff):
 
 
 class World:
-    def __init__(self, seed: int, settings: Settings | None = None, trace: bool = True) -> None:
+    def __init__(
+        self,
+        seed: int,
+        settings: Settings | None = None,
+        trace: bool = True,
+        store: str = "memory",
+    ) -> None:
         self.seed = seed
         self.s = settings or choose(seed)
         self.rng = random.Random(seed)
         self.clock = FakeClock(START)
         self.store_offset = 0.0
-        self.store = SimStore(
-            self, clock=lambda: self.clock.now() + timedelta(seconds=self.store_offset)
+        self.lines: list[str] = []
+        self.trace = trace
+        self.backend = open_backend(
+            store,
+            clock=lambda: self.clock.now() + timedelta(seconds=self.store_offset),
+            namespace=NAMESPACE,
+            log=self.log,
+            memory=lambda clock: SimStore(self, clock=clock),
         )
+        self.store = self.backend.store
         self.refused_deferrals: set[str] = set()
         self.broker = Broker(self)
         self.checker = Checker(self)
-        self.lines: list[str] = []
-        self.trace = trace
         self.strands: list[tuple[Strand, Process]] = []
         self.beats: list[Beat] = []
         self.workers: list[Worker] = []
@@ -979,7 +1000,7 @@ class World:
     def start_worker(self) -> None:
         self._generation += 1
         worker = Worker(self, f"w{self._generation}")
-        worker.store = StoreProxy(worker, self.store)
+        worker.store = StoreProxy(worker, self.backend.connect())
         worker.main = self.spawn(worker.name, worker.run, worker)
         self.workers.append(worker)
 
@@ -1049,7 +1070,7 @@ class World:
         try:
             with self.hook():
                 self._loop(end)
-            self.checker.finish(self.store, s.fault_time)
+            self.checker.finish(self.backend, s.fault_time)
         finally:
             self._stop()
 
@@ -1148,7 +1169,7 @@ def diagnose(world: World, violation: Violation) -> str:  # noqa: PLR0911 - one 
             return "hole 2 (the end of a run was not recorded; it ran again)"
         if second.verdict == "run" and second.retries > 0:
             return "hole 3 (a retry's RUN beside a live run or after the end)"
-        if key in world.store.live_takeovers or (
+        if key in world.backend.live_takeovers or (
             kind == "two-runs" and first.entry == second.entry and first.window != second.window
         ):
             return "hole 1 (the take-over cleared a live run's lease)"
@@ -1160,13 +1181,16 @@ def diagnose(world: World, violation: Violation) -> str:  # noqa: PLR0911 - one 
     return "other"
 
 
-def simulate(seed: int, settings: Settings | None = None) -> World:
-    """Run one seed's history; raises Violation (with `world.lines` as its trace)."""
+def simulate(seed: int, settings: Settings | None = None, store: str = "memory") -> World:
+    """Run one seed's history against `store` (see `backends`); raises Violation (with
+    `world.lines` as its trace)."""
     random.seed(seed)  # the code under test draws jitter from the global generator
-    world = World(seed, settings)
+    world = World(seed, settings, store=store)
     try:
         world.run()
     except Violation as exc:
         exc.world = world  # type: ignore[attr-defined]
         raise
+    finally:
+        world.backend.close()
     return world
