@@ -261,10 +261,10 @@ def _defer(
         raise Reject(str(exc), requeue=True) from exc
     logger.info(
         "safebeat: %s is running elsewhere (its lease is alive); this delivery (task %s) "
-        "is sent again to look in %s",
+        "is sent again to look in %.1fs",
         where,
         request.id,
-        later,
+        later.total_seconds(),
     )
     request._safebeat_deferred = True
     raise Ignore()

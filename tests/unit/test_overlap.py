@@ -51,7 +51,7 @@ def test_overlap_settings_default_and_validate() -> None:
     """overlap defaults to allow, execution_lease to 30 s (overlap_timeout, superseded, is
     still accepted); bad values stop startup."""
     assert load_config({}, environ={}).overlap is Overlap.ALLOW
-    assert load_config({}, environ={}).execution_lease == timedelta(seconds=30)
+    assert load_config({}, environ={}).execution_lease == timedelta(seconds=10)
     assert load_config({"safebeat_execution_lease": "5s"}, environ={}).execution_lease == 5 * S
     with pytest.raises(ConfigError, match="safebeat_execution_lease=0: must be greater than"):
         load_config({"safebeat_execution_lease": 0}, environ={})
