@@ -18,7 +18,8 @@ nothing stops a second copy from running).
 `--load SECONDS` measures the store load instead: beat alone idles for that long, then a
 prefork worker runs `--tasks` windows at once (each pool child renews its own run's lease)
 for as long, and the committed transactions of the benchmark's own database are counted
-(`pg_stat_database.xact_commit` deltas): per second, per beat and per running task.
+(`pg_stat_database.xact_commit` deltas), and the updates of dispatch rows, which are the
+lease renewals (`pg_stat_user_tables.n_tup_upd`): per second, per beat and per task.
 
 `--code FOLDER` runs beat and the workers on another checkout (an older version,
 unpacked with `git archive`), to compare.
@@ -226,13 +227,18 @@ def recovery(args: argparse.Namespace) -> None:
     print(f"completed exactly once: {sum(r['completions'] == 1 for r in results)}/{len(results)}")
 
 
-def commits(store_url: str) -> int:
+def counts(store_url: str) -> tuple[int, int]:
+    """The database's committed transactions, and the updates of dispatch rows (a lease
+    renewal updates one row per run; a take-over, a start or an end one too)."""
     with psycopg.connect(store_url, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            "SELECT (SELECT xact_commit FROM pg_stat_database"
+            "        WHERE datname = current_database()),"
+            "       (SELECT n_tup_upd FROM pg_stat_user_tables"
+            "        WHERE relname = 'safebeat_dispatch')"
         ).fetchone()
     assert row is not None
-    return int(row[0])
+    return int(row[0]), int(row[1])
 
 
 #: A busy backend reports its counts to the statistics at most every second, an idle one
@@ -240,15 +246,16 @@ def commits(store_url: str) -> int:
 STATS_LAG = 11.0
 
 
-def counted(store_url: str, seconds: float) -> float:
-    """Committed transactions per second in the database over `seconds`, counted from
-    STATS_LAG on, so the start of a phase (connections, migrations, the tasks' starts)
-    is not in it; in a steady state the lag is the same at both ends."""
+def counted(store_url: str, seconds: float) -> tuple[float, float]:
+    """Committed transactions and dispatch row updates per second over `seconds`, counted
+    from STATS_LAG on, so the start of a phase (connections, migrations, the tasks'
+    starts) is not in it; in a steady state the lag is the same at both ends."""
     time.sleep(STATS_LAG)
-    before = commits(store_url)
+    commits, updates = counts(store_url)
     time.sleep(seconds)
-    after = commits(store_url)
-    return (after - before - 1) / seconds  # less our own read, which commits too
+    commits_after, updates_after = counts(store_url)
+    # less our own first read, which commits too
+    return (commits_after - commits - 1) / seconds, (updates_after - updates) / seconds
 
 
 def load(args: argparse.Namespace) -> None:
@@ -265,22 +272,23 @@ def load(args: argparse.Namespace) -> None:
             cluster.start(1)
             try:
                 cluster.wait_started()
-                idle_beat = counted(store_url, args.load)
+                idle_beat, idle_updates = counted(store_url, args.load)
                 cluster.start_workers(1, pool="prefork", concurrency=args.tasks)
                 cluster.wait_started()
                 for index in range(args.tasks):
                     claim = claim_window(store, namespace, f"job{index}")
                     publish(cluster.broker_url, cluster.queue, claim, copies=1, sleep=args.sleep)
                     store.record_publish(namespace, [claim.id], {})
-                with_tasks = counted(store_url, args.load)
+                with_tasks, updates = counted(store_url, args.load)
             finally:
                 cluster.stop()
                 store.close()
                 remove_queue(cluster)
     per_task = (with_tasks - idle_beat) / args.tasks
+    renewals = (updates - idle_updates) / args.tasks
     print(f"beat alone (one replica, idle): {idle_beat:.2f} transactions/s")
     print(f"beat and {args.tasks} running tasks (one per pool child): {with_tasks:.2f}/s")
-    print(f"per running task: {per_task:.3f} transactions/s")
+    print(f"per running task: {per_task:.3f} transactions/s, {renewals:.3f} renewals/s")
 
 
 def main() -> None:
