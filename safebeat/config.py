@@ -218,7 +218,7 @@ class Config:
     lock_timeout: timedelta = timedelta(seconds=5)
     overlap: Overlap = Overlap.ALLOW
     overlap_timeout: timedelta = timedelta(hours=1)  # superseded by execution_lease
-    execution_lease: timedelta = timedelta(seconds=30)
+    execution_lease: timedelta = timedelta(seconds=10)
     #: Pause an entry after this many consecutive failed runs (None: never).
     pause_after_failures: int | None = None
     redis_eviction: RedisEviction = "warn"

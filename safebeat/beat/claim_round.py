@@ -213,7 +213,8 @@ class ClaimRounds:
         page = result.reclaim_page  # None from a store outside the contract: from the oldest
         self._reclaim_after = None if page is None else page.resume
         reading_on = self._reclaim_after is not None and len(result.reclaimed) < takeover.limit
-        self._pacing.reclaimed(started, takeover.timeout, reading_on=reading_on)
+        lease = self._config.execution_lease
+        self._pacing.reclaimed(started, takeover.timeout, lease, reading_on=reading_on)
 
     def settle(
         self,

@@ -20,6 +20,18 @@ logger = logging.getLogger("safebeat.scheduler")
 #: such claims are read through in about 25 passes of 4,000, not 25 claim timeouts.
 READ_ON_PAUSE = 1.0
 
+#: Beat looks for runs whose lease lapsed at least this many times per lease, so a dead
+#: worker's window is re-published within 1.2 leases of its last renewal.
+PASSES_PER_LEASE = 5
+
+
+def takeover_period(claim_timeout: timedelta, execution_lease: timedelta) -> float:
+    """Seconds between take-over passes: half the claim timeout (an unsent claim is
+    re-published within 1.5 claim timeouts) and at most a fifth of the execution lease
+    (a dead run is re-published soon after its lease lapses, not a claim timeout later)."""
+    per_lease = execution_lease.total_seconds() / PASSES_PER_LEASE
+    return min(claim_timeout.total_seconds() / 2, per_lease)
+
 
 class Pacing:
     """The monotonic instant each entry is due to be planned again (`due_at`) and the next
@@ -39,12 +51,14 @@ class Pacing:
         of the ones still waiting."""
         return self.due_at.due(now, limit)
 
-    def reclaimed(self, started: float, claim_timeout: timedelta, *, reading_on: bool) -> None:
+    def reclaimed(
+        self, started: float, claim_timeout: timedelta, lease: timedelta, *, reading_on: bool
+    ) -> None:
         """Stale claims were taken over by the tick that started at `started`. The next pass
-        comes after half the claim timeout, or, while the passes are `reading_on` through
-        pages of stale claims they leave to others, after `READ_ON_PAUSE` at most."""
-        half = claim_timeout.total_seconds() / 2
-        self.next_reclaim = started + (min(half, READ_ON_PAUSE) if reading_on else half)
+        comes after `takeover_period`, or, while the passes are `reading_on` through pages
+        of stale claims they leave to others, after `READ_ON_PAUSE` at most."""
+        period = takeover_period(claim_timeout, lease)
+        self.next_reclaim = started + (min(period, READ_ON_PAUSE) if reading_on else period)
 
     def schedule_next(
         self, name: str, upcoming: datetime | None, store_now: datetime, started: float

@@ -15,8 +15,9 @@ headers), the hook asks the store before the task body runs (`Store.start_execut
   `safebeat_execution_lease / 3` a daemon thread of the worker process extends it to
   store now + `safebeat_execution_lease`, for all runs of the process in one call;
 - a delivery of a window whose run is alive (its lease has not expired) is deferred: the
-  same message (same task id, same headers) is sent again with a countdown of one lease
-  and this delivery is skipped, so a copy still exists if the live run dies;
+  same message (same task id, same headers) is sent again with a countdown of a third of
+  the lease and this delivery is skipped, so a copy still exists if the live run dies,
+  and takes it over soon after its lease lapsed;
 - a delivery of a window whose run's lease expired without a finish takes it over: that
   run died with its worker (whatever the pool, whatever its time limits);
 - a delivery of a window whose run finished is the only one skipped as a duplicate: the

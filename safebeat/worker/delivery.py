@@ -38,7 +38,7 @@ from safebeat.records import LeasedRun, Outcome, RunEnd, Start
 from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import config_of, store_of
 from safebeat.worker import failures
-from safebeat.worker.leases import renewer
+from safebeat.worker.leases import renewal_period, renewer
 from safebeat.worker.metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")
@@ -212,12 +212,16 @@ def header(request: Any, name: str) -> object:
 def _defer(
     task: Any, request: Any, where: str, lease: timedelta, leave_to_beat: Callable[[], bool]
 ) -> None:
-    """Send this delivery again (same id, same headers) one lease from now, then skip it.
+    """Send this delivery again (same id, same headers) one renewal period (a third of
+    the lease) from now, then skip it.
 
     A re-sent copy, not `Reject(requeue=True)`: a requeued message comes straight back
-    and would spin between the workers for as long as the live run lasts; the copy waits
-    one lease, by which time the run finished (the copy is then a duplicate) or its
-    lease expired (the copy takes it over).
+    and would spin between the workers for as long as the live run lasts. The copy waits
+    a renewal period and looks again: by then the run finished (the copy is a
+    duplicate), its lease lapsed (the copy takes it over), or it is still alive (sent
+    again). A live run's lease ends at most one lease after its last renewal, so a dead
+    run's window runs again within a renewal period of its lease lapsing, not up to a
+    whole lease later.
 
     If the broker refuses the copy: with acks late, the delivery is rejected with
     requeue, so the broker keeps it. With acks early the message is acknowledged already
@@ -229,9 +233,10 @@ def _defer(
         value = header(request, name)
         if value is not None:
             headers[name] = value
+    later = renewal_period(lease)
     try:
         task.signature_from_request(
-            request, countdown=lease.total_seconds(), headers=headers
+            request, countdown=later.total_seconds(), headers=headers
         ).apply_async()
     except Exception as exc:  # the broker is down: keep this delivery instead (logged)
         if not getattr(task, "acks_late", False) and leave_to_beat():
@@ -256,10 +261,10 @@ def _defer(
         raise Reject(str(exc), requeue=True) from exc
     logger.info(
         "safebeat: %s is running elsewhere (its lease is alive); this delivery (task %s) "
-        "is sent again to look in %s",
+        "is sent again to look in %.1fs",
         where,
         request.id,
-        lease,
+        later.total_seconds(),
     )
     request._safebeat_deferred = True
     raise Ignore()

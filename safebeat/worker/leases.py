@@ -173,7 +173,7 @@ class LeaseRenewer:
     def _interval(self) -> timedelta:
         with self._mutex:
             leases = [h.config.execution_lease for h in self._held.values()]
-        return min(leases, default=timedelta(seconds=30)) / 3
+        return renewal_period(min(leases, default=Config().execution_lease))
 
     def _loop(self) -> None:
         due: float | None = None  # when the next round renews (monotonic seconds)
@@ -193,13 +193,35 @@ class LeaseRenewer:
                     self._wake.clear()  # a new run: its lease is fresh; the round stays due
                 continue
             self.renew_now()
-            due = time.monotonic() + self._interval().total_seconds()
+            due = next_round(due, time.monotonic(), self._interval().total_seconds())
 
     def _forked(self) -> None:
         # A forked pool child inherits the parent's runs but not its thread.
         if self._pid != os.getpid():
             self._pid, self._held, self._thread = os.getpid(), {}, None
             self._wake = threading.Event()
+
+
+def renewal_period(lease: timedelta) -> timedelta:
+    """How often a run's lease is renewed: every third of it. A live run keeps its lease
+    through one failed round; a store outage or a stall longer than two thirds of the
+    lease can let it lapse. A deferred delivery looks again after as long (see
+    `safebeat.worker.delivery`), so it comes within this period after a dead run's lease
+    lapsed."""
+    return lease / 3
+
+
+def next_round(due: float, now: float, interval: float) -> float:
+    """When the round after the one due at `due` is due, `now` being when that one ended.
+
+    Rounds keep a fixed rate: one interval after the last was *due*, not after it ended.
+    A round that waited `safebeat_lock_timeout` on a row lock and failed is retried at
+    once if that took longer than an interval, so a live run survives a blocked renewal
+    whenever the next round gets through inside the lease (the rate never drifts by the
+    time the rounds take). A round that ended more than an interval late (the process
+    was stalled) is not followed by a burst to catch up: one round now.
+    """
+    return max(due + interval, now)
 
 
 #: This process's renewer, used by the worker hook.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -277,3 +278,29 @@ def verify(
         republished=sum(1 for r in rows.values() if r.attempts > 1),
         senders=senders,
     )
+
+
+def children_of(pid: int) -> list[int]:
+    """Every descendant of `pid`, read from /proc."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and every process under it: the whole tree, read before any dies (a
+    prefork pool's children outlive a killed parent and would finish the run)."""
+    for victim in [*children_of(pid), pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)

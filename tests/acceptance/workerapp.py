@@ -3,7 +3,8 @@
 Configured by environment: SB_BROKER_URL, SB_QUEUE, SB_TRACES (a folder), SB_SCHEDULE
 (JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid", "queue":
 name}; an entry without "queue" goes to SB_QUEUE).
-SB_ACKS_LATE ("1", the default, or "0") sets task_acks_late. safebeat reads its own
+SB_ACKS_LATE ("1", the default, or "0") sets task_acks_late; SB_HOOK="0" leaves the worker
+hook out (plain Celery, for comparison). safebeat reads its own
 SAFEBEAT_* variables. Each execution of `workers.record` writes
 one JSON file into SB_TRACES: its task id, entry, window, pid and start and end times.
 """
@@ -24,7 +25,8 @@ from safebeat.identity import format_window
 from tests.acceptance.brokerkeys import redis_transport_options
 
 app = Celery("workers", broker=os.environ["SB_BROKER_URL"])
-safebeat.worker.install(app)
+if os.environ.get("SB_HOOK", "1") == "1":
+    safebeat.worker.install(app)
 app.conf.update(
     task_default_queue=os.environ["SB_QUEUE"],
     broker_transport_options=redis_transport_options(os.environ["SB_QUEUE"]),

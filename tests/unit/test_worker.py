@@ -182,18 +182,24 @@ def test_a_delivery_of_a_live_run_is_sent_again_for_later_and_skipped(
     app: Celery, task: Any, ran: list[str], fresh_counters: WorkerTotals
 ) -> None:
     """A redelivery while the window's run holds a live lease does not run and is not lost:
-    the same message (same id, same headers) is sent again one lease later."""
+    the same message (same id, same headers) is sent again to look one renewal period (a
+    third of the lease) later, so it comes soon after a dead run's lease lapsed, not up to
+    a whole lease after."""
+    app.conf.safebeat_execution_lease = "30s"
     queue = app.conf.task_default_queue = f"q-{uuid.uuid4().hex[:8]}"
     task_id = dispatch(app)
     store(app).start_execution(
         NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
     )
+    before = datetime.now(timezone.utc)
     assert deliver(task, task_id) == "IGNORED"
+    after = datetime.now(timezone.utc)
     assert ran == []
     [copy] = drain(app, queue)
     assert (copy["id"], copy["task"]) == (task_id, "reports.weekly")
     assert (copy["safebeat_entry"], copy["safebeat_window"]) == ("weekly", "2026-03-02T06:00:00Z")
-    assert copy["eta"] is not None
+    eta = datetime.fromisoformat(copy["eta"])
+    assert before + timedelta(seconds=10) <= eta <= after + timedelta(seconds=10)
     assert copy["retries"] == 0
     assert (fresh_counters.deferred, row(app).duplicates, row(app).runs) == (1, 0, 1)
 
