@@ -78,8 +78,11 @@ def dispatch(app: Celery, window: datetime = WINDOW) -> str:
     return task_id
 
 
-def deliver(task: Any, task_id: str, *, window: datetime = WINDOW, **request: Any) -> str:
-    """Run the task the way a worker's tracer does: before_start, body, postrun; return state."""
+def deliver(
+    task: Any, task_id: str, *, window: datetime = WINDOW, ends: str = "SUCCESS", **request: Any
+) -> str:
+    """Run the task the way a worker's tracer does: before_start, body, postrun; return state
+    (the body's end is `ends`: RETRY as if it asked Celery for a retry)."""
     headers = {"safebeat_entry": "weekly", "safebeat_window": format_window(window)}
     context = {"id": task_id, "headers": headers, "is_eager": False, "hostname": "w1@host"}
     task.push_request(**{**context, **request})
@@ -90,7 +93,7 @@ def deliver(task: Any, task_id: str, *, window: datetime = WINDOW, **request: An
             state = "IGNORED"
         else:
             task.run()
-            state = "SUCCESS"
+            state = ends
         safebeat.worker._on_postrun(task=task, state=state)
     finally:
         task.pop_request()
@@ -135,13 +138,16 @@ def test_second_delivery_is_skipped_counted_and_logged(
 def test_a_celery_retry_runs_and_records_each_outcome(
     app: Celery, task: Any, ran: list[str]
 ) -> None:
-    """A retry of the window (a higher retry number) runs; its own redelivery does not."""
+    """A retry of the window (a higher retry number, after a run that ended asking for it)
+    runs; its own redelivery does not, nor does a late retry of a window that succeeded."""
     task_id = dispatch(app)
-    deliver(task, task_id)
+    assert deliver(task, task_id, ends="RETRY") == "RETRY"
     assert deliver(task, task_id, retries=1) == "SUCCESS"
     assert deliver(task, task_id, retries=1) == "IGNORED"
+    assert deliver(task, task_id, retries=2) == "IGNORED"
     assert ran == [task_id, task_id]
-    assert (row(app).retries, row(app).runs, row(app).duplicates) == (1, 2, 1)
+    assert (row(app).retries, row(app).runs, row(app).duplicates) == (1, 2, 2)
+    assert row(app).outcome is Outcome.SUCCESS
 
 
 def test_postrun_states_become_outcomes(app: Celery, task: Any) -> None:
