@@ -594,3 +594,32 @@ def test_under_acks_early_a_refused_deferral_is_left_to_beat_as_a_dead_run(
     )
     assert result is not None
     assert [c.task_id for c in result.reclaimed] == [older_id]
+
+
+def test_a_retry_that_comes_while_its_previous_attempt_lives_is_deferred_not_run(
+    app: Celery,
+    task: Any,
+    ran: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Celery retry's message delivered before its previous attempt's end is recorded
+    (issue 29, hole 3) does not run beside it. Under acks early with its deferred copy
+    refused, the message is gone and nothing in the store covers that retry: an error
+    says so."""
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    with caplog.at_level(logging.WARNING, "safebeat.worker"):
+        assert deliver(task, task_id, retries=1) == "IGNORED"
+    assert ran == []
+    assert (row(app).worker, row(app).retries, row(app).runs) == ("alive@host:9", 0, 1)
+    assert "retry 1 of entry 'weekly'" in caplog.text
+    assert "this retry is lost" in caplog.text
