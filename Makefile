@@ -57,7 +57,7 @@ SEEDS ?= 1000
 
 ## simulate: the deterministic simulation of beats, broker, workers and faults over SEEDS seeds
 simulate: $(STAMP)
-	$(BIN)/python -m tests.simulation --seeds $(SEEDS) --known "hole 3"
+	$(BIN)/python -m tests.simulation --seeds $(SEEDS)
 
 ## matrix: unit, contract and replica tests on the oldest versions pyproject.toml allows, on
 ## Celery 5.4, 5.5 and 5.6, and on the newest of everything (noxfile.py, about 20 minutes)

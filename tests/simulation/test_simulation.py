@@ -15,10 +15,6 @@ from tests.simulation.world import FAULT_KINDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Hole 3 (a Celery retry's RUN ignores a live lease; a take-over lowers the recorded
-#: retries) is not fixed yet: its histories are reported, not failed.
-KNOWN = ["--known", "hole 3"]
-
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -43,6 +39,12 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
         # once; under acks early a deferred copy the broker refuses is gone. Found after
         # 98 seeds of these two kinds (0-97).
         pytest.param(97, "backlog,publish-refused", id="hole-4-refused-deferral-lost"),
+        # A clock jump lets a take-over start beside a run that then asks for a retry; the
+        # retry ran beside the take-over. Found after 58 seeds of the default mix (0-57).
+        pytest.param(57, None, id="hole-3-retry-beside-a-take-over"),
+        # A retry's run lost its lease; beat's take-over (retries 0) finished the window;
+        # then the broker redelivered the retry's message (visibility timeout): it ran again.
+        pytest.param(68, None, id="hole-3-retry-after-the-end"),
     ],
 )
 def test_a_seed_that_found_a_hole_holds_now(seed: int, faults: str | None) -> None:
@@ -58,11 +60,11 @@ def test_every_fault_kind_keeps_every_invariant(kind: str) -> None:
     (nor of a forbid entry), one task id per window, no finished window run again, every
     claimed window completed within the stated bound."""
     first = 1000 + 100 * FAULT_KINDS.index(kind)
-    run = simulate("--seeds", "8", "--first", str(first), "--faults", kind, *KNOWN)
+    run = simulate("--seeds", "8", "--first", str(first), "--faults", kind)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_the_default_mix_of_faults_keeps_every_invariant() -> None:
     """Sixteen seeds of the default mix (each fault kind on or off by the seed)."""
-    run = simulate("--seeds", "16", "--first", "5000", *KNOWN)
+    run = simulate("--seeds", "16", "--first", "5000")
     assert run.returncode == 0, run.stdout + run.stderr
