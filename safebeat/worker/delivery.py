@@ -320,6 +320,8 @@ def ended(task: Any, state: str | None, retval: Any) -> None:
 def not_run(task: Any, execution: Execution) -> None:
     """A run that gave its message back to the broker (`Reject(requeue=True)`): end its
     lease now, so the requeued copy takes the window over at once."""
+    if not renewer.holds(execution.lease):
+        return  # taken over in this process: the lease is the new run's
     renewer.release(execution.lease)
     try:
         config, store = store_of(task.app)
@@ -346,6 +348,10 @@ def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
         worker_metrics.finished(
             namespace, execution.window.entry, outcome.value, runtime.total_seconds()
         )
+    if not renewer.holds(execution.lease):
+        # Taken over by a start of the same run in this process (see LeaseRenewer.hold):
+        # the row is the new run's, which records its own end.
+        return
     try:
         config, store = store_of(task.app)
         store.finish_execution(config.namespace, execution.run, end)
