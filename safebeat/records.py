@@ -441,6 +441,7 @@ def decide_start(
     *,
     started_at: datetime | None,
     finished_at: datetime | None,
+    outcome: Outcome | None,
     lease_until: datetime | None,
     recorded_retries: int | None,
     retries: int,
@@ -449,19 +450,38 @@ def decide_start(
 ) -> Start:
     """May this delivery of a dispatched window run? The rule of `start_execution`.
 
-    From the window's dispatch row (`started_at`, `finished_at`, `lease_until`,
-    `recorded_retries`), this delivery (its Celery `retries`) and, for an entry with
+    From the window's dispatch row (`started_at`, `finished_at`, the `outcome` its run
+    recorded, `lease_until`, `recorded_retries`: the Celery `retries` of the run that
+    started last), this delivery (its Celery `retries`) and, for an entry with
     `overlap="forbid"`, whether another window of the entry has a run whose lease is
     alive (`other_run_alive`), at store time `now`:
 
-    - the row never started, or `retries` is greater than the recorded one (a Celery
-      retry of the window): RUN;
-    - it finished (and `retries` is not greater): DUPLICATE, the only delivery skipped;
-    - it started, never finished, and its lease is alive: DEFER (its run is alive; this
-      delivery must stay around in case that run dies);
-    - it started, never finished, and its lease expired: TAKEOVER (its run is dead);
+    - the row never started: RUN;
+    - it started, never finished, and its lease is alive: DEFER, whatever `retries` this
+      delivery carries (its run is alive; this delivery must stay around in case that
+      run dies). A Celery retry whose message arrives before its previous attempt's end
+      is recorded waits here one lease: never two live runs of one window;
+    - it started, never finished, and its lease expired: TAKEOVER (its run is dead),
+      whatever `retries` this delivery carries;
+    - it finished with the outcome `retry` (the task asked Celery for another attempt)
+      and `retries` is greater than the recorded one: RUN, the next attempt;
+    - it finished otherwise (`success`, `failure`; or `retry` and `retries` is not
+      greater): DUPLICATE, the only delivery skipped. A window whose run finished for
+      good never runs again, whatever `retries` a late copy carries;
     - a RUN or TAKEOVER while `other_run_alive`: DEFER instead (`forbid` holds however
       the broker orders deliveries).
+
+    Why `retries` decides only after a `retry` end: the recorded retries are those of the
+    run that holds the row (with `worker`, they name it, see `LeasedRun.holds`), not a
+    count that only grows. A take-over records the retries of the delivery that takes
+    over: beat re-publishes a dead run with `retries=0`, and that run's own Celery retry
+    comes back as 1 whatever attempt died, so it must start once that run ends with
+    `retry`. Keeping the highest count instead would leave the take-over unable to renew
+    its lease (its worker knows only its own retries) and would skip its genuine retry as
+    a duplicate. So the higher retries of a late copy (an `acks_late` redelivery of an
+    older attempt's retry, or its deferred copy) never make it start beside a live run
+    nor after a finished one: one `retry` end admits exactly one next start, by whichever
+    later attempt's message comes first; the others then find that start.
 
     Liveness comes only from the lease, never from a run's age or its time limits. A
     store calls it under the row's lock and records the start (with a new lease) for RUN
@@ -469,14 +489,16 @@ def decide_start(
     Redis's `start_execution` script decide inside the server, in one round trip, by
     this same rule; the contract suite holds every backend to it.)
     """
-    if started_at is not None and retries <= (recorded_retries or 0):
-        if finished_at is not None:
-            return Start.DUPLICATE
-        if lease_alive(lease_until, now):
-            return Start.DEFER
-        verdict = Start.TAKEOVER
-    else:
+    if started_at is None:
         verdict = Start.RUN
+    elif finished_at is not None:
+        if outcome is not Outcome.RETRY or retries <= (recorded_retries or 0):
+            return Start.DUPLICATE
+        verdict = Start.RUN
+    elif lease_alive(lease_until, now):
+        return Start.DEFER
+    else:
+        verdict = Start.TAKEOVER
     return Start.DEFER if other_run_alive else verdict
 
 

@@ -114,7 +114,9 @@ class TickRounds:
             # SystemExit from a signal handler: the store call it interrupted may have
             # left the store's connection unusable. Stop publishing soon and record
             # nothing; what was sent is re-published, same task ids, after the claim timeout.
-            publishing.result(stop=True)
+            # An error of that publish must not take the SystemExit's place.
+            with suppress(Exception):
+                publishing.result(stop=True)
             raise
         try:
             sending = publishing.result()
@@ -125,7 +127,11 @@ class TickRounds:
                 # publish the rest, which nobody records as sent).
                 with suppress(Exception):
                     publishing.result(stop=True)
-            if following is not None:
+                if following is not None:
+                    # A store error here must not take the SystemExit's place: the
+                    # tick would back off and go on claiming after SIGTERM.
+                    self._hand_back_after_error(following)
+            elif following is not None:
                 steps.hand_back(following)
             raise
         if following is not None and sending.broker_error is not None:
@@ -151,7 +157,8 @@ class TickRounds:
             self._settle_after_error(following, publishing_next)
             raise
         except BaseException:
-            publishing_next.result(stop=True)
+            with suppress(Exception):  # the SystemExit goes on, whatever that publish did
+                publishing_next.result(stop=True)
             raise
         return following, publishing_next
 

@@ -276,14 +276,15 @@ class ExecutionStore(StoreConnection, Protocol):
         `records.decide_start`:
 
         - no such row: return UNKNOWN and write nothing;
-        - the row never started, or `retries` is greater than its recorded `retries`
-          (a Celery retry of the window): record the start and return RUN;
-        - the row finished (and `retries` is not greater): add one to `duplicates` and
-          return DUPLICATE;
+        - the row never started: record the start and return RUN;
         - the row started, never finished, and its `lease_until` is after store now
-          (its run is alive): write nothing and return DEFER;
+          (its run is alive): write nothing and return DEFER, whatever `retries`;
         - the row started, never finished, and its lease expired (its run is dead):
-          record the start and return TAKEOVER;
+          record the start and return TAKEOVER, whatever `retries`;
+        - the row finished with the outcome `retry` and `retries` is greater than its
+          recorded `retries` (the Celery retry it asked for): record the start and
+          return RUN;
+        - the row finished otherwise: add one to `duplicates` and return DUPLICATE;
         - with `exclusive` (the entry's `overlap="forbid"`), a RUN or TAKEOVER while
           another window of the entry has an unfinished run with a live lease: write
           nothing and return DEFER.

@@ -17,14 +17,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from safebeat.records import LeasedRun, Start, decide_start
+from safebeat.records import LeasedRun, Outcome, Start, decide_start
 
 
 @dataclass(frozen=True)
 class ExecutionRow:
     """A dispatched window's execution columns, read under its row's lock at store `now`.
 
-    `other_run_alive`: another window of the entry has an unfinished run with a live
+    `outcome` is the one its run recorded at its end (None: none yet, or not one this
+    version knows). `other_run_alive`: another window of the entry has an unfinished run with a live
     lease (only looked up when the caller asked for it: `overlap="forbid"`).
     `start(lease_until)` records the start of the run asked about (started_at = now, its
     worker and retries, the lease, finished_at, outcome and runtime cleared, runs + 1);
@@ -34,11 +35,21 @@ class ExecutionRow:
     now: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    outcome: Outcome | None
     lease_until: datetime | None
     retries: int | None
     other_run_alive: bool
     start: Callable[[datetime], object]
     duplicate: Callable[[], object]
+
+
+def outcome_of(value: object) -> Outcome | None:
+    """The outcome a row holds as text (the SQL stores, Redis, the ORM), or None: none
+    recorded, or one this version does not know (read as a final end, never a retry)."""
+    try:
+        return None if value is None else Outcome(value)
+    except ValueError:
+        return None
 
 
 def start_columns(run: LeasedRun, now: datetime, lease_until: datetime) -> dict[str, Any]:
@@ -110,6 +121,7 @@ class DecidedStart(ExecutionAdapter):
             verdict = decide_start(
                 started_at=row.started_at,
                 finished_at=row.finished_at,
+                outcome=row.outcome,
                 lease_until=row.lease_until,
                 recorded_retries=row.retries,
                 retries=run.retries,

@@ -8,20 +8,21 @@ Turn it on once, where the Celery app is created, so that beat and workers share
 For every task that safebeat sent (it carries the `safebeat_entry` and `safebeat_window`
 headers), the hook asks the store before the task body runs (`Store.start_execution`):
 
-- the window's first delivery, or a Celery retry of it: the body runs, and the dispatch
-  row records when it started, on which worker, and (afterwards) when it finished, how
-  (success, failure, retry) and for how long;
+- the window's first delivery, or the Celery retry its last run ended asking for: the
+  body runs, and the dispatch row records when it started, on which worker, and
+  (afterwards) when it finished, how (success, failure, retry) and for how long;
 - while the body runs, its lease on the row is renewed (`safebeat.worker.leases`): every
   `safebeat_execution_lease / 3` a daemon thread of the worker process extends it to
   store now + `safebeat_execution_lease`, for all runs of the process in one call;
-- a delivery of a window whose run is alive (its lease has not expired) is deferred: the
-  same message (same task id, same headers) is sent again with a countdown of a third of
-  the lease and this delivery is skipped, so a copy still exists if the live run dies,
-  and takes it over soon after its lease lapsed;
+- a delivery of a window whose run is alive (its lease has not expired) is deferred,
+  whatever its retry number: the same message (same task id, same headers) is sent
+  again with a countdown of a third of the lease and this delivery is skipped, so a copy
+  still exists if the live run dies, and takes it over soon after its lease lapsed;
 - a delivery of a window whose run's lease expired without a finish takes it over: that
   run died with its worker (whatever the pool, whatever its time limits);
-- a delivery of a window whose run finished is the only one skipped as a duplicate: the
-  message is acknowledged, and the duplicate counted on the row and logged;
+- a delivery of a window whose run finished (other than the retry it asked for) is the
+  only one skipped as a duplicate: the message is acknowledged, and the duplicate
+  counted on the row and logged;
 - for an entry with `overlap="forbid"` (the `safebeat_overlap` header), a delivery that
   would start while another window of the entry runs with a live lease is deferred too,
   so two windows of the entry never run at once, however the broker orders them;

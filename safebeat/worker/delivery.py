@@ -276,10 +276,12 @@ def _leave_to_beat(store: ExecutionStore, namespace: str, run: LeasedRun) -> boo
     periodic pass re-publishes such a run with the same task id (as it does a dead
     worker's), once it can reach the broker; that delivery decides again (defers while
     another window of a forbid entry runs, takes the run over after). Where the window's
-    own run is alive or finished, nothing is written: that run covers it. Return whether
-    the store took the decision (False: it could not be reached)."""
+    own run is alive or finished, nothing is written: that run covers it, unless this
+    delivery is a Celery retry that came while its previous attempt was still alive
+    (`records.decide_start` defers it): that retry is lost, and logged as an error. Return
+    whether the store took the decision (False: it could not be reached)."""
     try:
-        store.start_execution(namespace, run, lease=timedelta(0), exclusive=False)
+        verdict = store.start_execution(namespace, run, lease=timedelta(0), exclusive=False)
     except SafebeatError as exc:
         logger.error(
             "safebeat: could not leave entry %r window %s to beat either (%s): it is lost",
@@ -288,6 +290,15 @@ def _leave_to_beat(store: ExecutionStore, namespace: str, run: LeasedRun) -> boo
             exc,
         )
         return False
+    if verdict is Start.DEFER and run.retries > 0:
+        logger.error(
+            "safebeat: retry %d of entry %r window %s came while a run of that window was "
+            "alive, and its message is gone (acks early, its copy refused): if that run was "
+            "its previous attempt, this retry is lost",
+            run.retries,
+            run.entry,
+            format_window(run.window),
+        )
     return True
 
 
@@ -314,6 +325,8 @@ def ended(task: Any, state: str | None, retval: Any) -> None:
 def not_run(task: Any, execution: Execution) -> None:
     """A run that gave its message back to the broker (`Reject(requeue=True)`): end its
     lease now, so the requeued copy takes the window over at once."""
+    if not renewer.holds(execution.lease):
+        return  # taken over in this process: the lease is the new run's
     renewer.release(execution.lease)
     try:
         config, store = store_of(task.app)
@@ -340,6 +353,10 @@ def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
         worker_metrics.finished(
             namespace, execution.window.entry, outcome.value, runtime.total_seconds()
         )
+    if not renewer.holds(execution.lease):
+        # Taken over by a start of the same run in this process (see LeaseRenewer.hold):
+        # the row is the new run's, which records its own end.
+        return
     try:
         config, store = store_of(task.app)
         store.finish_execution(config.namespace, execution.run, end)

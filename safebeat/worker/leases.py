@@ -63,9 +63,27 @@ class LeaseRenewer:
         self._pid = os.getpid()
 
     def hold(self, config: Config, run: LeasedRun) -> int:
-        """Renew `run`'s lease until `release` is called with the returned token."""
+        """Renew `run`'s lease until `release` is called with the returned token.
+
+        A run of this process held under the same name (window, worker, retries) was
+        taken over by this start (the store started it anew, so its lease had lapsed: a
+        stall, a clock jump): it is no longer held, so its late renewals and its end do
+        not land on the new run's row (see `holds`)."""
         with self._mutex:
             self._forked()
+            for token, held in list(self._held.items()):
+                same_store = (held.config.url, held.config.namespace) == (
+                    config.url,
+                    config.namespace,
+                )
+                if same_store and held.run == run:
+                    del self._held[token]
+                    logger.warning(
+                        "safebeat: an earlier run of entry %r window %s in this process was "
+                        "taken over by a new start; its end will not be recorded",
+                        run.entry,
+                        run.window.isoformat(),
+                    )
             self._next += 1
             self._held[self._next] = _Held(config, run)
             token = self._next
@@ -76,6 +94,12 @@ class LeaseRenewer:
                 self._thread.start()
         self._wake.set()
         return token
+
+    def holds(self, token: int) -> bool:
+        """Whether the run `hold` returned `token` for is still held: not released, nor
+        taken over by a start of the same run in this process."""
+        with self._mutex:
+            return token in self._held
 
     def release(self, token: int) -> None:
         """Stop renewing the run `hold` returned `token` for."""

@@ -1,24 +1,29 @@
-"""Real beat and worker processes on PostgreSQL, each hit by the store fault that once ran a
-window twice: a failed publish record (issue 29, hole 1) and a cut connection at the end of
-a run (hole 2). The unit, contract and simulation tests check the rules; these check that a
-real beat, a real worker and a real server keep them.
+"""Real beat and worker processes on PostgreSQL, each hit by the fault that once ran a
+window twice or lost it: a failed publish record (issue 29, hole 1), a cut connection at the
+end of a run (hole 2) and, under acks early, a deferred copy the broker refuses (hole 4).
+The unit, contract and simulation tests check the rules; these check that a real beat, a
+real worker and a real server keep them.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 import redis
 
-from safebeat.stores.base import Outcome, Status
+from safebeat.identity import task_id_for
+from safebeat.stores.base import Claim, NewClaim, Outcome, Status, TickPlan
 from safebeat.stores.postgres import PostgresStore
 from tests import runscope
 from tests.acceptance.test_workers import (
+    DEAD_REPLICA,
     claim_window,
     cluster,
     publish,
@@ -167,4 +172,72 @@ def test_a_cut_store_connection_during_the_body_never_runs_a_finished_window_aga
         Outcome.SUCCESS,
         Status.SENT,
     ), f"{row}\n{logs}"
+    store.close()
+
+
+def claim_windows(store: PostgresStore, namespace: str, entry: str, count: int) -> list[Claim]:
+    """Claim `count` windows of `entry`, a minute apart and an hour back, as a beat did."""
+    first = store.clock().replace(microsecond=0) - timedelta(hours=1)
+    windows = [first + timedelta(minutes=i) for i in range(count)]
+    new = [NewClaim(entry, w, task_id_for(namespace, entry, w), "workers.record") for w in windows]
+    result = store.tick(namespace, [], lambda n, s: TickPlan(claims=new), replica=DEAD_REPLICA)
+    assert result is not None
+    return list(result.claimed)
+
+
+def test_under_acks_early_a_refused_deferral_of_a_forbid_window_still_runs_once(
+    tmp_path: Path, pg_url: str, redis_url: str, queue: str, namespace: str
+) -> None:
+    """Hole 4. A real worker with acks early gets two windows of a `forbid` entry at once:
+    one runs, the other is deferred, and the broker refuses its copy. Its message is
+    acknowledged already, so the hook leaves the window to beat as a run that died at
+    once; a real beat re-publishes it, and it runs once, after the first."""
+    store = PostgresStore(pg_url)
+    processes = cluster(
+        tmp_path,
+        redis_url,
+        queue,
+        store_url=pg_url,
+        namespace=namespace,
+        # Defined so beat's take-over pass re-publishes its windows; its own first window
+        # is an hour away.
+        schedule={"job": {"seconds": 3600, "sleep": 3.0, "overlap": "forbid"}},
+        SB_ACKS_LATE="0",
+        SB_REFUSE_DELAYED="1",
+        SAFEBEAT_EXECUTION_LEASE=str(LEASE),
+        SAFEBEAT_CLAIM_TIMEOUT=str(CLAIM_TIMEOUT),
+    )
+    processes.start(1)
+    processes.start_workers(1, pool="threads", concurrency=2)
+    try:
+        processes.wait_started()
+        claims = claim_windows(store, namespace, "job", 2)
+        for claim in claims:
+            publish(
+                redis_url,
+                queue,
+                claim,
+                copies=1,
+                sleep=3.0,
+                options={"safebeat": {"overlap": "forbid"}},
+            )
+        store.record_publish(namespace, [c.id for c in claims], {})  # as beat confirms
+        deadline = time.monotonic() + 40
+        while True:
+            rows = store.history(namespace, "job", limit=10)
+            if len(rows) == 2 and all(r.outcome is not None for r in rows):
+                break
+            assert time.monotonic() < deadline, f"{rows}\n{processes.logs(200)}"
+            time.sleep(0.2)
+    finally:
+        processes.stop()
+    logs = processes.logs(400)
+    assert "injected: the broker refuses this publish" in logs
+    assert "acknowledged already (acks early)" in logs
+    runs = sorted(traces(tmp_path), key=lambda t: t["started"])
+    assert sorted(t["task_id"] for t in runs) == sorted(c.task_id for c in claims), logs
+    for before, after in itertools.pairwise(runs):
+        assert after["started"] >= before["finished"], f"{before} overlaps {after}"
+    assert all(r.outcome is Outcome.SUCCESS for r in rows), f"{rows}\n{logs}"
+    assert sorted(r.attempts for r in rows) == [1, 2], f"{rows}\n{logs}"  # one re-publish
     store.close()

@@ -4,8 +4,10 @@ Configured by environment: SB_BROKER_URL, SB_QUEUE, SB_TRACES (a folder), SB_SCH
 (JSON: entry -> {"seconds": float, "sleep": float, "overlap": "allow"|"forbid", "queue":
 name}; an entry without "queue" goes to SB_QUEUE).
 SB_ACKS_LATE ("1", the default, or "0") sets task_acks_late; SB_HOOK="0" leaves the worker
-hook out (plain Celery, for comparison). safebeat reads its own
-SAFEBEAT_* variables. Each execution of `workers.record` writes
+hook out (plain Celery, for comparison). SB_REFUSE_DELAYED=N makes each process's first N
+publishes of a message with an eta (the copy the hook sends again for later) fail as a
+broker refusing them does. safebeat reads its own SAFEBEAT_* variables. Each execution of
+`workers.record` writes
 one JSON file into SB_TRACES: its task id, entry, window, pid and start and end times.
 """
 
@@ -16,15 +18,36 @@ import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
+from kombu.exceptions import OperationalError
 
 import safebeat
 import safebeat.worker
 from safebeat.identity import format_window
 from tests.acceptance.brokerkeys import redis_transport_options
 
-app = Celery("workers", broker=os.environ["SB_BROKER_URL"])
+
+class RefusingAMQP(AMQP):
+    """Celery's AMQP, whose first SB_REFUSE_DELAYED publishes with an eta are refused."""
+
+    refusals = int(os.environ.get("SB_REFUSE_DELAYED", "0"))
+
+    def _create_task_sender(self) -> Any:
+        send = super()._create_task_sender()
+
+        def refusing(producer: Any, name: str, message: Any, *args: Any, **kwargs: Any) -> Any:
+            if message.headers.get("eta") and RefusingAMQP.refusals > 0:
+                RefusingAMQP.refusals -= 1
+                raise OperationalError("injected: the broker refuses this publish")
+            return send(producer, name, message, *args, **kwargs)
+
+        return refusing
+
+
+app = Celery("workers", broker=os.environ["SB_BROKER_URL"], amqp=RefusingAMQP)
 if os.environ.get("SB_HOOK", "1") == "1":
     safebeat.worker.install(app)
 app.conf.update(

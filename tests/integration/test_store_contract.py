@@ -1005,6 +1005,92 @@ def test_a_celery_retry_of_the_window_runs(store: Store, namespace: str) -> None
     assert (row.outcome, row.finished_at, row.runtime) == (None, None, None)  # type: ignore[attr-defined]
 
 
+def test_a_retry_delivered_while_its_previous_attempt_lives_waits_for_its_end(
+    store: Store, namespace: str
+) -> None:
+    """A Celery retry's message that comes before its previous attempt's end is recorded
+    is deferred, and writes nothing; once that attempt ends with `retry`, it runs."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.DEFER
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.retries, row.runs) == ("w1@host:1", 0, 1)  # type: ignore[attr-defined]
+    finish(store, namespace, window, outcome=Outcome.RETRY)
+    assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.RUN
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCESS, Outcome.FAILURE])
+def test_a_late_copy_of_a_retry_never_starts_beside_or_after_the_take_over_of_its_run(
+    store: Store, namespace: str, outcome: Outcome
+) -> None:
+    """Issue 29, hole 3. A retry's run dies; beat re-publishes the window with retries 0
+    and that delivery takes the run over. A late copy of the retry's message (an acks-late
+    redelivery, a deferred copy) is deferred while the take-over lives, leaves the
+    take-over's lease its own, and is a duplicate once the take-over finished."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    finish(store, namespace, window, outcome=Outcome.RETRY)
+    died = start(store, namespace, window, worker="w2@host:2", retries=1, lease=timedelta(0))
+    assert died is Start.RUN
+    assert start(store, namespace, window, worker="w3@host:3") is Start.TAKEOVER
+    assert start(store, namespace, window, worker="w4@host:4", retries=1) is Start.DEFER
+    takeover = LeasedRun("a", window, "w3@host:3", 0)
+    assert store.renew_executions(namespace, [takeover], lease=HOUR) == 1
+    finish(store, namespace, window, worker="w3@host:3", outcome=outcome)
+    assert start(store, namespace, window, worker="w4@host:4", retries=1) is Start.DUPLICATE
+    assert start(store, namespace, window, worker="w4@host:4", retries=2) is Start.DUPLICATE
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.runs, row.outcome) == ("w3@host:3", 3, outcome)  # type: ignore[attr-defined]
+
+
+def test_a_take_over_that_ends_asking_for_a_retry_is_followed_by_one_attempt(
+    store: Store, namespace: str
+) -> None:
+    """The take-over of a dead retry asks for a retry itself: the next attempt runs once,
+    whether its own message or a late copy of the dead retry's comes first."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    finish(store, namespace, window, outcome=Outcome.RETRY)
+    died = start(store, namespace, window, worker="w2@host:2", retries=1, lease=timedelta(0))
+    assert died is Start.RUN
+    assert start(store, namespace, window, worker="w3@host:3") is Start.TAKEOVER
+    finish(store, namespace, window, worker="w3@host:3", outcome=Outcome.RETRY)
+    assert start(store, namespace, window, worker="w4@host:4", retries=1) is Start.RUN
+    assert start(store, namespace, window, worker="w5@host:5", retries=1) is Start.DEFER
+    finish(store, namespace, window, worker="w4@host:4", retries=1)
+    assert start(store, namespace, window, worker="w5@host:5", retries=1) is Start.DUPLICATE
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.retries, row.runs) == ("w4@host:4", 1, 4)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCESS, Outcome.FAILURE])
+def test_a_window_that_finished_for_good_never_runs_again_whatever_its_retries(
+    store: Store, namespace: str, outcome: Outcome
+) -> None:
+    """After a run that ended with success or failure, a delivery with a higher retry
+    number (a stale copy of an older attempt's retry) is a duplicate too."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    finish(store, namespace, window, outcome=outcome)
+    for retries in (1, 3):
+        verdict = start(store, namespace, window, worker="w2@host:2", retries=retries)
+        assert verdict is Start.DUPLICATE
+    row = row_of(store, namespace, window)
+    assert (row.runs, row.duplicates, row.outcome) == (1, 2, outcome)  # type: ignore[attr-defined]
+
+
+def test_a_retry_whose_previous_attempt_died_unrecorded_takes_it_over(
+    store: Store, namespace: str
+) -> None:
+    """An attempt that sent its retry and died before recording its end: the retry takes
+    the dead run over (a lease that lapsed, not an end asking for a retry)."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window, lease=timedelta(0))
+    assert start(store, namespace, window, worker="w2@host:2", retries=1) is Start.TAKEOVER
+    row = row_of(store, namespace, window)
+    assert (row.worker, row.retries, row.runs) == ("w2@host:2", 1, 2)  # type: ignore[attr-defined]
+
+
 def test_an_unfinished_run_whose_lease_expired_is_taken_over(store: Store, namespace: str) -> None:
     """A run that never finished and whose lease ended is taken over with a new lease,
     however young; its late finish is ignored."""

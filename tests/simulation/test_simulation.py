@@ -22,10 +22,6 @@ PRUNE = AuditAction.PRUNE
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Hole 3 (a Celery retry's RUN ignores a live lease; a take-over lowers the recorded
-#: retries) is not fixed yet: its histories are reported, not failed.
-KNOWN = ["--known", "hole 3"]
-
 
 def simulate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0"}
@@ -46,10 +42,25 @@ def simulate(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         pytest.param(4, None, id="hole-2-end-not-recorded"),
         pytest.param(7, None, id="hole-1-takeover-of-a-live-run"),
         pytest.param(48, "beat-term", id="hole-5-sigterm-mid-round"),
+        # SIGTERM while the tick waits for the publishing thread, then a store error as
+        # the next round is handed back: that error took the SystemExit's place and the
+        # beat went on claiming. Found after the hole 3 fix, in seeds 300-599 (429).
+        pytest.param(429, None, id="hole-5-store-error-hides-sigterm"),
         # Workers start late, so windows of a forbid entry pile up and are delivered at
         # once; under acks early a deferred copy the broker refuses is gone. Found after
         # 98 seeds of these two kinds (0-97).
         pytest.param(97, "backlog,publish-refused", id="hole-4-refused-deferral-lost"),
+        # A clock jump lets a take-over start beside a run that then asks for a retry; the
+        # retry ran beside the take-over. Found after 58 seeds of the default mix (0-57).
+        pytest.param(57, None, id="hole-3-retry-beside-a-take-over"),
+        # A retry's run lost its lease; beat's take-over (retries 0) finished the window;
+        # then the broker redelivered the retry's message (visibility timeout): it ran again.
+        pytest.param(68, None, id="hole-3-retry-after-the-end"),
+        # A clock jump lets a run that asked for a retry be taken over in its own worker
+        # process under the same name; its end, retried by the renewer, landed on the
+        # take-over's row, and the retry ran after the take-over finished the window.
+        # Found after the hole 3 fix, in seeds 300-799 (758).
+        pytest.param(758, None, id="hole-3-stale-end-in-the-same-process"),
     ],
 )
 def test_a_seed_that_found_a_hole_holds_now(seed: int, faults: str | None) -> None:
@@ -65,13 +76,13 @@ def test_every_fault_kind_keeps_every_invariant(kind: str) -> None:
     (nor of a forbid entry), one task id per window, no finished window run again, every
     claimed window completed within the stated bound."""
     first = 1000 + 100 * FAULT_KINDS.index(kind)
-    run = simulate("--seeds", "8", "--first", str(first), "--faults", kind, *KNOWN)
+    run = simulate("--seeds", "8", "--first", str(first), "--faults", kind)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_the_default_mix_of_faults_keeps_every_invariant() -> None:
     """Sixteen seeds of the default mix (each fault kind on or off by the seed)."""
-    run = simulate("--seeds", "16", "--first", "5000", *KNOWN)
+    run = simulate("--seeds", "16", "--first", "5000")
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -89,9 +100,11 @@ REAL_STORE_SEEDS = [
     pytest.param(
         "sqlite", ["--seed", "97", "--faults", "backlog,publish-refused"], id="sqlite-hole-4"
     ),
+    pytest.param("sqlite", ["--seed", "57"], id="sqlite-hole-3"),
     pytest.param("sqlite", ["--seeds", "3", "--first", "5003"], id="sqlite-mix"),
     pytest.param("postgres", ["--seed", "4"], id="postgres-hole-2", marks=POSTGRES),
     pytest.param("postgres", ["--seed", "7"], id="postgres-hole-1", marks=POSTGRES),
+    pytest.param("postgres", ["--seed", "68"], id="postgres-hole-3", marks=POSTGRES),
     pytest.param("postgres", ["--seed", "5003"], id="postgres-mix", marks=POSTGRES),
     pytest.param("redis", ["--seed", "4"], id="redis-hole-2", marks=REDIS),
     pytest.param("redis", ["--seed", "7"], id="redis-hole-1", marks=REDIS),
@@ -108,7 +121,7 @@ def test_a_real_store_keeps_every_invariant_on_the_same_histories(
     env = {}
     if store == "postgres":
         env["SAFEBEAT_TEST_POSTGRES_URL"] = request.getfixturevalue("pg_admin_url")
-    run = simulate(*seeds, "--store", store, *KNOWN, env=env)
+    run = simulate(*seeds, "--store", store, env=env)
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -143,3 +143,24 @@ def test_a_store_error_while_renewing_is_counted_and_never_raised(
     assert renewer.renew_now() == 0
     assert totals.renewal_errors == 1
     assert "renewing the leases of 1 run(s) failed (store down)" in caplog.text
+
+
+def test_a_run_taken_over_in_its_own_process_is_no_longer_held() -> None:
+    """A run whose lease lapsed (a stall, a clock jump) taken over by a start of the same
+    run in the same process (same worker, same retries): the earlier one is no longer
+    held, so its pending end (retried by the renewer) never lands on the new run's row
+    (found by the simulation, seed 758)."""
+    clock = FakeClock(T0)
+    store = MemoryStore(clock=clock.now)
+    renewer = LeaseRenewer(store=lambda config: store)
+    run = started(store, T0, "w@h:1")
+    stale = renewer.hold(CONFIG, run)
+    renewer.finish_later(stale, RunEnd(Outcome.RETRY, S))  # its end failed to record
+    clock.advance(31)
+    assert store.start_execution("unit", run, lease=LEASE) is Start.TAKEOVER
+    fresh = renewer.hold(CONFIG, run)
+    assert renewer.renew_now() == 1
+    [record] = store.history("unit", "e")
+    assert (record.finished_at, record.outcome) == (None, None)
+    assert not renewer.holds(stale)
+    assert renewer.holds(fresh)

@@ -225,6 +225,36 @@ def test_a_signal_while_the_tick_waits_for_the_publish_stops_the_round_at_its_ne
     assert 1 <= len(sent_entries(app, queue)) <= 2  # the first round has 4
 
 
+def test_a_store_error_while_a_signal_hands_back_the_next_round_still_stops_the_tick(
+    clock: FakeClock, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM's SystemExit raised while the tick waits for the publishing thread, and the
+    store fails as the next round is handed back: the SystemExit still leaves the tick.
+    Before, the store error took its place and the tick backed off and went on claiming
+    and publishing after SIGTERM (found by the simulation, seed 429)."""
+    _app, store, scheduler = burst(queue, clock)
+    real_result = BackgroundPublish.result
+    signalled: list[bool] = []
+
+    def result(self: BackgroundPublish[Any], *, stop: bool = False) -> Any:
+        if not stop and not signalled:
+            signalled.append(True)
+            raise SystemExit(0)  # the signal arrives while the tick waits here
+        return real_result(self, stop=stop)
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("connection reset")
+
+    monkeypatch.setattr(BackgroundPublish, "result", result)
+    monkeypatch.setattr(store, "release_claims", unreachable)
+    monkeypatch.setattr(store, "record_publish", unreachable)
+    with pytest.raises(SystemExit):
+        scheduler.tick()
+    assert signalled
+    monkeypatch.undo()
+    scheduler.close()
+
+
 def test_a_store_error_during_the_next_claim_still_records_the_round_sent(
     clock: FakeClock, queue: str
 ) -> None:

@@ -13,6 +13,7 @@ from safebeat.records import (
     EntryState,
     NewClaim,
     NewSkip,
+    Outcome,
     Reclaim,
     ReclaimPage,
     StaleClaim,
@@ -33,18 +34,23 @@ def decide(
     started: timedelta | None,
     finished: bool = False,
     *,
+    outcome: Outcome | None = None,
     lease_left: timedelta | None = 10 * S,
     recorded_retries: int | None = 0,
     retries: int = 0,
     other_run_alive: bool = False,
 ) -> Start:
     """Decide for a row that started `started` before NOW (None: never started) and whose
-    lease ends `lease_left` after NOW (negative: expired; None: no lease recorded)."""
+    lease ends `lease_left` after NOW (negative: expired; None: no lease recorded); a
+    finished row ended with `outcome` (success unless given)."""
     started_at = None if started is None else NOW - started
     finished_at = started_at + S if finished and started_at else None
+    if finished_at is not None and outcome is None:
+        outcome = Outcome.SUCCESS
     return decide_start(
         started_at=started_at,
         finished_at=finished_at,
+        outcome=outcome,
         lease_until=None if lease_left is None else NOW + lease_left,
         recorded_retries=recorded_retries,
         retries=retries,
@@ -59,18 +65,67 @@ def test_a_window_that_never_started_runs() -> None:
     assert decide(None, recorded_retries=None, retries=3, lease_left=None) is Start.RUN
 
 
-def test_a_celery_retry_of_the_window_runs_even_while_the_first_try_is_recorded() -> None:
-    """A delivery whose retry number is above the recorded one is a Celery retry: it runs."""
-    assert decide(timedelta(minutes=1), recorded_retries=0, retries=1) is Start.RUN
-    assert decide(timedelta(minutes=1), True, recorded_retries=1, retries=2) is Start.RUN
+def test_a_celery_retry_runs_once_its_previous_attempt_ended_asking_for_it() -> None:
+    """A delivery whose retry number is above the recorded one, of a run that ended with
+    `retry`, is the next attempt: it runs, whatever the ended run's lease says."""
+    for lease_left in (10 * S, -10 * S, None):
+        verdict = decide(
+            S, True, outcome=Outcome.RETRY, lease_left=lease_left, recorded_retries=1, retries=2
+        )
+        assert verdict is Start.RUN
+
+
+def test_a_celery_retry_waits_while_its_previous_attempt_lives() -> None:
+    """A retry's message that comes before its previous attempt's end is recorded (a retry
+    without countdown) is deferred like any other delivery: never two live runs."""
+    assert decide(timedelta(minutes=1), recorded_retries=0, retries=1) is Start.DEFER
+    assert decide(timedelta(minutes=1), recorded_retries=0, retries=5) is Start.DEFER
+
+
+def test_a_later_attempt_of_a_dead_run_takes_it_over() -> None:
+    """A retry whose previous attempt died before recording its end takes the run over."""
+    assert decide(S, lease_left=-S, recorded_retries=0, retries=1) is Start.TAKEOVER
+
+
+def test_a_take_over_by_an_older_attempt_of_a_dead_run_runs() -> None:
+    """Beat re-publishes a dead run with retries 0, whatever attempt died: it takes over."""
+    assert decide(S, lease_left=-S, recorded_retries=2, retries=0) is Start.TAKEOVER
 
 
 @pytest.mark.parametrize("retries", [0, 1])
 def test_only_a_delivery_of_a_finished_run_is_a_duplicate(retries: int) -> None:
     """A finished run makes a redelivery (retry number not above the recorded) a duplicate,
-    whatever its lease says."""
+    whatever its lease and its outcome say."""
     for lease_left in (10 * S, -10 * S, None):
-        verdict = decide(S, True, lease_left=lease_left, recorded_retries=1, retries=retries)
+        for outcome in Outcome:
+            verdict = decide(
+                S,
+                True,
+                outcome=outcome,
+                lease_left=lease_left,
+                recorded_retries=1,
+                retries=retries,
+            )
+            assert verdict is Start.DUPLICATE
+
+
+@pytest.mark.parametrize("outcome", [Outcome.SUCCESS, Outcome.FAILURE, None])
+def test_a_window_that_finished_for_good_never_runs_again_whatever_its_retries(
+    outcome: Outcome | None,
+) -> None:
+    """A late copy of a retry (a higher retry number) after a run that ended for good
+    (success, failure, or an outcome this version does not know) is a duplicate."""
+    started_at = NOW - S
+    for retries in (1, 3):
+        verdict = decide_start(
+            started_at=started_at,
+            finished_at=started_at,
+            outcome=outcome,
+            lease_until=None,
+            recorded_retries=0,
+            retries=retries,
+            now=NOW,
+        )
         assert verdict is Start.DUPLICATE
 
 

@@ -78,8 +78,11 @@ def dispatch(app: Celery, window: datetime = WINDOW) -> str:
     return task_id
 
 
-def deliver(task: Any, task_id: str, *, window: datetime = WINDOW, **request: Any) -> str:
-    """Run the task the way a worker's tracer does: before_start, body, postrun; return state."""
+def deliver(
+    task: Any, task_id: str, *, window: datetime = WINDOW, ends: str = "SUCCESS", **request: Any
+) -> str:
+    """Run the task the way a worker's tracer does: before_start, body, postrun; return state
+    (the body's end is `ends`: RETRY as if it asked Celery for a retry)."""
     headers = {"safebeat_entry": "weekly", "safebeat_window": format_window(window)}
     context = {"id": task_id, "headers": headers, "is_eager": False, "hostname": "w1@host"}
     task.push_request(**{**context, **request})
@@ -90,7 +93,7 @@ def deliver(task: Any, task_id: str, *, window: datetime = WINDOW, **request: An
             state = "IGNORED"
         else:
             task.run()
-            state = "SUCCESS"
+            state = ends
         safebeat.worker._on_postrun(task=task, state=state)
     finally:
         task.pop_request()
@@ -135,13 +138,16 @@ def test_second_delivery_is_skipped_counted_and_logged(
 def test_a_celery_retry_runs_and_records_each_outcome(
     app: Celery, task: Any, ran: list[str]
 ) -> None:
-    """A retry of the window (a higher retry number) runs; its own redelivery does not."""
+    """A retry of the window (a higher retry number, after a run that ended asking for it)
+    runs; its own redelivery does not, nor does a late retry of a window that succeeded."""
     task_id = dispatch(app)
-    deliver(task, task_id)
+    assert deliver(task, task_id, ends="RETRY") == "RETRY"
     assert deliver(task, task_id, retries=1) == "SUCCESS"
     assert deliver(task, task_id, retries=1) == "IGNORED"
+    assert deliver(task, task_id, retries=2) == "IGNORED"
     assert ran == [task_id, task_id]
-    assert (row(app).retries, row(app).runs, row(app).duplicates) == (1, 2, 1)
+    assert (row(app).retries, row(app).runs, row(app).duplicates) == (1, 2, 2)
+    assert row(app).outcome is Outcome.SUCCESS
 
 
 def test_postrun_states_become_outcomes(app: Celery, task: Any) -> None:
@@ -594,3 +600,32 @@ def test_under_acks_early_a_refused_deferral_is_left_to_beat_as_a_dead_run(
     )
     assert result is not None
     assert [c.task_id for c in result.reclaimed] == [older_id]
+
+
+def test_a_retry_that_comes_while_its_previous_attempt_lives_is_deferred_not_run(
+    app: Celery,
+    task: Any,
+    ran: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Celery retry's message delivered before its previous attempt's end is recorded
+    (issue 29, hole 3) does not run beside it. Under acks early with its deferred copy
+    refused, the message is gone and nothing in the store covers that retry: an error
+    says so."""
+    task_id = dispatch(app)
+    store(app).start_execution(
+        NAMESPACE, LeasedRun("weekly", WINDOW, "alive@host:9", 0), lease=timedelta(hours=1)
+    )
+
+    class Unsendable:
+        def apply_async(self) -> None:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(type(task), "signature_from_request", lambda *a, **k: Unsendable())
+    with caplog.at_level(logging.WARNING, "safebeat.worker"):
+        assert deliver(task, task_id, retries=1) == "IGNORED"
+    assert ran == []
+    assert (row(app).worker, row(app).retries, row(app).runs) == ("alive@host:9", 0, 1)
+    assert "retry 1 of entry 'weekly'" in caplog.text
+    assert "this retry is lost" in caplog.text

@@ -46,6 +46,7 @@ class MemoryExecutions(DecidedStart, MemoryState):
                 now,
                 found.started_at,
                 found.finished_at,
+                found.outcome,
                 found.lease_until,
                 found.retries,
                 other_run_alive,

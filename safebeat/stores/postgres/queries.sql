@@ -294,14 +294,16 @@ SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each
--- decides on the row as the one before it left it, by records.decide_start: run,
--- takeover (lease expired), defer (lease alive; or, for `forbid`, another window of the
--- entry runs with a live lease) or duplicate (finished).
+-- decides on the row as the one before it left it, by records.decide_start: run (never
+-- started; or it ended asking for a retry and this delivery's retries are higher),
+-- takeover (lease expired), defer (lease alive, whatever the retries; or, for `forbid`,
+-- another window of the entry runs with a live lease) or duplicate (finished otherwise).
 WITH current AS (
     SELECT id,
-           CASE WHEN started_at IS NOT NULL AND coalesce(retries, 0) >= %(retries)s
-                     AND finished_at IS NOT NULL THEN 'duplicate'
-                WHEN started_at IS NOT NULL AND coalesce(retries, 0) >= %(retries)s
+           CASE WHEN started_at IS NOT NULL AND finished_at IS NOT NULL
+                     AND (outcome IS DISTINCT FROM 'retry'
+                          OR coalesce(retries, 0) >= %(retries)s) THEN 'duplicate'
+                WHEN started_at IS NOT NULL AND finished_at IS NULL
                      AND lease_until > clock_timestamp() THEN 'defer'
                 WHEN %(exclusive)s AND EXISTS (
                          SELECT 1 FROM safebeat_dispatch AS o
@@ -309,7 +311,7 @@ WITH current AS (
                            AND o.window_at <> %(window)s
                            AND o.started_at IS NOT NULL AND o.finished_at IS NULL
                            AND o.lease_until > clock_timestamp()) THEN 'defer'
-                WHEN started_at IS NULL OR coalesce(retries, 0) < %(retries)s THEN 'run'
+                WHEN started_at IS NULL OR finished_at IS NOT NULL THEN 'run'
                 ELSE 'takeover' END AS verdict
     FROM safebeat_dispatch
     WHERE namespace = %(namespace)s AND entry = %(entry)s AND window_at = %(window)s

@@ -540,17 +540,21 @@ if not id then
 end
 local row = p .. ':row:' .. id
 local fields = redis.call('HMGET', row, 'status', 'task_id', 'started_at', 'finished_at',
-    'retries', 'lease_until')
+    'retries', 'lease_until', 'outcome')
 if not fields[1] or fields[1] == 'skipped' or not fields[2] then
     return 'unknown'
 end
 local now = now_us()
 local verdict
-if not fields[3] or tonumber(retries) > tonumber(fields[5] or '0') then
+if not fields[3] then
     verdict = 'run'
 elseif fields[4] then
-    redis.call('HINCRBY', row, 'duplicates', 1)
-    return 'duplicate'
+    -- Only an end that asked for a retry lets a later attempt (higher retries) start.
+    if fields[7] ~= 'retry' or tonumber(retries) <= tonumber(fields[5] or '0') then
+        redis.call('HINCRBY', row, 'duplicates', 1)
+        return 'duplicate'
+    end
+    verdict = 'run'
 elseif fields[6] and tonumber(fields[6]) > tonumber(now) then
     return 'defer'
 else

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.executions import DecidedStart, ExecutionRow
+from safebeat.stores.executions import DecidedStart, ExecutionRow, outcome_of
 from safebeat.stores.sqlite.connection import (
     Q,
     SqliteConnection,
@@ -36,13 +36,14 @@ class SqliteExecutions(DecidedStart, SqliteConnection):
             if row is None:
                 yield None
                 return
-            row_id, started_at, finished_at, lease_until, recorded_retries, other_alive = row
+            row_id, started_at, finished_at, outcome, lease_until, retries, other_alive = row
             yield ExecutionRow(
                 now,
                 _maybe_instant(started_at),
                 _maybe_instant(finished_at),
+                outcome_of(outcome),
                 _maybe_instant(lease_until),
-                recorded_retries,
+                retries,
                 bool(other_alive),
                 start=lambda lease_until: conn.execute(
                     Q["start_execution"],

@@ -197,7 +197,7 @@ SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
 -- name: execution_of
 -- other_run_alive: another window of the entry runs with a live lease (for `forbid`).
-SELECT id, started_at, finished_at, lease_until, retries,
+SELECT id, started_at, finished_at, outcome, lease_until, retries,
        :exclusive AND EXISTS (
            SELECT 1 FROM safebeat_dispatch AS o
            WHERE o.namespace = :namespace AND o.entry = :entry AND o.window_at <> :window

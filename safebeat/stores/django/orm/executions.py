@@ -11,7 +11,7 @@ from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.executions import DecidedStart, ExecutionRow, start_columns
+from safebeat.stores.executions import DecidedStart, ExecutionRow, outcome_of, start_columns
 
 
 class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
@@ -43,13 +43,13 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                     window_at=run.window,
                     task_id__isnull=False,
                 )
-                .values_list("id", "started_at", "finished_at", "lease_until", "retries")
+                .values_list("id", "started_at", "finished_at", "outcome", "lease_until", "retries")
                 .first()
             )
             if found is None:
                 yield None
                 return
-            row_id, started_at, finished_at, lease_until, recorded_retries = found
+            row_id, started_at, finished_at, outcome, lease_until, recorded_retries = found
             now = vendors.clock(connection)
             other_run_alive = (
                 exclusive
@@ -67,6 +67,7 @@ class DjangoOrmExecutions(DecidedStart, DjangoOrmRows):
                 now,
                 started_at,
                 finished_at,
+                outcome_of(outcome),
                 lease_until,
                 recorded_retries,
                 other_run_alive,
