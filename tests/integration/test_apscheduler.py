@@ -60,7 +60,7 @@ def test_of_two_replicas_handed_one_run_time_only_the_first_runs_it(
 
     assert kinds(first) == [EVENT_JOB_EXECUTED]
     assert second == []
-    assert seen == [(CurrentWindow("report", run_time.astimezone(UTC)), True)]
+    assert seen == [(CurrentWindow("report", run_time.astimezone(UTC), run_time.tzinfo), True)]
     assert safebeat.current_window() is None
     store = open_store(sqlite_url)
     [row] = store.history(namespace, "report")
