@@ -318,6 +318,7 @@ class TickEngine:
             started=started,
             retry_after=timedelta(seconds=tuning.max_interval),
         )
+        self.metrics.set_aside("store", [*self.rounds.refused, *self.rounds.unreadable])
         if result is None:
             return None
         self._last_store_now = result.now

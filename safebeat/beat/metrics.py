@@ -10,6 +10,7 @@ itself: sum across replicas (`sum by (entry)`) for the cluster's view.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -118,6 +119,13 @@ BEAT_METRICS = (
         Counter,
     ),
     Metric(
+        "safebeat_entry_broken",
+        "1 while this replica puts the entry aside: its definition does not load, the "
+        "store refuses its rows, or its state does not read back.",
+        (NAMESPACE, "entry"),
+        Gauge,
+    ),
+    Metric(
         "safebeat_replicas_alive",
         "Replicas of this namespace whose heartbeat is recent, as this replica sees it.",
         (NAMESPACE,),
@@ -157,6 +165,8 @@ class BeatMetrics:
         self.namespace = namespace
         self.recording = False
         self.totals = BeatTotals()
+        #: The entries put aside, by cause (a definition, the store): served as one set.
+        self._set_aside: dict[str, frozenset[str]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = Metrics(BEAT_METRICS, self.registry)
         self._metrics.set("safebeat_replica_info", 1, namespace, replica, __version__, store)
@@ -178,6 +188,8 @@ class BeatMetrics:
         without_created_series()
         start_http_server(port, addr=address, registry=self.registry)
         self.recording = True
+        for entry in self.broken_now():
+            self._set("safebeat_entry_broken", 1, entry)
         logger.info("safebeat: metrics on http://%s:%d/metrics", address, port)
 
     def _inc(self, name: str, *labels: str, amount: float = 1) -> None:
@@ -236,6 +248,25 @@ class BeatMetrics:
     def entry_error(self, entry: str) -> None:
         self.totals.entry_errors += 1
         self._inc("safebeat_entry_errors", entry)
+
+    def broken_now(self) -> frozenset[str]:
+        """The entries this replica puts aside now, whatever the cause."""
+        return frozenset().union(*self._set_aside.values())
+
+    def set_aside(self, cause: str, entries: Iterable[str]) -> None:
+        """`entries` are exactly those put aside for `cause` now: `safebeat_entry_broken`
+        is 1 for each entry put aside for any cause, and absent for the others. Unlike
+        `safebeat_entry_errors_total`, counted once per problem, it lasts as long as the
+        problem, so an alert on it stays until the entry is fixed."""
+        before = self.broken_now()
+        self._set_aside[cause] = frozenset(entries)
+        now = self.broken_now()
+        if not self.recording:
+            return
+        for entry in before - now:
+            self._metrics.remove("safebeat_entry_broken", self.namespace, entry)
+        for entry in now - before:
+            self._set("safebeat_entry_broken", 1, entry)
 
     def replicas_alive(self, count: int) -> None:
         self._set("safebeat_replicas_alive", count)

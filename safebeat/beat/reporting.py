@@ -183,12 +183,13 @@ def report_entries(
     metrics: BeatMetrics,
 ) -> None:
     """Log each broken entry once (`reported`: those already said), and export the
-    entries' count."""
+    entries' count and the broken ones (for as long as they are)."""
     for name, error in broken.items():
         previous = reported.get(name)
         if previous is None or str(previous) != str(error):
             metrics.entry_error(name)
             logger.error("safebeat: %s; this entry is skipped, the others run", error)
+    metrics.set_aside("definition", broken)
     metrics.entries(len(entries))
 
 
