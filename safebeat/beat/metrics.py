@@ -14,9 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from safebeat._version import __version__
+from safebeat.listening import any_address, serve_registry, shown
 from safebeat.prometheus_table import NAMESPACE, Metric, Metrics, without_created_series
 
 logger = logging.getLogger("safebeat.metrics")
@@ -183,14 +184,16 @@ class BeatMetrics:
         ):
             self._metrics.start_at_zero(name, namespace)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's port
-        """Expose the metrics at http://address:port/metrics, in a daemon thread."""
+    def serve(self, port: int, address: str | None = None) -> None:
+        """Expose the metrics at http://address:port/metrics, in a daemon thread (by
+        default on every address, IPv6 and IPv4: `safebeat.listening`)."""
+        address = any_address() if address is None else address
         without_created_series()
-        start_http_server(port, addr=address, registry=self.registry)
+        serve_registry(self.registry, port, address)
         self.recording = True
         for entry in self.broken_now():
             self._set("safebeat_entry_broken", 1, entry)
-        logger.info("safebeat: metrics on http://%s:%d/metrics", address, port)
+        logger.info("safebeat: metrics on http://%s/metrics", shown(address, port))
 
     def _inc(self, name: str, *labels: str, amount: float = 1) -> None:
         if self.recording:

@@ -194,12 +194,17 @@ def report_entries(
 
 
 def serve_metrics(metrics: BeatMetrics, port: int) -> bool:
-    """Serve the metrics on `port`; a port that is taken costs the metrics, not beat."""
+    """Serve the metrics on `port`; a port that is taken costs the metrics, not beat, and
+    is said at ERROR naming the setting."""
     try:
         metrics.serve(port)
     except OSError as exc:
         logger.error(
-            "safebeat: cannot serve metrics on port %d (%s); beat runs without them", port, exc
+            "safebeat: cannot serve metrics on port %d (%s): set safebeat_metrics_port "
+            "(SAFEBEAT_METRICS_PORT) to a free port; beat runs on, dispatching, without "
+            "metrics",
+            port,
+            exc,
         )
         return False
     return True

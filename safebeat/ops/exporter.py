@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from safebeat.errors import StoreError
+from safebeat.listening import any_address, serve_registry, shown
 from safebeat.ops.schedule_health import EntryHealth, NamespaceHealth
 from safebeat.prometheus_table import NAMESPACE, without_created_series
 
@@ -267,22 +268,23 @@ def serve(
     collector: ScheduleHealthCollector,
     *,
     port: int,
-    address: str,
+    address: str | None,
     interval: float,
     stop: threading.Event,
 ) -> None:
-    """Read once, serve on http://address:port/metrics, then read every `interval` seconds
-    until `stop` is set."""
+    """Read once, serve on http://address:port/metrics (None: every address, IPv6 and
+    IPv4), then read every `interval` seconds until `stop` is set. Raise OSError if the
+    port cannot be opened."""
     collector.refresh()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     without_created_series()
-    start_http_server(port, addr=address, registry=registry)
+    address = any_address() if address is None else address
+    serve_registry(registry, port, address)
     logger.info(
-        "safebeat exporter: namespace %r on http://%s:%d/metrics",
+        "safebeat exporter: namespace %r on http://%s/metrics",
         collector.namespace,
-        address,
-        port,
+        shown(address, port),
     )
     while not stop.wait(interval):
         collector.refresh()

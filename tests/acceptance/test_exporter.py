@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -173,3 +174,30 @@ def test_an_exporter_that_cannot_read_the_store_says_so_and_serves_no_stale_read
     [(_, kept)] = down["safebeat_schedule_read_timestamp_seconds"]
     assert kept >= last_read
     assert [v for _, v in back["safebeat_schedule_overdue_entries"]] == [0.0]
+
+
+def test_an_exporter_whose_port_is_taken_exits_naming_it(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """The exporter is only a server: on a port another process holds it exits 1 with one
+    line naming the port and the option, not a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "safebeat", "-A", "tests.acceptance.beatapp", "exporter"]
+        command += ["--port", str(port), "--address", "127.0.0.1"]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SAFEBEAT_URL": redis_url,
+            "SAFEBEAT_NAMESPACE": namespace,
+            "SB_BROKER_URL": redis_url,
+            "SB_QUEUE": runscope.unique("exporter"),
+            "SB_SCHEDULE": json.dumps({"every-1s": 1.0}),
+        }
+        result = subprocess.run(
+            command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"cannot serve on port {port}" in result.stderr
+    assert "give --port a free port" in result.stderr
+    assert "Traceback" not in result.stderr
