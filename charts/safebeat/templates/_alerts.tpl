@@ -20,6 +20,8 @@ within the last hour (`max_over_time(X[1h]) unless X`); absent() stays for "noth
 {{- $m := ternary (printf "{%s}" $s) "" (ne $s "") -}}
 {{- $a := $r.alerts -}}
 {{- $replicasLow := $a.SafebeatReplicasLow.threshold | default .Values.replicas -}}
+{{- /* A range selector takes whole seconds, and more than none. */ -}}
+{{- $staleWindow := max 60 (int $a.SafebeatExporterStale.thresholdSeconds) -}}
 {{- $failing := printf "(max by (safebeat_namespace, entry) (safebeat_entry_last_failure_timestamp_seconds%s) > max by (safebeat_namespace, entry) (safebeat_entry_last_success_timestamp_seconds%s) or max by (safebeat_namespace, entry) (safebeat_entry_last_failure_timestamp_seconds%s) unless on (safebeat_namespace, entry) max by (safebeat_namespace, entry) (safebeat_entry_last_success_timestamp_seconds%s))" $m $m $m $m -}}
 {{- $rules := list
   (dict "alert" "SafebeatEntriesOverdue"
@@ -51,7 +53,7 @@ within the last hour (`max_over_time(X[1h]) unless X`); absent() stays for "noth
     "summary" "only {{ $value }} safebeat replica(s) of {{ $labels.safebeat_namespace }} are alive"
     "description" (printf "Fewer than %v replicas heartbeat in the store. Dispatch goes on with one, but the redundancy deployed is gone." $replicasLow))
   (dict "alert" "SafebeatExporterStale"
-    "expr" (printf "max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[%vs])) == 0 or time() - max by (safebeat_namespace) (safebeat_schedule_read_timestamp_seconds%s) > %v or (max by (safebeat_namespace) (safebeat_replica_info%s) or max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[1h]))) unless on (safebeat_namespace) max by (safebeat_namespace) (safebeat_exporter_store_up%s) or absent(safebeat_exporter_store_up%s)" $m $a.SafebeatExporterStale.thresholdSeconds $m $a.SafebeatExporterStale.thresholdSeconds $m $m $m $m)
+    "expr" (printf "max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[%ds])) == 0 or time() - max by (safebeat_namespace) (safebeat_schedule_read_timestamp_seconds%s) > %v or (max by (safebeat_namespace) (safebeat_replica_info%s) or max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[1h]))) unless on (safebeat_namespace) max by (safebeat_namespace) (safebeat_exporter_store_up%s) or absent(safebeat_exporter_store_up%s)" $m $staleWindow $m $a.SafebeatExporterStale.thresholdSeconds $m $m $m $m)
     "summary" "the schedule health of {{ $labels.safebeat_namespace }} is not read from the store"
     "description" "safebeat exporter of {{ $labels.safebeat_namespace }} cannot read the store (safebeat_exporter_store_up 0), has not read it for a while, or is not scraped while the namespace's beats are (or it was within the hour): the overdue, failing and unsent-claim alerts of this namespace are blind. Check the exporter's log (`cannot read the store`), its pod and the store.")
   (dict "alert" "SafebeatStoreErrors"
