@@ -466,7 +466,7 @@ def report(
     print("sent by:    safebeat replicas that sent the entry's windows: whichever replica takes")
     print("            the tick first sends, so this column changes from run to run")
     if any(row.entry.crontab for row in rows):
-        print("crontab:    every minute, on the minute: 1 when the run crosses a minute, else 0")
+        print("crontab:    on the minute: 1 when a minute turned after that side's beats started")
     print()
 
     def by_replica(counts: Counter[str]) -> str:

@@ -64,6 +64,10 @@ class Metrics:
         """Add `value` to histogram `name` of `labels`."""
         self._of(name, Histogram).labels(*labels).observe(value)
 
+    def remove(self, name: str, *labels: str) -> None:
+        """Drop the series of `labels` of metric `name` (it is served no more)."""
+        self._created[name].remove(*labels)
+
     def start_at_zero(self, name: str, *labels: str) -> None:
         """Create the series of `labels` before its first event, so a rate() works."""
         self._created[name].labels(*labels)

@@ -52,7 +52,7 @@ class ClaimRounds:
         # reads the page after it (None: from the oldest).
         self._reclaim_after: StaleMark | None = None
         #: Entries whose state the store could not read back, with what was said (once).
-        self._unreadable: dict[str, str] = {}
+        self.unreadable: dict[str, str] = {}
         #: Entries whose rows the store refuses, with why (said once), until a round
         #: claims for them again.
         self.refused: dict[str, str] = {}
@@ -198,7 +198,7 @@ class ClaimRounds:
             return None
         self.batch.finished(seconds=self._monotonic() - started, lock_timeout=limit)
         planned = _plan_of(result, due, store.display_url, retry_after)
-        report_plan(planned, self._metrics, self._unreadable)
+        report_plan(planned, self._metrics, self.unreadable)
         for name in due:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)

@@ -318,6 +318,8 @@ class TickEngine:
             started=started,
             retry_after=timedelta(seconds=tuning.max_interval),
         )
+        aside = (*self.rounds.refused, *self.rounds.unreadable)  # of entries still run
+        self.metrics.set_aside("store", [name for name in aside if name in self.entries])
         if result is None:
             return None
         self._last_store_now = result.now

@@ -10,12 +10,14 @@ itself: sum across replicas (`sum by (entry)`) for the cluster's view.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from safebeat._version import __version__
+from safebeat.listening import any_address, serve_registry, shown
 from safebeat.prometheus_table import NAMESPACE, Metric, Metrics, without_created_series
 
 logger = logging.getLogger("safebeat.metrics")
@@ -118,6 +120,13 @@ BEAT_METRICS = (
         Counter,
     ),
     Metric(
+        "safebeat_entry_broken",
+        "1 while this replica puts the entry aside: its definition does not load, the "
+        "store refuses its rows, or its state does not read back.",
+        (NAMESPACE, "entry"),
+        Gauge,
+    ),
+    Metric(
         "safebeat_replicas_alive",
         "Replicas of this namespace whose heartbeat is recent, as this replica sees it.",
         (NAMESPACE,),
@@ -157,6 +166,8 @@ class BeatMetrics:
         self.namespace = namespace
         self.recording = False
         self.totals = BeatTotals()
+        #: The entries put aside, by cause (a definition, the store): served as one set.
+        self._set_aside: dict[str, frozenset[str]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         self._metrics = Metrics(BEAT_METRICS, self.registry)
         self._metrics.set("safebeat_replica_info", 1, namespace, replica, __version__, store)
@@ -173,12 +184,16 @@ class BeatMetrics:
         ):
             self._metrics.start_at_zero(name, namespace)
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's port
-        """Expose the metrics at http://address:port/metrics, in a daemon thread."""
+    def serve(self, port: int, address: str | None = None) -> None:
+        """Expose the metrics at http://address:port/metrics, in a daemon thread (by
+        default on every address, IPv6 and IPv4: `safebeat.listening`)."""
+        address = any_address() if address is None else address
         without_created_series()
-        start_http_server(port, addr=address, registry=self.registry)
+        serve_registry(self.registry, port, address)
         self.recording = True
-        logger.info("safebeat: metrics on http://%s:%d/metrics", address, port)
+        for entry in self.broken_now():
+            self._set("safebeat_entry_broken", 1, entry)
+        logger.info("safebeat: metrics on http://%s/metrics", shown(address, port))
 
     def _inc(self, name: str, *labels: str, amount: float = 1) -> None:
         if self.recording:
@@ -236,6 +251,25 @@ class BeatMetrics:
     def entry_error(self, entry: str) -> None:
         self.totals.entry_errors += 1
         self._inc("safebeat_entry_errors", entry)
+
+    def broken_now(self) -> frozenset[str]:
+        """The entries this replica puts aside now, whatever the cause."""
+        return frozenset().union(*self._set_aside.values())
+
+    def set_aside(self, cause: str, entries: Iterable[str]) -> None:
+        """`entries` are exactly those put aside for `cause` now: `safebeat_entry_broken`
+        is 1 for each entry put aside for any cause, and absent for the others. Unlike
+        `safebeat_entry_errors_total`, counted once per problem, it lasts as long as the
+        problem, so an alert on it stays until the entry is fixed."""
+        before = self.broken_now()
+        self._set_aside[cause] = frozenset(entries)
+        now = self.broken_now()
+        if not self.recording:
+            return
+        for entry in before - now:
+            self._metrics.remove("safebeat_entry_broken", self.namespace, entry)
+        for entry in now - before:
+            self._set("safebeat_entry_broken", 1, entry)
 
     def replicas_alive(self, count: int) -> None:
         self._set("safebeat_replicas_alive", count)

@@ -12,6 +12,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from safebeat.beat.probes import ProbeAnswer, ProbeState
+from safebeat.listening import DualStack, any_address, family_of, shown
 
 logger = logging.getLogger("safebeat.probes")
 
@@ -49,18 +50,21 @@ class _ProbeHandler(BaseHTTPRequestHandler):
         """Say nothing: a kubelet probes every few seconds."""
 
 
-class _ProbeHTTPServer(ThreadingHTTPServer):
+class _ProbeHTTPServer(DualStack, ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, address: tuple[str, int], state: ProbeState) -> None:
         self.state = state
+        self.address_family = family_of(address[0])
         super().__init__(address, _ProbeHandler)
 
 
 class ProbeServer:
-    """Serves a `ProbeState` at http://address:port/livez and /readyz until `close`."""
+    """Serves a `ProbeState` at http://address:port/livez and /readyz until `close` (by
+    default on every address, IPv6 and IPv4: `safebeat.listening`)."""
 
-    def __init__(self, state: ProbeState, port: int, address: str = "0.0.0.0") -> None:  # noqa: S104 - a pod's port
+    def __init__(self, state: ProbeState, port: int, address: str | None = None) -> None:
+        address = any_address() if address is None else address
         self._server = _ProbeHTTPServer((address, port), state)
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
@@ -70,7 +74,7 @@ class ProbeServer:
             daemon=True,
         )
         self._thread.start()
-        logger.info("safebeat: probes on http://%s:%d/livez and /readyz", address, self.port)
+        logger.info("safebeat: probes on http://%s/livez and /readyz", shown(address, self.port))
 
     def close(self) -> None:
         """Stop answering and free the port."""
@@ -80,12 +84,19 @@ class ProbeServer:
 
 
 def serve_probes(state: ProbeState, port: int) -> ProbeServer | None:
-    """Serve the probes on `port`; a port that is taken is logged, and beat runs on (its
-    probes then fail, which Kubernetes shows)."""
+    """Serve the probes on `port`. A port that is taken is said at ERROR, naming the port,
+    the setting and what follows, and beat runs on: it still dispatches (the claim, not the
+    probes, keeps windows single), and a kubelet's failing probes restart it, which says
+    so once more in the pod's events."""
     try:
         return ProbeServer(state, port)
     except OSError as exc:
         logger.error(
-            "safebeat: cannot serve probes on port %d (%s); beat runs without them", port, exc
+            "safebeat: cannot serve /livez and /readyz on port %d (%s): another process "
+            "holds it (in sidecar mode, maybe your app). Set safebeat_probe_port "
+            "(SAFEBEAT_PROBE_PORT; the Helm chart's probes.port) to a free port. Beat runs "
+            "on and dispatches, but every HTTP probe of it fails: Kubernetes will restart it",
+            port,
+            exc,
         )
         return None

@@ -183,22 +183,28 @@ def report_entries(
     metrics: BeatMetrics,
 ) -> None:
     """Log each broken entry once (`reported`: those already said), and export the
-    entries' count."""
+    entries' count and the broken ones (for as long as they are)."""
     for name, error in broken.items():
         previous = reported.get(name)
         if previous is None or str(previous) != str(error):
             metrics.entry_error(name)
             logger.error("safebeat: %s; this entry is skipped, the others run", error)
+    metrics.set_aside("definition", broken)
     metrics.entries(len(entries))
 
 
 def serve_metrics(metrics: BeatMetrics, port: int) -> bool:
-    """Serve the metrics on `port`; a port that is taken costs the metrics, not beat."""
+    """Serve the metrics on `port`; a port that is taken costs the metrics, not beat, and
+    is said at ERROR naming the setting."""
     try:
         metrics.serve(port)
     except OSError as exc:
         logger.error(
-            "safebeat: cannot serve metrics on port %d (%s); beat runs without them", port, exc
+            "safebeat: cannot serve metrics on port %d (%s): set safebeat_metrics_port "
+            "(SAFEBEAT_METRICS_PORT) to a free port; beat runs on, dispatching, without "
+            "metrics",
+            port,
+            exc,
         )
         return False
     return True

@@ -31,7 +31,12 @@ def _duration(value: str, name: str) -> timedelta:
 @click.option(
     "--port", default=9810, show_default=True, type=click.IntRange(1, 65535), help="HTTP port."
 )
-@click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")  # noqa: S104 - a pod's port
+@click.option(
+    "--address",
+    default=None,
+    help="Address to listen on. Default: every address, IPv6 and IPv4 (`::`), or "
+    "0.0.0.0 on a host without IPv6.",
+)
 @click.option(
     "--interval",
     default="30s",
@@ -66,7 +71,7 @@ def exporter(
     options: Options,
     *,
     port: int,
-    address: str,
+    address: str | None,
     interval: str,
     grace: str,
     max_entries: int,
@@ -106,4 +111,9 @@ def exporter(
             )
 
         collector = ScheduleHealthCollector(config.namespace, read, time.monotonic)
-        serve(collector, port=port, address=address, interval=every, stop=threading.Event())
+        try:
+            serve(collector, port=port, address=address, interval=every, stop=threading.Event())
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot serve on port {port} ({exc}): give --port a free port"
+            ) from exc

@@ -3,9 +3,11 @@ entry, for alerts that survive every restart of beat.
 
 It reads the store (`ops.schedule_health`) once before serving and then every `interval`
 in a thread; a scrape renders the latest reading, so scrapes cost the same at any size
-and never touch the store. A failed reading keeps the last one served (its age shows in
-`safebeat_schedule_read_timestamp_seconds`) and counts a read error. docs/metrics.md
-lists the series; a test keeps that table and EXPORTER_SERIES in step.
+and never touch the store. A failed reading sets `safebeat_exporter_store_up` to 0, counts
+a read error and withdraws what the last reading said (a stale "0 overdue" would look like
+health; a stale next due window would page for windows beat decided since): only when
+the last good reading was (`safebeat_schedule_read_timestamp_seconds`) stays.
+docs/metrics.md lists the series; a test keeps that table and EXPORTER_SERIES in step.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from safebeat.errors import StoreError
+from safebeat.listening import any_address, serve_registry, shown
 from safebeat.ops.schedule_health import EntryHealth, NamespaceHealth
 from safebeat.prometheus_table import NAMESPACE, without_created_series
 
@@ -39,7 +42,34 @@ class Series:
     counter: bool = False
 
 
-#: Per namespace, always served: the alerts' aggregates.
+#: Per namespace, always served, whatever the store answers: whether the latest reading
+#: succeeded, when the last good one was, and the failed ones.
+STATUS_SERIES = (
+    Series(
+        "safebeat_exporter_store_up",
+        "1 if the exporter's latest reading of the store succeeded, 0 if it failed or none "
+        "has yet: then no reading's values are served.",
+        (NAMESPACE,),
+    ),
+    Series(
+        "safebeat_schedule_read_timestamp_seconds",
+        "When the exporter last read the store successfully (store clock, Unix time).",
+        (NAMESPACE,),
+    ),
+    Series(
+        "safebeat_schedule_read_duration_seconds",
+        "Seconds the exporter's latest successful reading of the store took.",
+        (NAMESPACE,),
+    ),
+    Series(
+        "safebeat_schedule_read_errors",
+        "Readings of the store that failed.",
+        (NAMESPACE,),
+        counter=True,
+    ),
+)
+
+#: Per namespace, from the latest reading while it succeeded: the alerts' aggregates.
 NAMESPACE_SERIES = (
     Series("safebeat_schedule_entries", "Entries registered in the store.", (NAMESPACE,)),
     Series(
@@ -74,22 +104,6 @@ NAMESPACE_SERIES = (
         "safebeat_schedule_entries_omitted",
         "Entries with no per-entry series: over --max-entries, or --max-entries 0.",
         (NAMESPACE,),
-    ),
-    Series(
-        "safebeat_schedule_read_timestamp_seconds",
-        "When the exporter last read the store successfully (store clock, Unix time).",
-        (NAMESPACE,),
-    ),
-    Series(
-        "safebeat_schedule_read_duration_seconds",
-        "Seconds the exporter's latest successful reading of the store took.",
-        (NAMESPACE,),
-    ),
-    Series(
-        "safebeat_schedule_read_errors",
-        "Readings of the store that failed (the previous reading stays served).",
-        (NAMESPACE,),
-        counter=True,
     ),
 )
 
@@ -128,7 +142,7 @@ ENTRY_SERIES = (
     ),
 )
 
-EXPORTER_SERIES = (*NAMESPACE_SERIES, *ENTRY_SERIES)
+EXPORTER_SERIES = (*STATUS_SERIES, *NAMESPACE_SERIES, *ENTRY_SERIES)
 
 
 def unix(instant: datetime | None) -> float | None:
@@ -159,7 +173,6 @@ def namespace_values(health: NamespaceHealth) -> dict[str, float | None]:
         "safebeat_schedule_unsent_claims": health.unsent_claims,
         "safebeat_schedule_oldest_live_run_timestamp_seconds": unix(health.oldest_live_run),
         "safebeat_schedule_entries_omitted": health.omitted,
-        "safebeat_schedule_read_timestamp_seconds": unix(health.now),
     }
 
 
@@ -172,8 +185,8 @@ class Reading:
 
 
 class ScheduleHealthCollector(Collector):
-    """Renders the latest reading; `refresh` replaces it (one assignment: a scrape sees
-    one whole reading, the previous or the new)."""
+    """Renders the latest reading while it succeeded; `refresh` replaces it (one
+    assignment: a scrape sees one whole state, the previous or the new)."""
 
     def __init__(
         self, namespace: str, read: Callable[[], NamespaceHealth], clock: Callable[[], float]
@@ -181,8 +194,20 @@ class ScheduleHealthCollector(Collector):
         self.namespace = namespace
         self._read = read
         self._clock = clock
-        self.reading: Reading | None = None
+        #: The last successful reading, and whether the latest attempt was it (one tuple,
+        #: assigned at once, for the scrapes' thread).
+        self._latest: tuple[Reading | None, bool] = (None, False)
         self.read_errors = 0
+
+    @property
+    def reading(self) -> Reading | None:
+        """The last successful reading, None before the first."""
+        return self._latest[0]
+
+    @property
+    def store_up(self) -> bool:
+        """Whether the latest reading succeeded."""
+        return self._latest[1]
 
     def refresh(self) -> bool:
         """Read the store once; return whether it answered."""
@@ -190,35 +215,45 @@ class ScheduleHealthCollector(Collector):
         try:
             health = self._read()
         except StoreError as exc:
-            self.read_errors += 1
-            logger.warning("safebeat exporter: cannot read the store: %s", exc)
+            self._failed()
+            logger.warning(
+                "safebeat exporter: cannot read the store (safebeat_exporter_store_up 0, "
+                "no schedule values served until it can): %s",
+                exc,
+            )
             return False
         except Exception:
             # Anything else is logged and counted too: the thread must keep reading.
-            self.read_errors += 1
+            self._failed()
             logger.exception("safebeat exporter: reading the store failed")
             return False
-        self.reading = Reading(health, self._clock() - started)
+        self._latest = (Reading(health, self._clock() - started), True)
         return True
 
+    def _failed(self) -> None:
+        self.read_errors += 1
+        self._latest = (self._latest[0], False)
+
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        reading = self.reading
-        values: dict[str, float | None] = {}
+        reading, up = self._latest
+        status: dict[str, float | None] = {"safebeat_exporter_store_up": float(up)}
         if reading is not None:
-            values = namespace_values(reading.health)
-            values["safebeat_schedule_read_duration_seconds"] = reading.seconds
-        for series in NAMESPACE_SERIES:
+            status["safebeat_schedule_read_timestamp_seconds"] = unix(reading.health.now)
+            status["safebeat_schedule_read_duration_seconds"] = reading.seconds
+        current = reading if up else None
+        values = {} if current is None else namespace_values(current.health)
+        for series in (*STATUS_SERIES, *NAMESPACE_SERIES):
             if series.counter:
                 counter = CounterMetricFamily(series.name, series.help, labels=series.labels)
                 counter.add_metric([self.namespace], self.read_errors)
                 yield counter
                 continue
             gauge = GaugeMetricFamily(series.name, series.help, labels=series.labels)
-            value = values.get(series.name)
+            value = status.get(series.name, values.get(series.name))
             if value is not None:
                 gauge.add_metric([self.namespace], value)
             yield gauge
-        detailed = () if reading is None else reading.health.detailed
+        detailed = () if current is None else current.health.detailed
         rows = [(entry.name, entry_values(entry)) for entry in detailed]
         for series in ENTRY_SERIES:
             gauge = GaugeMetricFamily(series.name, series.help, labels=series.labels)
@@ -233,22 +268,23 @@ def serve(
     collector: ScheduleHealthCollector,
     *,
     port: int,
-    address: str,
+    address: str | None,
     interval: float,
     stop: threading.Event,
 ) -> None:
-    """Read once, serve on http://address:port/metrics, then read every `interval` seconds
-    until `stop` is set."""
+    """Read once, serve on http://address:port/metrics (None: every address, IPv6 and
+    IPv4), then read every `interval` seconds until `stop` is set. Raise OSError if the
+    port cannot be opened."""
     collector.refresh()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     without_created_series()
-    start_http_server(port, addr=address, registry=registry)
+    address = any_address() if address is None else address
+    serve_registry(registry, port, address)
     logger.info(
-        "safebeat exporter: namespace %r on http://%s:%d/metrics",
+        "safebeat exporter: namespace %r on http://%s/metrics",
         collector.namespace,
-        address,
-        port,
+        shown(address, port),
     )
     while not stop.wait(interval):
         collector.refresh()

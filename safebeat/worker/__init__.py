@@ -163,7 +163,13 @@ def _serve_metrics(app: Any, worker: Any) -> None:
     try:
         worker_metrics.serve(port, pool=pool_name(worker))
     except OSError as exc:
-        logger.error("safebeat: cannot serve worker metrics on port %d (%s)", port, exc)
+        logger.error(
+            "safebeat: cannot serve worker metrics on port %d (%s): set "
+            "safebeat_worker_metrics_port (SAFEBEAT_WORKER_METRICS_PORT) to a free port; "
+            "the worker runs on without them",
+            port,
+            exc,
+        )
 
 
 def _on_child_shutdown(pid: int | None = None, **_: Any) -> None:

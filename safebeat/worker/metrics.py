@@ -21,9 +21,9 @@ from prometheus_client import (
     Gauge,
     Histogram,
     multiprocess,
-    start_http_server,
 )
 
+from safebeat.listening import any_address, serve_registry, shown
 from safebeat.prometheus_table import NAMESPACE, Metric, Metrics, without_created_series
 
 # Typed in some prometheus-client releases and untyped in others: used as Any, so the
@@ -183,9 +183,10 @@ class WorkerMetrics:
                 MULTIPROCESS_DIR,
             )
         without_created_series()
-        start_http_server(port, registry=registry)
+        address = any_address()
+        serve_registry(registry, port, address)
         self.recording = True
-        logger.info("safebeat: worker metrics on port %d", port)
+        logger.info("safebeat: worker metrics on http://%s/metrics", shown(address, port))
 
 
 def child_exited(pid: int) -> None:

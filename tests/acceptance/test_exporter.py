@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import redis
 from tests import runscope, services
 from tests.acceptance.harness import ROOT, Cluster
 from tests.acceptance.test_metrics import scrape, scrape_until
+from tests.proxy import Proxy
 from tests.unit.test_monitoring import documented_metrics
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
@@ -115,3 +118,86 @@ def test_every_beat_and_the_exporter_restarted_the_weekly_entry_is_served_at_onc
     }
     documented = set(documented_metrics("From the exporter"))
     assert served <= documented, served - documented
+
+
+def failed_readings(samples: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    return sum(value for _, value in samples.get("safebeat_schedule_read_errors_total", []))
+
+
+def store_up(samples: dict[str, list[tuple[dict[str, str], float]]]) -> list[float]:
+    return [value for _, value in samples.get("safebeat_exporter_store_up", [])]
+
+
+def test_an_exporter_that_cannot_read_the_store_says_so_and_serves_no_stale_reading(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """Started against a closed port, the exporter serves safebeat_exporter_store_up 0 and
+    no overdue total (not a reassuring 0). Through a proxy to a real Redis: once read, it
+    serves the totals; when the proxy refuses connections, store_up turns 0 and the
+    totals are withdrawn, the last good reading's time stays; restored, they come back."""
+    env = {
+        "SAFEBEAT_NAMESPACE": namespace,
+        "SB_BROKER_URL": redis_url,
+        "SB_QUEUE": runscope.unique("exporter"),
+        "SB_SCHEDULE": json.dumps({"every-1s": 1.0}),
+    }
+    closed = services.free_port()  # nothing listens there
+    port = services.free_port()
+    log = tmp_path / "exporter.log"
+    exporter = start_exporter({**env, "SAFEBEAT_URL": f"redis://127.0.0.1:{closed}/0"}, port, log)
+    try:
+        first = scrape_until(port, lambda found: failed_readings(found) > 0)
+    finally:
+        stopped(exporter)
+    assert store_up(first) == [0.0]
+    assert "safebeat_schedule_overdue_entries" not in first
+    assert "safebeat_schedule_read_timestamp_seconds" not in first
+    assert "cannot read the store (safebeat_exporter_store_up 0" in log.read_text()
+
+    parsed = urllib.parse.urlsplit(redis_url)
+    proxy = Proxy(parsed.hostname or "127.0.0.1", parsed.port or 6379)
+    through = urllib.parse.urlunsplit(parsed._replace(netloc=f"127.0.0.1:{proxy.port}"))
+    exporter = start_exporter({**env, "SAFEBEAT_URL": through}, port, log)
+    try:
+        read = scrape_until(port, lambda found: store_up(found) == [1.0])
+        assert [v for _, v in read["safebeat_schedule_overdue_entries"]] == [0.0]
+        [(_, last_read)] = read["safebeat_schedule_read_timestamp_seconds"]
+        proxy.cut()
+        down = scrape_until(port, lambda found: store_up(found) == [0.0])
+        proxy.restore()
+        back = scrape_until(port, lambda found: store_up(found) == [1.0])
+    finally:
+        stopped(exporter)
+        proxy.close()
+    assert "safebeat_schedule_overdue_entries" not in down
+    assert "safebeat_entry_next_due_timestamp_seconds" not in down
+    [(_, kept)] = down["safebeat_schedule_read_timestamp_seconds"]
+    assert kept >= last_read
+    assert [v for _, v in back["safebeat_schedule_overdue_entries"]] == [0.0]
+
+
+def test_an_exporter_whose_port_is_taken_exits_naming_it(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    """The exporter is only a server: on a port another process holds it exits 1 with one
+    line naming the port and the option, not a traceback."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "safebeat", "-A", "tests.acceptance.beatapp", "exporter"]
+        command += ["--port", str(port), "--address", "127.0.0.1"]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "SAFEBEAT_URL": redis_url,
+            "SAFEBEAT_NAMESPACE": namespace,
+            "SB_BROKER_URL": redis_url,
+            "SB_QUEUE": runscope.unique("exporter"),
+            "SB_SCHEDULE": json.dumps({"every-1s": 1.0}),
+        }
+        result = subprocess.run(
+            command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert result.returncode == 1, result.stderr
+    assert f"cannot serve on port {port}" in result.stderr
+    assert "give --port a free port" in result.stderr
+    assert "Traceback" not in result.stderr

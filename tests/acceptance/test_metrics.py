@@ -101,6 +101,7 @@ def test_a_running_beat_serves_the_documented_metrics(
         "safebeat_windows_skipped_total",
         "safebeat_republished_total",
         "safebeat_entry_errors_total",
+        "safebeat_entry_broken",
     }
     assert documented - quiet <= exposed, documented - quiet - exposed
     assert exposed <= documented, exposed - documented

@@ -41,6 +41,11 @@ from tests.chart.rendering import (
 VALUE_SETS = ("standalone", "all-features", "sidecar", "no-migrate")
 TMP = "/tmp"  # noqa: S108 - the mount point of the emptyDir, not a file we create
 STANDALONE = ci_values("standalone")
+#: Sidecar mode with a ServiceMonitor (and its metrics Service) instead of the PodMonitor.
+SIDECAR_SERVICE_MONITOR = merged(
+    ci_values("sidecar"),
+    {"metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": False}}},
+)
 
 
 def beat(values: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +98,12 @@ def test_the_value_sets_render_what_they_promise() -> None:
         "Job",
         "Pod",
         "PodMonitor",
+        "PrometheusRule",
+    ]
+    assert kinds(render(CHART, SIDECAR_SERVICE_MONITOR)) == [
+        "ConfigMap",
+        "Job",
+        "Pod",
         "PrometheusRule",
         "Service",
         "ServiceMonitor",
@@ -208,6 +219,57 @@ def test_pdb_min_available_of_every_replica_is_refused() -> None:
     values = merged(STANDALONE, {"podDisruptionBudget": {"minAvailable": 2}})
     with pytest.raises(helm.HelmRenderError, match=r"minAvailable \(2\) must be below replicas"):
         render(CHART, values)
+
+
+@pytest.mark.parametrize(
+    ("budget", "kept"),
+    [
+        ({"minAvailable": "100%"}, "100% of 2 replicas, rounded up: 2"),
+        ({"minAvailable": "51%"}, "51% of 2 replicas, rounded up: 2"),
+    ],
+)
+def test_pdb_min_available_percentage_of_every_replica_is_refused(
+    budget: dict[str, Any], kept: str
+) -> None:
+    """A percentage of minAvailable is rounded up by Kubernetes: one that keeps every replica
+    would block every drain as well, so rendering fails, saying what it keeps."""
+    values = merged(STANDALONE, {"podDisruptionBudget": budget})
+    with pytest.raises(helm.HelmRenderError, match=re.escape(kept)):
+        render(CHART, values)
+
+
+@pytest.mark.parametrize(
+    ("budget", "spec"),
+    [
+        ({"minAvailable": "50%"}, {"minAvailable": "50%"}),
+        ({"maxUnavailable": "100%"}, {"maxUnavailable": "100%"}),
+        ({"maxUnavailable": "1%"}, {"maxUnavailable": "1%"}),
+    ],
+)
+def test_pdb_takes_a_percentage_that_lets_a_drain_through(
+    budget: dict[str, Any], spec: dict[str, str]
+) -> None:
+    """Percentages from 1% (maxUnavailable) and below every replica (minAvailable) render."""
+    pdb = one(
+        render(CHART, merged(STANDALONE, {"podDisruptionBudget": budget})), "PodDisruptionBudget"
+    )
+    assert spec.items() <= pdb["spec"].items()
+
+
+def test_service_monitor_and_pod_monitor_together_are_refused() -> None:
+    """Both monitors would scrape each beat (and the exporter) twice, doubling every series
+    the alerts sum: rendering fails, naming both values."""
+    both = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}
+    for values in (
+        merged(STANDALONE, {"metrics": both}),
+        merged(STANDALONE, {"metrics": {**both, "enabled": False}, "exporter": {"enabled": True}}),
+        merged(ci_values("sidecar"), {"metrics": both}),
+    ):
+        with pytest.raises(
+            helm.HelmRenderError,
+            match=re.escape("metrics.serviceMonitor.enabled and metrics.podMonitor.enabled"),
+        ):
+            render(CHART, values)
 
 
 @pytest.mark.parametrize("value_set", VALUE_SETS)
@@ -370,7 +432,7 @@ def test_pod_monitor_without_its_selector_is_refused(
 
 def test_sidecar_mode_metrics_service_selects_the_application_pods() -> None:
     """In sidecar mode the metrics Service selects `metrics.podSelector`, its templates rendered."""
-    service = one(render(CHART, ci_values("sidecar"), release="web"), "Service")
+    service = one(render(CHART, SIDECAR_SERVICE_MONITOR, release="web"), "Service")
     assert service["spec"]["selector"] == {
         "app.kubernetes.io/name": "helm-app",
         "app.kubernetes.io/instance": "web",
@@ -379,7 +441,7 @@ def test_sidecar_mode_metrics_service_selects_the_application_pods() -> None:
 
 def test_sidecar_mode_service_monitor_without_pod_selector_is_refused() -> None:
     """A ServiceMonitor in sidecar mode without `metrics.podSelector` is an error naming it."""
-    values = ci_values("sidecar")
+    values = merged(SIDECAR_SERVICE_MONITOR, {})
     values["metrics"]["podSelector"] = {}
     with pytest.raises(helm.HelmRenderError, match=r"metrics\.podSelector"):
         render(CHART, values)
@@ -425,6 +487,17 @@ def test_chart_copies_of_the_monitoring_files_are_identical(name: str) -> None:
         ({"probes": {"liveness": {"periodSeconds": 0}}}, "/probes/liveness/periodSeconds"),
         ({"probes": {"port": 0}}, "/probes/port"),
         ({"podDisruptionBudget": {"maxUnavailable": 0}}, "/podDisruptionBudget/maxUnavailable"),
+        ({"podDisruptionBudget": {"maxUnavailable": "0%"}}, "/podDisruptionBudget/maxUnavailable"),
+        (
+            {"podDisruptionBudget": {"maxUnavailable": "150%"}},
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        (
+            {"podDisruptionBudget": {"maxUnavailable": "10.5%"}},
+            "/podDisruptionBudget/maxUnavailable",
+        ),
+        ({"podDisruptionBudget": {"minAvailable": "101%"}}, "/podDisruptionBudget/minAvailable"),
+        ({"podDisruptionBudget": {"minAvailable": "-1%"}}, "/podDisruptionBudget/minAvailable"),
         (
             {"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}},
             "/podDisruptionBudget/unhealthyPodEvictionPolicy",
@@ -476,7 +549,7 @@ def test_notes_tell_what_was_installed() -> None:
     assert "rel-safebeat-migrate" in standalone
     assert "exec deploy/rel-safebeat -c beat -- safebeat -A proj status" in standalone
     assert "GET /livez and /readyz on port 9809 (`beat-probes`)" in standalone
-    sidecar = notes(CHART, ci_values("sidecar"))
+    sidecar = notes(CHART, SIDECAR_SERVICE_MONITOR)
     assert "sidecar in your application's pods" in sidecar
     assert "ServiceMonitor" in sidecar
     assert "PrometheusRule" in sidecar

@@ -16,23 +16,29 @@ from tests.chart import kube_linter
 from tests.chart.rendering import CHART, ci_values, container, merged, one, pod_specs, render
 
 VALUE_SETS = ("standalone", "all-features", "sidecar", "no-migrate")
+WORKER_MONITOR = {
+    "podMonitor": {"enabled": True, "podSelector": {"app.kubernetes.io/name": "worker"}}
+}
+#: The sidecars scraped through a ServiceMonitor (and its metrics Service), or a PodMonitor.
 SIDECAR_MONITORING = {
-    "safebeat": {
-        "metrics": {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}},
-        "workerMetrics": {
-            "podMonitor": {"enabled": True, "podSelector": {"app.kubernetes.io/name": "worker"}}
-        },
-    }
+    "safebeat": {"metrics": {"serviceMonitor": {"enabled": True}}, "workerMetrics": WORKER_MONITOR}
+}
+SIDECAR_POD_MONITORING = {
+    "safebeat": {"metrics": {"podMonitor": {"enabled": True}}, "workerMetrics": WORKER_MONITOR}
 }
 
 
-@pytest.mark.parametrize("value_set", VALUE_SETS)
+@pytest.mark.parametrize("value_set", [*VALUE_SETS, "sidecar-service-monitor"])
 def test_every_default_check_passes_or_is_waived(value_set: str) -> None:
     """No default check fails unwaived on the chart rendered with each ci/ value set."""
-    assert kube_linter.unwaived(render(CHART, ci_values(value_set))) == []
+    assert kube_linter.unwaived(render(CHART, value_set_values(value_set))) == []
 
 
-@pytest.mark.parametrize("values", [None, SIDECAR_MONITORING], ids=["plain", "monitoring"])
+@pytest.mark.parametrize(
+    "values",
+    [None, SIDECAR_MONITORING, SIDECAR_POD_MONITORING],
+    ids=["plain", "service-monitor", "pod-monitor"],
+)
 def test_the_sidecar_example_passes_every_default_check(
     example_chart: Path, values: dict[str, Any] | None
 ) -> None:
@@ -50,14 +56,23 @@ EXPECTED_WAIVERS = {
         "Job/rel-safebeat-migrate": {"non-existent-service-account"},
         "Pod/rel-safebeat-test-health": {"non-existent-service-account"},
     },
-    "sidecar": {"Service/rel-safebeat-metrics": {"dangling-service"}},
+    "sidecar": {},
+    "sidecar-service-monitor": {"Service/rel-safebeat-metrics": {"dangling-service"}},
 }
 
 
-@pytest.mark.parametrize("value_set", VALUE_SETS)
+def value_set_values(name: str) -> dict[str, Any]:
+    """A ci/ value set, or sidecar mode scraped through a ServiceMonitor and its Service."""
+    if name == "sidecar-service-monitor":
+        monitors = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": False}}
+        return merged(ci_values("sidecar"), {"metrics": monitors})
+    return ci_values(name)
+
+
+@pytest.mark.parametrize("value_set", [*VALUE_SETS, "sidecar-service-monitor"])
 def test_waivers_are_few_and_each_gives_its_reason(value_set: str) -> None:
     """Only the expected objects waive checks, only default ones, each with a reason."""
-    manifests = render(CHART, ci_values(value_set))
+    manifests = render(CHART, value_set_values(value_set))
     waived = {}
     for manifest in manifests:
         waivers = kube_linter.waivers(manifest)

@@ -66,6 +66,17 @@ def beat(namespace: str, names: tuple[str, ...], store: PostgresStore) -> Schedu
     return Scheduler(app, store=store)
 
 
+def served_as_broken(scheduler: Scheduler) -> set[str]:
+    """The entries beat's safebeat_entry_broken names (metrics served from the start)."""
+    return {
+        sample.labels["entry"]
+        for family in scheduler.engine.metrics.registry.collect()
+        if family.name == "safebeat_entry_broken"
+        for sample in family.samples
+        if sample.value == 1
+    }
+
+
 def tick_for(scheduler: Scheduler, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -81,11 +92,13 @@ def test_an_entry_the_store_refuses_to_register_is_put_aside_and_the_others_run(
     ordinary entries register and dispatch."""
     store = PostgresStore(pg_url)
     scheduler = beat(namespace, ("a", refused, "b", "c", "d"), store)
+    scheduler.engine.metrics.serve(0, address="127.0.0.1")
     with caplog.at_level(logging.ERROR, "safebeat"):
         tick_for(scheduler, 4)
     try:
         assert set(store.states(namespace)) == {"a", "b", "c", "d"}
         assert refused in scheduler.broken_entries
+        assert served_as_broken(scheduler) == {refused}
         sent = {r.entry for r in store.history(namespace, limit=1000) if r.sent_at is not None}
         assert sent == {"a", "b", "c", "d"}
         said = [r.getMessage() for r in caplog.records if refused in r.getMessage()]
@@ -104,9 +117,11 @@ def test_an_entry_whose_claims_the_store_refuses_is_put_aside_and_the_others_run
     every other entry's windows are claimed and sent, none lost to the splitting."""
     store = PostgresStore(pg_url)
     scheduler = beat(namespace, ("a", "b", refused_claims, "c", "d"), store)
+    scheduler.engine.metrics.serve(0, address="127.0.0.1")
     with caplog.at_level(logging.ERROR, "safebeat"):
         tick_for(scheduler, 6)
     try:
+        assert served_as_broken(scheduler) == {refused_claims}  # the alert's gauge, kept
         rows = store.history(namespace, limit=1000)
         assert {r.entry for r in rows if r.sent_at is not None} == {"a", "b", "c", "d"}
         assert [r for r in rows if r.entry == refused_claims] == []

@@ -97,7 +97,10 @@ def test_mariadb_refusals_are_known_through_djangos_wrapper(
     connect = services.mysql_connect(url)
     if user is not None:
         connect["user"] = user
-    with pytest.raises(pymysql.err.OperationalError) as raised:
+    # pymysql.OperationalError, not pymysql.err's: once Django's MySQL backend has imported
+    # MySQLdb.converters through pymysql.install_as_MySQLdb(), `pymysql.err` is a second copy
+    # of the module whose classes the driver does not raise.
+    with pytest.raises(pymysql.OperationalError) as raised:
         pymysql.connect(**connect, database=database, connect_timeout=5)  # type: ignore[arg-type]
     wrapped = OperationalError(*raised.value.args)
     wrapped.__cause__ = raised.value
@@ -105,4 +108,4 @@ def test_mariadb_refusals_are_known_through_djangos_wrapper(
     assert refusal_hint(wrapped, where=where) == (
         f"{hint} {where}" + (" (and that the database exists)" if database else "")
     )
-    assert refusal_hint(pymysql.err.OperationalError(2003, "Can't connect")) is None
+    assert refusal_hint(pymysql.OperationalError(2003, "Can't connect")) is None

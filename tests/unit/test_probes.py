@@ -3,6 +3,9 @@ store that goes down and comes back, then the HTTP server answering them."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import socket
 import urllib.error
 import urllib.request
 import uuid
@@ -12,6 +15,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
+from safebeat import listening
 from safebeat.beat.probe_server import ProbeServer, serve_probes
 from safebeat.beat.probes import ProbeState, default_liveness_timeout
 from safebeat.config import load_config
@@ -218,13 +222,61 @@ def test_the_server_answers_200_or_503_with_the_reason(clock: FakeClock) -> None
         server.close()
 
 
-def test_a_taken_port_costs_the_probes_not_beat(clock: FakeClock) -> None:
-    """serve_probes on a port in use logs and returns None instead of raising."""
+def test_a_taken_port_costs_the_probes_not_beat(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """serve_probes on a port in use returns None instead of raising, and says at ERROR
+    which port, which setting to change and what follows."""
     first = ProbeServer(state(clock), 0)
     try:
-        assert serve_probes(state(clock), first.port) is None
+        with caplog.at_level(logging.ERROR, "safebeat"):
+            assert serve_probes(state(clock), first.port) is None
     finally:
         first.close()
+    [said] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    text = said.getMessage()
+    assert f"port {first.port}" in text
+    assert "safebeat_probe_port (SAFEBEAT_PROBE_PORT; the Helm chart's probes.port)" in text
+    assert "Kubernetes will restart it" in text
+
+
+def test_a_beat_whose_probe_port_is_taken_says_so_and_dispatches(
+    clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A scheduler whose probe port another process holds starts, ticks and dispatches,
+    and its log names the port and the setting."""
+    with socket.create_server(("127.0.0.1", 0)) as taken, socket.socket(socket.AF_INET6) as v6:
+        port = taken.getsockname()[1]
+        with contextlib.suppress(OSError):  # hold the IPv6 wildcard too, where there is one
+            v6.bind(("::", port))
+            v6.listen()
+        with caplog.at_level(logging.ERROR, "safebeat"):
+            scheduler = memory_scheduler(make_app(safebeat_probe_port=port), clock)
+            scheduler.tick()
+        try:
+            assert scheduler.engine.probes.liveness().ok
+        finally:
+            scheduler.close()
+    assert any(
+        f"port {port}" in r.getMessage() and "safebeat_probe_port" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_probes_answer_on_ipv6_and_ipv4_by_default(clock: FakeClock) -> None:
+    """With no address given the server listens on every address, IPv6 and IPv4, so a
+    kubelet probing an IPv6-only or dual-stack pod's address reaches it."""
+    if listening.any_address() != "::":
+        pytest.skip("this host has no IPv6")
+    probes = state(clock)
+    probes.loop_ran()
+    server = ProbeServer(probes, 0)
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            with urllib.request.urlopen(f"http://{host}:{server.port}/livez", timeout=5) as r:
+                assert r.status == 200, host
+    finally:
+        server.close()
 
 
 def test_a_scheduler_serves_its_probes_on_the_probe_port(clock: FakeClock) -> None:

@@ -117,3 +117,38 @@ def test_status_history_and_audit_keep_working_and_show_what_is_unreadable(
     audit = CliRunner().invoke(main, ["--url", url, "--namespace", "unit", "audit"])
     assert audit.exit_code == 0, audit.output
     assert "unreadable: '9999-12-31T23:59:59-12:00'" in audit.output
+
+
+def broken_gauge(scheduler: Scheduler) -> dict[str, float]:
+    """safebeat_entry_broken as served: entry -> value."""
+    return {
+        sample.labels["entry"]: sample.value
+        for family in scheduler.engine.metrics.registry.collect()
+        if family.name == "safebeat_entry_broken"
+        for sample in family.samples
+    }
+
+
+def test_an_unreadable_entry_is_served_as_broken_while_it_stays_unreadable(
+    store: SqliteStore, clock: FakeClock
+) -> None:
+    """safebeat_entry_broken is 1 for the unreadable entry at every tick for as long as it
+    cannot be read (the error counter moved once), and gone once it reads back."""
+    app = make_app(
+        "q-quarantine-gauge",
+        {"victim": {"task": "t.run", "schedule": 1.0}, "other": {"task": "t.run", "schedule": 1.0}},
+    )
+    scheduler = Scheduler(app, store=store, monotonic=clock.monotonic)
+    scheduler.engine.metrics.serve(0, address="127.0.0.1")
+    run(scheduler, clock, 3)
+    assert broken_gauge(scheduler) == {}
+    pause_after_9999(store, "victim")
+    run(scheduler, clock, 5)
+    assert broken_gauge(scheduler) == {"victim": 1.0}
+    run(scheduler, clock, 60)
+    assert broken_gauge(scheduler) == {"victim": 1.0}
+    assert scheduler.engine.metrics.totals.entry_errors == 1
+    assert store.set_paused("unit", "victim", Pause(False))
+    run(scheduler, clock, 5)
+    assert broken_gauge(scheduler) == {}
+    drain(app, "q-quarantine-gauge")

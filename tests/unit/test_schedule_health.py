@@ -194,9 +194,12 @@ def test_past_the_cap_the_overdue_entries_are_detailed_first() -> None:
     assert (result.entries, result.omitted, result.overdue) == (2, 1, 1)
 
 
-def test_the_collector_serves_the_latest_reading_and_keeps_it_through_an_outage() -> None:
-    """Every documented series is rendered, labelled safebeat_namespace; a failed reading
-    counts an error and leaves the previous one served."""
+def test_the_collector_says_when_it_cannot_read_and_serves_no_stale_reading() -> None:
+    """Every documented series is rendered, labelled safebeat_namespace. A failed reading
+    sets safebeat_exporter_store_up to 0, counts an error and withdraws the last reading's
+    values (a stale 0 overdue would look healthy, a stale due window would page for a
+    window decided since); when the last good reading was stays. The next good reading
+    serves everything again."""
     clock = Clock(FRIDAY_FIVE)
     store = MemoryStore(clock=clock)
     entries = registered(store, compiled("minutely", 60.0))
@@ -209,21 +212,38 @@ def test_the_collector_serves_the_latest_reading_and_keeps_it_through_an_outage(
         return health(store, entries)
 
     collector = ScheduleHealthCollector(NAMESPACE, read, lambda: 0.0)
-    assert collector.refresh()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
+    label = {"safebeat_namespace": "health"}
+    assert samples(generate_latest(registry).decode()) == {
+        "safebeat_exporter_store_up": [(label, 0.0)],
+        "safebeat_schedule_read_errors_total": [(label, 0.0)],
+    }
+    assert collector.refresh()
     before = generate_latest(registry).decode()
     down = True
     assert not collector.refresh()
-    after = generate_latest(registry).decode()
+    after = samples(generate_latest(registry).decode())
     due = FRIDAY_FIVE + timedelta(seconds=60)
     assert samples(before)["safebeat_entry_next_due_timestamp_seconds"] == [
         ({"entry": "minutely", "safebeat_namespace": "health"}, due.timestamp())
     ]
-    assert 'safebeat_schedule_overdue_entries{safebeat_namespace="health"} 1.0' in after
-    assert 'safebeat_schedule_read_errors_total{safebeat_namespace="health"} 1.0' in after
+    assert 'safebeat_schedule_overdue_entries{safebeat_namespace="health"} 1.0' in before
+    assert 'safebeat_exporter_store_up{safebeat_namespace="health"} 1.0' in before
     for series in EXPORTER_SERIES:
-        assert f"# HELP {series.name}" in after
+        assert f"# HELP {series.name}" in before
+    assert after == {
+        "safebeat_exporter_store_up": [(label, 0.0)],
+        "safebeat_schedule_read_timestamp_seconds": [(label, clock.now.timestamp())],
+        "safebeat_schedule_read_duration_seconds": [(label, 0.0)],
+        "safebeat_schedule_read_errors_total": [(label, 1.0)],
+    }
+    down = False
+    assert collector.refresh()
+    assert samples(generate_latest(registry).decode()) == {
+        **samples(before),
+        "safebeat_schedule_read_errors_total": [(label, 1.0)],
+    }
 
 
 @pytest.mark.parametrize("max_entries", [0])
@@ -257,6 +277,7 @@ def test_an_unexpected_error_in_a_reading_is_counted_and_the_exporter_goes_on() 
     assert not collector.refresh()
     assert not collector.refresh()
     assert (len(calls), collector.read_errors, collector.reading) == (2, 2, None)
+    assert not collector.store_up
 
 
 def test_a_later_reading_computes_only_the_due_windows_that_moved(

@@ -202,6 +202,36 @@ def test_bad_entries_are_reported_and_the_rest_run(
     assert {e for e, _ in windows_sent(drain(app, queue))} == {"good"}
 
 
+def test_a_broken_definition_is_served_as_broken_until_it_is_fixed(
+    clock: FakeClock, queue: str
+) -> None:
+    """safebeat_entry_broken is 1 for each entry whose definition does not load, from the
+    start (a restarted beat serves it again at once) and for as long as it is broken; the
+    fixed entry's series goes."""
+    schedule = {
+        "good": {"task": "t.run", "schedule": 2.0},
+        "bad-schedule": {"task": "t.run", "schedule": "every day"},
+    }
+    scheduler = memory_scheduler(make_app(queue, schedule), clock)
+    metrics = scheduler.engine.metrics
+    metrics.serve(0, address="127.0.0.1")
+
+    def broken() -> dict[str, float]:
+        return {
+            sample.labels["entry"]: sample.value
+            for family in metrics.registry.collect()
+            if family.name == "safebeat_entry_broken"
+            for sample in family.samples
+        }
+
+    assert broken() == {"bad-schedule": 1.0}
+    run(scheduler, clock, 10)
+    assert broken() == {"bad-schedule": 1.0}
+    fixed = scheduler.engine.entries | {}
+    scheduler.engine.use_entries(fixed, {})
+    assert broken() == {}
+
+
 def test_unknown_setting_stops_startup_naming_it(queue: str) -> None:
     """A misspelt safebeat setting is a startup error that names it and suggests the right one."""
     app = make_app(queue, {}, safebeat_claim_timout=10)

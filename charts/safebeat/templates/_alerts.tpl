@@ -8,6 +8,10 @@ Prometheus's own templates in annotations are written {{` ... `}} so Helm leaves
 increase() cannot see (it needs two samples); `(X unless X offset W)` is a series born
 within W with its value, so the sum sees the first increment too, and a restart's new
 series as well.
+"Absent" expressions are per safebeat namespace: absent() alone fires only when no app at all
+has the series, so one dead app beside a live one would never page. A namespace is known
+from the series of its other processes (the beats, the exporter), or from its own series
+within the last hour (`max_over_time(X[1h]) unless X`); absent() stays for "nothing at all".
 */}}
 {{- define "safebeat.alertGroups" -}}
 {{- $r := .Values.prometheusRule -}}
@@ -16,6 +20,8 @@ series as well.
 {{- $m := ternary (printf "{%s}" $s) "" (ne $s "") -}}
 {{- $a := $r.alerts -}}
 {{- $replicasLow := $a.SafebeatReplicasLow.threshold | default .Values.replicas -}}
+{{- /* A range selector takes whole seconds, and more than none. */ -}}
+{{- $staleWindow := max 60 (int $a.SafebeatExporterStale.thresholdSeconds) -}}
 {{- $failing := printf "(max by (safebeat_namespace, entry) (safebeat_entry_last_failure_timestamp_seconds%s) > max by (safebeat_namespace, entry) (safebeat_entry_last_success_timestamp_seconds%s) or max by (safebeat_namespace, entry) (safebeat_entry_last_failure_timestamp_seconds%s) unless on (safebeat_namespace, entry) max by (safebeat_namespace, entry) (safebeat_entry_last_success_timestamp_seconds%s))" $m $m $m $m -}}
 {{- $rules := list
   (dict "alert" "SafebeatEntriesOverdue"
@@ -39,17 +45,17 @@ series as well.
     "summary" "no replica of {{ $labels.safebeat_namespace }} finished a tick in 10 minutes"
     "description" "Replicas run but none finished a tick without an error: nothing is claimed or sent (fail closed). Usually the store is unreachable (see SafebeatStoreErrors).")
   (dict "alert" "SafebeatNoReplica"
-    "expr" (printf "max by (safebeat_namespace) (safebeat_schedule_entries%s) unless on (safebeat_namespace) max by (safebeat_namespace) (safebeat_replica_info%s) or absent(safebeat_replica_info%s)" $m $m $m)
+    "expr" (printf "(max by (safebeat_namespace) (safebeat_schedule_entries%s) or max by (safebeat_namespace) (max_over_time(safebeat_replica_info%s[1h]))) unless on (safebeat_namespace) max by (safebeat_namespace) (safebeat_replica_info%s) or absent(safebeat_replica_info%s)" $m $m $m $m)
     "summary" "no safebeat replica of {{ $labels.safebeat_namespace }} exports metrics"
-    "description" "The store holds entries of this namespace (the exporter says so), or the selector matches nothing, and no beat replica is scraped: nothing is being scheduled.")
+    "description" "No beat replica of this namespace is scraped, while the store holds entries of it (the exporter says so) or a replica was scraped within the hour, or none matching the selector is: nothing is being scheduled.")
   (dict "alert" "SafebeatReplicasLow"
     "expr" (printf "max by (safebeat_namespace) (safebeat_replicas_alive%s) < %v" $m $replicasLow)
     "summary" "only {{ $value }} safebeat replica(s) of {{ $labels.safebeat_namespace }} are alive"
     "description" (printf "Fewer than %v replicas heartbeat in the store. Dispatch goes on with one, but the redundancy deployed is gone." $replicasLow))
   (dict "alert" "SafebeatExporterStale"
-    "expr" (printf "time() - max by (safebeat_namespace) (safebeat_schedule_read_timestamp_seconds%s) > %v or absent(safebeat_schedule_read_timestamp_seconds%s)" $m $a.SafebeatExporterStale.thresholdSeconds $m)
+    "expr" (printf "max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[%ds])) == 0 or time() - max by (safebeat_namespace) (safebeat_schedule_read_timestamp_seconds%s) > %v or (max by (safebeat_namespace) (safebeat_replica_info%s) or max by (safebeat_namespace) (max_over_time(safebeat_exporter_store_up%s[1h]))) unless on (safebeat_namespace) max by (safebeat_namespace) (safebeat_exporter_store_up%s) or absent(safebeat_exporter_store_up%s)" $m $staleWindow $m $a.SafebeatExporterStale.thresholdSeconds $m $m $m $m)
     "summary" "the schedule health of {{ $labels.safebeat_namespace }} is not read from the store"
-    "description" "safebeat exporter does not run, or has not read the store for a while: the overdue and failing alerts see old values. Check the exporter's log and the store.")
+    "description" "safebeat exporter of {{ $labels.safebeat_namespace }} cannot read the store (safebeat_exporter_store_up 0), has not read it for a while, or is not scraped while the namespace's beats are (or it was within the hour): the overdue, failing and unsent-claim alerts of this namespace are blind. Check the exporter's log (`cannot read the store`), its pod and the store.")
   (dict "alert" "SafebeatStoreErrors"
     "expr" (printf "sum by (safebeat_namespace) (rate(safebeat_store_errors_total{%skind!=\"tick_too_long\"}[5m])) > 0" $p)
     "summary" "replicas of {{ $labels.safebeat_namespace }} keep failing to reach the store"
@@ -67,9 +73,9 @@ series as well.
     "summary" "{{ $labels.entry }}: windows skipped ({{ $labels.reason }})"
     "description" "Windows of {{ $labels.entry }} were not sent because beat reached them too late (missed-window policy {{ $labels.reason }}): every replica was down or behind. `safebeat backfill` sends them if they are still wanted.")
   (dict "alert" "SafebeatEntryErrors"
-    "expr" (printf "sum by (safebeat_namespace, entry) ((safebeat_entry_errors_total%s unless safebeat_entry_errors_total%s offset 30m) or increase(safebeat_entry_errors_total%s[30m])) > 0" $m $m $m)
+    "expr" (printf "max by (safebeat_namespace, entry) (safebeat_entry_broken%s) > 0 or sum by (safebeat_namespace, entry) ((safebeat_entry_errors_total%s unless safebeat_entry_errors_total%s offset 30m) or increase(safebeat_entry_errors_total%s[30m])) > 0" $m $m $m $m)
     "summary" "{{ $labels.entry }} is malformed: beat skips it"
-    "description" "The definition of {{ $labels.entry }} does not load, or its windows cannot be computed: beat puts it aside and the other entries run. The beat log names the problem; `safebeat status` lists it under broken entries.")
+    "description" "The definition of {{ $labels.entry }} does not load, the store refuses its rows or its state does not read back, or its windows cannot be computed: beat puts it aside and the other entries run. Fires for as long as a beat holds it aside (safebeat_entry_broken). The beat log names the problem; `safebeat status` lists it under broken entries.")
   (dict "alert" "SafebeatRepublishSpike"
     "expr" (printf "sum by (safebeat_namespace) ((safebeat_republished_total%s unless safebeat_republished_total%s offset 15m) or increase(safebeat_republished_total%s[15m])) > %v" $m $m $m $a.SafebeatRepublishSpike.threshold)
     "summary" "{{ $value }} windows of {{ $labels.safebeat_namespace }} re-published in 15 minutes"

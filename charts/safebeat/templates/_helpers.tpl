@@ -154,3 +154,34 @@ annotations:
   {{- toYaml . | nindent 2 }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Refuse a ServiceMonitor and a PodMonitor of the same pods: Prometheus would scrape each pod
+twice, under two jobs, and every sum and count in the alerts and the dashboard would double.
+Included by every template that renders either monitor.
+*/}}
+{{- define "safebeat.oneMonitor" -}}
+{{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled -}}
+{{- fail "safebeat: metrics.serviceMonitor.enabled and metrics.podMonitor.enabled are both true: Prometheus would scrape the beats (and the exporter) twice, doubling every series the alerts sum. Enable one of them" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Refuse a PodDisruptionBudget no drain could ever satisfy: minAvailable, as a number or as a
+percentage (Kubernetes rounds a percentage of minAvailable up), keeping every replica.
+*/}}
+{{- define "safebeat.pdbCheck" -}}
+{{- $pdb := .Values.podDisruptionBudget -}}
+{{- $replicas := int .Values.replicas -}}
+{{- if hasKey $pdb "minAvailable" -}}
+{{- $min := $pdb.minAvailable -}}
+{{- if kindIs "string" $min -}}
+{{- $kept := div (add (mul (int (trimSuffix "%" $min)) $replicas) 99) 100 -}}
+{{- if and (gt $replicas 0) (ge $kept $replicas) -}}
+{{- fail (printf "safebeat: podDisruptionBudget.minAvailable (%s of %d replicas, rounded up: %d) keeps every replica, so no node could ever be drained; lower it, or use maxUnavailable" $min $replicas $kept) -}}
+{{- end -}}
+{{- else if ge (int $min) $replicas -}}
+{{- fail (printf "safebeat: podDisruptionBudget.minAvailable (%d) must be below replicas (%d), or no node could ever be drained" (int $min) $replicas) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
