@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from safebeat.records import AuditAction, AuditEvent
+from tests.simulation.reopen import HOLES, reopened
 from tests.simulation.world import FAULT_KINDS, NAMESPACE, START, World
 
 PRUNE = AuditAction.PRUNE
@@ -100,6 +101,40 @@ def test_a_hole_seed_finds_its_hole_reopened_and_holds_closed(
     assert violation in reopened.stdout, lost + reopened.stdout
     closed = simulate(*args)
     assert closed.returncode == 0, closed.stdout + closed.stderr
+
+
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres", "redis"])
+def test_every_hole_reopens_on_every_store_and_closes_after(store: str) -> None:
+    """Each hole's old rule still applies as a revert of today's code on each store (no
+    server needed: only the rule's function or its SQL or Lua text is swapped), and all
+    is as shipped again once the block ends."""
+    from safebeat.beat.tick_rounds import TickRounds
+    from safebeat.stores import executions, memory
+    from safebeat.stores.postgres.cursors import Q as POSTGRES_SQL
+    from safebeat.stores.sqlite.connection import Q as SQLITE_SQL
+    from safebeat.worker import delivery
+    from safebeat.worker.leases import LeaseRenewer
+    from tests.simulation.redis_clock import SIM_SCRIPTS
+
+    def rules() -> dict[str, object]:
+        return {
+            "memory": memory.unsent_and_stale,
+            "start": executions.decide_start,
+            "end": LeaseRenewer.finish_later,
+            "deferral": delivery._leave_to_beat,
+            "sigterm": TickRounds._publish_while_claiming,
+            "postgres": dict(POSTGRES_SQL),
+            "sqlite": dict(SQLITE_SQL),
+            "redis": dict(SIM_SCRIPTS),
+        }
+
+    shipped = rules()
+    with reopened(HOLES, store):
+        changed = {name for name, rule in rules().items() if rule != shipped[name]}
+    assert rules() == shipped
+    written = {"memory": {"memory", "start"}, "sqlite": {"sqlite", "start"}}
+    in_store = written.get(store, {store})
+    assert changed == {"end", "deferral", "sigterm"} | in_store
 
 
 @pytest.mark.parametrize("kind", FAULT_KINDS)
