@@ -62,7 +62,11 @@ Check = Callable[[Context], list[Finding]]
 def run_checks(context: Context) -> list[Finding]:
     """Run every check: those of the settings alone first, then the store's, and the others
     only if the store answers."""
-    findings = [*check_store_url(context), *check_scheduler(context)]
+    findings = [
+        *check_store_url(context),
+        *check_scheduler(context),
+        *check_lock_timeout(context),
+    ]
     store = check_store(context)
     findings += store
     if any(f.level is Level.PROBLEM for f in store):
@@ -105,6 +109,37 @@ def check_store_url(context: Context) -> list[Finding]:
             f"SAFEBEAT_URL ({redact(variable.strip())}) wins over the app's "
             f"{setting.sources['url']} ({redact(setting.url)}); unset one of them, so that "
             "every beat, worker and command uses the same store",
+        )
+    ]
+
+
+def check_lock_timeout(context: Context) -> list[Finding]:
+    """A warning when `safebeat_lock_timeout` is above half of `safebeat_execution_lease`.
+
+    A worker renews its leases every third of the lease; a renewal queued behind a row
+    lock fails after the lock timeout and is retried at once. With the lock timeout at
+    most half the lease, that retry starts by five sixths of the lease, so a live run
+    keeps its lease through one blocked renewal; above half, the margin shrinks, and at
+    two thirds one blocked renewal lets a live run's lease lapse (it is then taken over:
+    two runs of one window).
+    """
+    config = context.config
+    lock, lease = config.lock_timeout, config.execution_lease
+    if lock <= lease / 2:
+        return []
+    names = {
+        key: config.sources.get(key, f"safebeat_{key}")
+        for key in ("lock_timeout", "execution_lease")
+    }
+    return [
+        Finding(
+            "lock timeout",
+            Level.WARNING,
+            f"{names['lock_timeout']} ({lock.total_seconds():g}s) is above half of "
+            f"{names['execution_lease']} ({lease.total_seconds():g}s): a worker's lease "
+            "renewal blocked on a row lock waits that long before it is retried, and a "
+            "live run's lease can lapse meanwhile (it is then taken over beside the live "
+            "run); keep safebeat_lock_timeout at most half of safebeat_execution_lease",
         )
     ]
 

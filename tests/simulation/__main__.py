@@ -4,6 +4,7 @@
     python -m tests.simulation --seed 4242           # replay one seed, with its trace
     python -m tests.simulation --seeds 100 --first 5000 --faults beat-term,store-fail
     python -m tests.simulation --seeds 50 --store postgres   # the same histories, real SQL
+    python -m tests.simulation --seed 7 --reopen "hole 1"    # a fixed hole put back: found?
 
 A history depends on string hashing order too, so the runner fixes PYTHONHASHSEED (it
 starts itself again with PYTHONHASHSEED=0 when it is not set).
@@ -38,6 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop", action="store_true", help="stop at the first failing seed")
     parser.add_argument("--trace", type=int, default=60, help="trace lines shown per failure")
     parser.add_argument(
+        "--reopen",
+        action="append",
+        default=[],
+        metavar="HOLE",
+        help="put a fixed hole of issue 29 back in this process ('hole 1' .. 'hole 5'), "
+        "to see that a seed finds it",
+    )
+    parser.add_argument(
         "--known",
         action="append",
         default=[],
@@ -46,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)
     from tests.simulation.backends import STORES
+    from tests.simulation.reopen import HOLES
     from tests.simulation.world import FAULT_KINDS, Violation, choose, diagnose, simulate
 
     if args.store not in STORES:
@@ -57,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(kinds) - set(FAULT_KINDS)
         if unknown:
             parser.error(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+    unknown_holes = set(args.reopen) - set(HOLES)
+    if unknown_holes:
+        parser.error(f"unknown holes {sorted(unknown_holes)}; known: {', '.join(HOLES)}")
+    reopen = tuple(args.reopen)
     faults_arg = f" --faults {args.faults}" if args.faults else ""
+    faults_arg += "".join(f" --reopen '{hole}'" for hole in reopen)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
     failed: list[tuple[int, str]] = []
     found: dict[str, int] = {}
     started = last = time.monotonic()
     for done, seed in enumerate(seeds, 1):
         try:
-            world = simulate(seed, choose(seed, kinds), store=args.store)
+            world = simulate(seed, choose(seed, kinds), store=args.store, reopen=reopen)
         except Violation as exc:
             failed.append((seed, str(exc)))
             world = exc.world  # type: ignore[attr-defined]

@@ -58,6 +58,7 @@ from safebeat.worker import delivery
 from safebeat.worker.leases import LeaseRenewer
 from tests.simulation import strands
 from tests.simulation.backends import Backend, open_backend
+from tests.simulation.reopen import reopened
 from tests.simulation.strands import Killed, Strand
 
 NAMESPACE = "sim"
@@ -1181,16 +1182,23 @@ def diagnose(world: World, violation: Violation) -> str:  # noqa: PLR0911 - one 
     return "other"
 
 
-def simulate(seed: int, settings: Settings | None = None, store: str = "memory") -> World:
-    """Run one seed's history against `store` (see `backends`); raises Violation (with
-    `world.lines` as its trace)."""
+def simulate(
+    seed: int,
+    settings: Settings | None = None,
+    store: str = "memory",
+    reopen: tuple[str, ...] = (),
+) -> World:
+    """Run one seed's history against `store` (see `backends`), with the holes in
+    `reopen` put back as they were before their fixes (see `reopen`); raises Violation
+    (with `world.lines` as its trace)."""
     random.seed(seed)  # the code under test draws jitter from the global generator
-    world = World(seed, settings, store=store)
-    try:
-        world.run()
-    except Violation as exc:
-        exc.world = world  # type: ignore[attr-defined]
-        raise
-    finally:
-        world.backend.close()
+    with reopened(reopen, store):
+        world = World(seed, settings, store=store)
+        try:
+            world.run()
+        except Violation as exc:
+            exc.world = world  # type: ignore[attr-defined]
+            raise
+        finally:
+            world.backend.close()
     return world

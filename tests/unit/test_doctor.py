@@ -11,6 +11,7 @@ from safebeat.config import Config, config_from_app
 from safebeat.ops.doctor import (
     Context,
     Level,
+    check_lock_timeout,
     check_publisher_confirms,
     check_scheduler,
     check_store_url,
@@ -104,3 +105,28 @@ def test_the_store_url_says_where_it_came_from_and_a_shadowed_setting_is_a_warni
     [finding] = check_store_url(Context(MemoryStore(), config_from_app(app), app=app))
     assert finding.level is Level.OK
     assert "from the SAFEBEAT_URL environment variable" in finding.message
+
+
+def lock_findings(**conf: Any) -> list[Any]:
+    app = Celery("doctor", set_as_current=False)
+    app.conf.update(conf)
+    return check_lock_timeout(Context(MemoryStore(), config_from_app(app, environ={})))
+
+
+def test_the_default_lock_timeout_is_at_most_half_the_default_lease() -> None:
+    """The defaults (5 s of a 10 s lease) leave a blocked renewal's retry inside the lease:
+    no warning."""
+    assert Config().lock_timeout * 2 <= Config().execution_lease
+    assert lock_findings() == []
+    assert lock_findings(safebeat_lock_timeout=15, safebeat_execution_lease=30) == []
+
+
+def test_a_lock_timeout_above_half_the_lease_is_a_warning_naming_both_settings() -> None:
+    """A lock timeout above half the lease (a blocked renewal retried too late) is a
+    warning that names both settings as they were set, with their values."""
+    [finding] = lock_findings(safebeat_lock_timeout=6)
+    assert finding.level is Level.WARNING
+    assert "safebeat_lock_timeout (6s)" in finding.message
+    assert "safebeat_execution_lease (10s)" in finding.message
+    [finding] = lock_findings(safebeat_lock_timeout=5, safebeat_execution_lease=8)
+    assert "safebeat_execution_lease (8s)" in finding.message
