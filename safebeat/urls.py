@@ -1,4 +1,5 @@
-"""Store URLs: which backend a URL names, and how to show it without its passwords.
+"""Store URLs: which backend a URL names (built in, or added by a store plugin through the
+`safebeat.stores` entry point group), and how to show it without its passwords.
 
 A URL is shown as its driver reads it, never by cutting its text apart again: parsed by
 libpq for PostgreSQL, by urllib (as redis-py reads it) for Redis and the other schemes, and
@@ -12,6 +13,7 @@ everything up to the last `@` is hidden, and no driver message about the URL is 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import itertools
 import re
 from collections.abc import Callable
@@ -51,19 +53,105 @@ MISREAD = (
 )
 
 
+#: The entry point group through which another distribution adds a store: each entry
+#: point's name is a URL scheme, its object what opens a store (see `safebeat.stores`).
+ENTRY_POINT_GROUP = "safebeat.stores"
+#: The backend name `backend_of` gives a scheme served by a store plugin.
+PLUGIN = "plugin"
+#: What a URL scheme may be (RFC 3986), compared in lower case as URLs' schemes are.
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*\Z")
+
+
+@dataclass(frozen=True)
+class PluginScheme:
+    """A scheme some installed distribution serves through the `safebeat.stores` entry
+    point group. `claims` lists every entry point naming it, as `name = value
+    (distribution)`; `problem` says why it cannot be opened (None: it can)."""
+
+    scheme: str
+    entry_point: importlib.metadata.EntryPoint
+    distribution: str
+    claims: tuple[str, ...]
+    problem: str | None
+
+
+def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> str:
+    """The distribution an entry point belongs to, as `name version`."""
+    dist = getattr(entry_point, "dist", None)
+    if dist is None:
+        return "an unknown distribution"
+    return f"{dist.metadata['Name']} {dist.version}"
+
+
+def _claim(entry_point: importlib.metadata.EntryPoint) -> str:
+    return f"{entry_point.name} = {entry_point.value} ({_distribution_of(entry_point)})"
+
+
+@functools.lru_cache(maxsize=1)
+def plugin_schemes() -> dict[str, PluginScheme]:
+    """The schemes installed distributions add through the `safebeat.stores` entry point
+    group, each in lower case, read once per process (`plugin_schemes.cache_clear()`
+    reads them again). Nothing is imported: an entry point is loaded when its scheme is
+    opened. A scheme that cannot be opened keeps its reason in `problem`: a built-in
+    scheme (never shadowed), a name that is no URL scheme, or several entry points."""
+    claims: dict[str, list[importlib.metadata.EntryPoint]] = {}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        claims.setdefault(entry_point.name.lower(), []).append(entry_point)
+    found = {}
+    for scheme, entry_points in sorted(claims.items()):
+        first = entry_points[0]
+        named = tuple(_claim(e) for e in entry_points)
+        problem = None
+        if scheme in SCHEMES:
+            problem = (
+                f"the entry point {named[0]} of group {ENTRY_POINT_GROUP} claims the "
+                f"built-in scheme {scheme}://, served by safebeat's own {SCHEMES[scheme]} "
+                f"store (distribution safebeat); a plugin cannot replace a built-in store: "
+                f"uninstall {_distribution_of(first)}, or have it name another scheme"
+            )
+        elif not _SCHEME.match(scheme):
+            problem = (
+                f"the entry point {named[0]} of group {ENTRY_POINT_GROUP} is named "
+                f"{first.name!r}, which is no URL scheme (a letter, then letters, digits, "
+                "+, - or .)"
+            )
+        elif len({e.value for e in entry_points}) > 1 or len(set(named)) > 1:
+            problem = (
+                f"{len(entry_points)} entry points of group {ENTRY_POINT_GROUP} claim the "
+                f"scheme {scheme}://: {'; '.join(named)}; uninstall all but one of them"
+            )
+        found[scheme] = PluginScheme(
+            scheme, first, _distribution_of(first), tuple(dict.fromkeys(named)), problem
+        )
+    return found
+
+
+def known_schemes() -> list[str]:
+    """Every scheme `safebeat_url` may have: the built-in ones and those plugins add."""
+    plugins = [s for s, p in plugin_schemes().items() if p.problem is None]
+    return sorted({*SCHEMES, *plugins})
+
+
 def backend_of(url: str, *, setting: str = "safebeat_url") -> str:
-    """Return the backend name for `url`, or raise ConfigError naming the scheme.
+    """Return the backend name for `url` (`PLUGIN` for a scheme a store plugin serves), or
+    raise ConfigError naming the scheme.
 
     `setting` is what the error calls the URL: the key or variable it was read from.
     """
     scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-    try:
+    plugin = plugin_schemes().get(scheme)
+    if plugin is not None and plugin.problem is not None:
+        raise ConfigError(f"{setting} {redact(url)!r}: {plugin.problem}")
+    if scheme in SCHEMES:
         return SCHEMES[scheme]
-    except KeyError:
-        known = ", ".join(f"{s}://" for s in sorted(SCHEMES))
-        raise ConfigError(
-            f"{setting} {redact(url)!r}: unknown scheme {scheme!r}; use one of {known}"
-        ) from None
+    if plugin is not None:
+        return PLUGIN
+    known = ", ".join(f"{s}://" for s in known_schemes())
+    refused = [p.problem for p in plugin_schemes().values() if p.problem]
+    raise ConfigError(
+        f"{setting} {redact(url)!r}: unknown scheme {scheme!r}; use one of {known}"
+        + "".join(f" (refused: {problem})" for problem in refused)
+    )
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from safebeat.liveness import LIVE_WITHIN, is_live
 from safebeat.ops.overview import empty_namespace
 from safebeat.records import Status
 from safebeat.stores.base import AdminStore
-from safebeat.urls import redact
+from safebeat.urls import plugin_schemes, redact
 
 #: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
 ALIVE_FOR = LIVE_WITHIN
@@ -92,7 +92,12 @@ def check_store_url(context: Context) -> list[Finding]:
     """Where the store URL came from; a warning when `SAFEBEAT_URL` and the app's
     `safebeat_url` are both set and differ, since the variable silently wins."""
     config = context.config
-    found = Finding("store URL", Level.OK, f"{redact(config.url)} from {url_origin(config)}")
+    scheme, separator, _ = config.url.partition("://")
+    plugin = plugin_schemes().get(scheme.lower()) if separator else None
+    served = f", served by the store plugin {plugin.claims[0]}" if plugin else ""
+    found = Finding(
+        "store URL", Level.OK, f"{redact(config.url)} from {url_origin(config)}{served}"
+    )
     variable = os.environ.get("SAFEBEAT_URL")
     if context.app is None or variable is None or config.sources.get("url") != "$SAFEBEAT_URL":
         return [found]

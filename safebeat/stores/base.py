@@ -6,7 +6,7 @@ replicas share one store. Each client sees the slice it uses: beat a `TickStore`
 worker hook an `ExecutionStore`, `safebeat.claim` an `EffectStore`, the operator tools
 (CLI, admin, doctor) an `AdminStore`; a backend implements `Store`, their union. The
 guarantees below are what make "each window is dispatched once" true, and the contract
-suite (`tests/integration/test_store_contract.py`) checks them against every backend.
+suite (`safebeat.testing.stores.StoreContract`) checks them against every backend.
 The records these methods take and return live in `safebeat.records`.
 """
 

@@ -1,4 +1,6 @@
-"""Helpers for testing code that uses safebeat: a controllable clock and an in-memory store.
+"""Helpers for testing code that uses safebeat: a controllable clock and an in-memory store;
+and, in `safebeat.testing.stores`, the contract suite a store must pass (it needs pytest,
+which only that module imports).
 
 from safebeat.testing import FakeClock, memory_scheduler
 
@@ -15,6 +17,17 @@ from typing import Any
 
 from safebeat.beat.scheduler import Scheduler
 from safebeat.stores.memory import MemoryStore
+
+__all__ = ["FakeClock", "StoreContract", "memory_scheduler"]
+
+
+def __getattr__(name: str) -> Any:
+    """`StoreContract` from `safebeat.testing.stores`, imported (with pytest) when asked."""
+    if name == "StoreContract":
+        from safebeat.testing.stores import StoreContract  # noqa: PLC0415 - needs pytest
+
+        return StoreContract
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class FakeClock:

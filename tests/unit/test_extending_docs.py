@@ -1,0 +1,45 @@
+"""docs/extending.md says what a store plugin implements and shows the example's files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from safebeat.stores import base
+from tests.docpages import blocks
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = (ROOT / "docs" / "extending.md").read_text()
+EXAMPLE = ROOT / "examples" / "store_plugin"
+PROTOCOLS = (
+    base.StoreConnection,
+    base.TickStore,
+    base.ExecutionStore,
+    base.EffectStore,
+    base.AdminStore,
+    base.RuntimeEntryStore,
+)
+
+
+def own_members(protocol: type) -> set[str]:
+    names = {*vars(protocol), *vars(protocol).get("__annotations__", {})}
+    return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
+def test_the_page_lists_every_method_of_each_store_protocol(protocol: type) -> None:
+    """The table's row for each protocol names exactly its methods and attributes."""
+    row = next(line for line in PAGE.splitlines() if line.startswith(f"| `{protocol.__name__}`"))
+    listed = set(re.findall(r"`(\w+)`", row.split("|")[3]))
+    assert listed == own_members(protocol)
+
+
+def test_the_page_shows_the_examples_entry_point_and_contract_as_they_are() -> None:
+    """The entry point and the contract class shown are the example package's own."""
+    labelled = {block.label: block.text for block in blocks(PAGE) if block.label}
+    pyproject = (EXAMPLE / "pyproject.toml").read_text()
+    assert labelled["plugin-entry-point"].strip() in pyproject
+    module = (EXAMPLE / "test_example_store.py").read_text()
+    assert labelled["plugin-contract"].strip() in module
