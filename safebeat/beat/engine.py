@@ -47,6 +47,7 @@ from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
+from safebeat.windows.searches import search_budget
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -329,15 +330,22 @@ class TickEngine:
         return Round(result, [*result.claimed, *result.reclaimed], started)
 
     def plan(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
-        """The pure planner, with this replica's entries (run by the store under its lock)."""
-        return plan_tick(
-            self.entries,
-            states,
-            now,
-            namespace=self.config.namespace,
-            retry_after=timedelta(seconds=self.tuning.max_interval),
-            queue_timeouts=self._queue_timeouts,
-        )
+        """The pure planner, with this replica's entries (run by the store under its lock).
+
+        Custom schedules' searches for windows (`safebeat.windows.searches`) share a budget
+        of a tenth of `safebeat_lock_timeout`: one that finds nothing for a long time goes
+        on at the next ticks, rather than hold the lock past the store's bound, where the
+        store would end the tick and every other entry's windows with it."""
+        deadline = self._monotonic() + self.config.lock_timeout.total_seconds() / 10
+        with search_budget(lambda: self._monotonic() > deadline):
+            return plan_tick(
+                self.entries,
+                states,
+                now,
+                namespace=self.config.namespace,
+                retry_after=timedelta(seconds=self.tuning.max_interval),
+                queue_timeouts=self._queue_timeouts,
+            )
 
     def pipelining(self) -> bool:
         """Whether to claim the next round while this one is published. A round claimed

@@ -81,7 +81,11 @@ def plan(
             )
         elif state is None and entry is not None:
             anchor = now.replace(microsecond=0)  # what registering it would record
-            after = _next(entry.rule, now, anchor, count)
+            try:
+                after = _next(entry.rule, now, anchor, count)
+            except Exception as exc:  # noqa: BLE001 - beat puts it aside: say why
+                changes.append(_uncomputable(name, None, exc))
+                continue
             changes.append(Change(name, Kind.ADDED, None, entry.schedule_text, (), after))
         elif state is not None and entry is None:
             if state.schedule.startswith(RUN_OUTSIDE_CELERY):
@@ -95,11 +99,27 @@ def plan(
             before = _registered_next(state, now, count)
             # A changed schedule is registered anew at deploy time: windows from now on.
             since = now if state.schedule != entry.schedule_text else max(now, state.decided_until)
-            after = _next(entry.rule, since, state.anchor, count)
+            try:
+                after = _next(entry.rule, since, state.anchor, count)
+            except Exception as exc:  # noqa: BLE001 - beat puts it aside: say why
+                changes.append(_uncomputable(name, state.schedule, exc))
+                continue
             changes.append(
                 Change(name, Kind.CHANGED, state.schedule, entry.schedule_text, before, after)
             )
+        elif state is not None and entry is not None and state.unreadable is None:
+            try:  # unchanged; but one whose windows fail is put aside by beat: say so
+                _next(entry.rule, max(now, state.decided_until), state.anchor, 1)
+            except Exception as exc:  # noqa: BLE001
+                changes.append(_uncomputable(name, state.schedule, exc))
     return changes
+
+
+def _uncomputable(name: str, registered: str | None, exc: Exception) -> Change:
+    """Entry `name`, whose next windows cannot be computed: beat would put it aside."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    problem = f"its windows cannot be computed: {detail}"
+    return Change(name, Kind.BROKEN, registered, None, problem=problem)
 
 
 def orphans(changes: Sequence[Change]) -> list[Change]:

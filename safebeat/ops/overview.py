@@ -53,6 +53,8 @@ class EntryStatus:
     pause_note: str | None = None
     #: Why the store could not read this entry's state back (beat puts it aside), or None.
     unreadable: str | None = None
+    #: Why its next window cannot be computed (beat puts it aside and retries), or None.
+    uncomputable: str | None = None
 
     @property
     def pause_text(self) -> str:
@@ -112,12 +114,16 @@ def entry_status(
     success = next(
         (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
     )
-    upcoming = overdue = None
+    upcoming = overdue = uncomputable = None
     if entry is not None and state.unreadable is None:
         after = max(now, state.decided_until)
-        upcoming = windows.next_window(entry.rule, after, state.anchor)
-        first = windows.next_window(entry.rule, state.decided_until, state.anchor)
-        overdue = first if first is not None and first <= now else None
+        try:
+            upcoming = windows.next_window(entry.rule, after, state.anchor)
+            first = windows.next_window(entry.rule, state.decided_until, state.anchor)
+        except Exception as exc:  # noqa: BLE001 - beat puts it aside the same way: say why
+            uncomputable = " ".join(str(exc).split()) or type(exc).__name__
+        else:
+            overdue = first if first is not None and first <= now else None
     return EntryStatus(
         name=state.name,
         schedule=state.schedule,
@@ -133,6 +139,7 @@ def entry_status(
         paused_until=state.paused_until if state.paused_at(now) else None,
         pause_note=state.pause_note if state.paused_at(now) else None,
         unreadable=state.unreadable,
+        uncomputable=uncomputable,
     )
 
 

@@ -163,6 +163,10 @@ class Console:
         for status in statuses:  # put aside by beat, listed as `safebeat status` lists it
             if status.unreadable is not None:
                 broken[status.name] = UnreadableState(status.name, status.unreadable)
+            elif status.uncomputable is not None:
+                broken[status.name] = EntryError(
+                    status.name, f"its windows cannot be computed: {status.uncomputable}"
+                )
         return EntriesPage([row_of(s, now) for s in statuses], broken, empty)
 
     def entry(self, name: str, limit: int = HISTORY_ROWS) -> EntryPage | None:
