@@ -174,9 +174,16 @@ def empty_namespace(store: AdminStore, namespace: str) -> str:
     )
 
 
+#: The most names a message lists; the rest are counted.
+LISTED_AT_MOST = 10
+
+
 def listed(names: Sequence[str]) -> str:
-    """Names quoted and separated by commas, for a message."""
-    return ", ".join(repr(n) for n in names)
+    """Names quoted and separated by commas, for a message: the first `LISTED_AT_MOST`,
+    and how many more (a store shared by many apps holds hundreds of namespaces)."""
+    shown = ", ".join(repr(n) for n in names[:LISTED_AT_MOST])
+    more = len(names) - LISTED_AT_MOST
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def replica_statuses(store: AdminStore, namespace: str) -> list[ReplicaStatus]:
