@@ -201,7 +201,16 @@ class TickEngine:
             config.namespace,
             self.replica.id,
         )
-        self.guard.run(self.bootstrap)
+        self.guard.run(self._first_bootstrap)
+
+    def _first_bootstrap(self) -> float:
+        """Bootstrap with the owner's entries as they are now: a scheduler that refreshes
+        its entries (django-celery-beat's rows over the settings) does so first, so that it
+        never registers the settings' definitions only to replace them at the first tick
+        (each replica warned at every start that the definitions differed)."""
+        if self._hooks.refresh is not None:
+            self._hooks.refresh()
+        return self.bootstrap()
 
     def bootstrap(self) -> float:
         """Migrate (if asked), register the entries and send the first heartbeat."""

@@ -130,15 +130,17 @@ def check_scheduler(context: Context) -> list[Finding]:
     if not isinstance(name, str):
         name = f"{name.__module__}.{name.__qualname__}"
     if name.startswith("django_celery_beat."):  # whether or not Django is set up here
+        prefix = context.app.namespace
+        setting = f"{prefix}_BEAT_SCHEDULER" if prefix else "beat_scheduler"
         return [
             Finding(
                 "scheduler",
                 Level.WARNING,
-                f"beat_scheduler {name!r} is django-celery-beat's, which sends every window "
-                "from each replica: set beat_scheduler = "
+                f"{setting} {name!r} is django-celery-beat's, which sends every window "
+                f"from each replica: set {setting} = "
                 "'safebeat.contrib.django.DatabaseScheduler' (or start beat with -S "
                 "safebeat.contrib.django.DatabaseScheduler); it runs the same PeriodicTask "
-                "rows (docs/migrating.md)",
+                "rows (docs/migrating-from-django-celery-beat.md)",
             )
         ]
     try:

@@ -79,10 +79,11 @@ def app() -> Celery:
 def scheduler(app: Celery, clock: FakeClock, store: MemoryStore) -> Any:
     from safebeat.contrib.django import DatabaseScheduler
 
-    beat = DatabaseScheduler(app, store=store, monotonic=clock.monotonic)
-    beat.marker_interval = 0.0
-    beat.clock = clock.now
-    return beat
+    class Scheduler(DatabaseScheduler):  # from construction on: it reads the rows then
+        marker_interval = 0.0
+
+    Scheduler.clock = staticmethod(clock.now)
+    return Scheduler(app, store=store, monotonic=clock.monotonic)
 
 
 def run(beats: list[Any], clock: FakeClock, seconds: float, step: float = 0.5) -> None:
@@ -314,6 +315,24 @@ def test_a_row_wins_over_a_beat_schedule_entry_of_its_name(
     assert beat.entries["report"].schedule_text == "every 7s"
     assert beat.entries["report"].policy.misfire.value == "skip"
     assert beat.entries["from-settings"].schedule_text == "every 60s"
+
+
+def test_a_replica_registers_the_rows_from_its_start_not_the_settings_they_shadow(
+    beat_db: str, app: Celery, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row shadowing a setting of its name is what a starting replica registers first:
+    no replica registers the setting's definition only to replace it at its first tick,
+    so a restart warns of no definition that differs (it warned of every shadowed one)."""
+    app.conf.beat_schedule = {"report": {"task": "billing.charge", "schedule": 60.0}}
+    interval_task("report", 7)
+    store = MemoryStore(clock=clock.now)
+    with caplog.at_level(logging.WARNING, logger="safebeat"):
+        for _ in range(2):  # a start, then a restart
+            beat = scheduler(app, clock, store)
+            run([beat], clock, 1)
+            beat.close()
+    assert store.states(app.conf.safebeat_namespace)["report"].schedule == "every 7s"
+    assert not [r for r in caplog.records if "differs from the one registered" in r.getMessage()]
 
 
 def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_one(
