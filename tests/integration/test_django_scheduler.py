@@ -21,6 +21,8 @@ from celery import Celery
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
 from tests import djangosite, runscope
+from tests.acceptance.docrun import DOCS
+from tests.docpages import Page
 
 pytestmark = pytest.mark.django
 
@@ -359,3 +361,23 @@ def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_on
     assert "workdays" in problem
     assert "delete or rename the row" in problem
     assert "workdays decides" in beat.entries["alone"].schedule_text
+
+
+def test_the_migration_guides_copies_are_the_settings_and_celerys_cleanup(
+    beat_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step 6 of docs/migrating-from-django-celery-beat.md, run as written (its delete
+    uncommented): it lists and retires the rows django-celery-beat copied from the
+    settings and made for `celery.backend_cleanup`, and leaves the admin's own rows."""
+    from django.test import override_settings
+    from django_celery_beat.models import PeriodicTask
+
+    step = Page(DOCS / "migrating-from-django-celery-beat.md").block("retire-copies").text
+    for name in ("report", "celery.backend_cleanup", "from-the-admin"):
+        interval_task(name, 60)
+    schedule = {"report": {"task": "billing.charge", "schedule": 60.0}}
+    with override_settings(CELERY_BEAT_SCHEDULE=schedule):
+        exec(step.replace("# copies.delete()", "copies.delete()"), {})  # noqa: S102
+    printed = capsys.readouterr().out
+    assert sorted(eval(printed)) == ["celery.backend_cleanup", "report"]  # noqa: S307
+    assert list(PeriodicTask.objects.values_list("name", flat=True)) == ["from-the-admin"]
