@@ -33,7 +33,8 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
         **fields(
             s,
             "schedule next_window last_window sent_by lag last_outcome last_success "
-            "running_since skipped_recently paused paused_until pause_note unreadable",
+            "running_since skipped_recently paused paused_until pause_note unreadable "
+            "uncomputable searching",
         ),
     }
 
@@ -140,8 +141,8 @@ def status(options: Options, as_json: bool) -> None:
 def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
     if s.unreadable is not None:
         return "(unreadable)"
-    if s.uncomputable is not None:
-        return "(broken)"
+    if s.uncomputable is not None or s.searching:
+        return "(searching)" if s.uncomputable is None else "(broken)"
     if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:

@@ -17,10 +17,11 @@ from datetime import datetime
 from safebeat import windows
 from safebeat.app_schedule import Schedule
 from safebeat.identity import format_window
-from safebeat.ops.overview import ReplicaStatus
+from safebeat.ops.overview import STATUS_SEARCH_SECONDS, ReplicaStatus
 from safebeat.schedule_text import rule_from_text
 from safebeat.stores.base import EntryState
 from safebeat.windows import Rule
+from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 
 #: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
 #: no app defines them, so they are never orphans.
@@ -65,7 +66,21 @@ def plan(
     """Every entry the code and the store disagree about, by name.
 
     `now` is the store's clock; `count` is how many next windows to show of each side.
+    Custom schedules' searches share a budget, as in `safebeat status`: a window not
+    found within it is left out.
     """
+    with search_budget(spent_after(STATUS_SEARCH_SECONDS)):
+        return _plan(states, schedule, replicas, now, count=count)
+
+
+def _plan(
+    states: Mapping[str, EntryState],
+    schedule: Schedule,
+    replicas: Sequence[ReplicaStatus],
+    now: datetime,
+    *,
+    count: int,
+) -> list[Change]:
     changes: list[Change] = []
     for name in sorted(states.keys() | schedule.entries.keys() | schedule.broken.keys()):
         state, entry = states.get(name), schedule.entries.get(name)
@@ -136,11 +151,16 @@ def _registered_next(state: EntryState, now: datetime, count: int) -> tuple[date
 
 
 def _next(rule: Rule, after: datetime, anchor: datetime, count: int) -> tuple[datetime, ...]:
+    """The next `count` windows of `rule` (those found before a custom schedule's search
+    outran its budget: beat searches on)."""
     found: list[datetime] = []
-    window = windows.next_window(rule, after, anchor)
-    while window is not None and len(found) < count:
-        found.append(window)
-        window = windows.next_window(rule, window, anchor)
+    try:
+        window = windows.next_window(rule, after, anchor)
+        while window is not None and len(found) < count:
+            found.append(window)
+            window = windows.next_window(rule, window, anchor)
+    except SearchUnfinished:
+        pass
     return tuple(found)
 
 

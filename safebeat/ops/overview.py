@@ -23,7 +23,12 @@ from safebeat.records import (
     Status,
 )
 from safebeat.stores.base import AdminStore
+from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 
+#: Seconds that the custom schedules' searches for next windows may take in one look at
+#: the entries (`safebeat.windows.searches`): one accepting no window for weeks takes
+#: seconds to search, and fifty of them made `safebeat status` take four minutes.
+STATUS_SEARCH_SECONDS = 2.0
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
 
@@ -55,6 +60,9 @@ class EntryStatus:
     unreadable: str | None = None
     #: Why its next window cannot be computed (beat puts it aside and retries), or None.
     uncomputable: str | None = None
+    #: Its custom schedule refused every window asked within `STATUS_SEARCH_SECONDS`: its
+    #: next window is not known yet (beat searches on, in steps).
+    searching: bool = False
 
     @property
     def pause_text(self) -> str:
@@ -115,11 +123,14 @@ def entry_status(
         (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
     )
     upcoming = overdue = uncomputable = None
+    searching = False
     if entry is not None and state.unreadable is None:
         after = max(now, state.decided_until)
         try:
             upcoming = windows.next_window(entry.rule, after, state.anchor)
             first = windows.next_window(entry.rule, state.decided_until, state.anchor)
+        except SearchUnfinished:  # a custom class refusing window after window: not known
+            searching = True
         except Exception as exc:  # noqa: BLE001 - beat puts it aside the same way: say why
             uncomputable = " ".join(str(exc).split()) or type(exc).__name__
         else:
@@ -140,6 +151,7 @@ def entry_status(
         pause_note=state.pause_note if state.paused_at(now) else None,
         unreadable=state.unreadable,
         uncomputable=uncomputable,
+        searching=searching,
     )
 
 
@@ -149,15 +161,16 @@ def entry_statuses(
     """Every registered entry of `namespace`, by name; `entries` adds next windows."""
     now = store.clock()
     states = store.states(namespace)
-    return [
-        entry_status(
-            state,
-            store.history(namespace, name, limit=HISTORY_DEPTH),
-            None if entries is None else entries.get(name),
-            now,
-        )
-        for name, state in sorted(states.items())
-    ]
+    with search_budget(spent_after(STATUS_SEARCH_SECONDS)):
+        return [
+            entry_status(
+                state,
+                store.history(namespace, name, limit=HISTORY_DEPTH),
+                None if entries is None else entries.get(name),
+                now,
+            )
+            for name, state in sorted(states.items())
+        ]
 
 
 def empty_namespace(store: AdminStore, namespace: str) -> str:

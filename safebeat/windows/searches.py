@@ -16,6 +16,7 @@ asked, and goes on from there when asked again.
 from __future__ import annotations
 
 import bisect
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -36,6 +37,12 @@ _budget: ContextVar[Callable[[], bool] | None] = ContextVar("safebeat_search_bud
 
 class SearchUnfinished(ValueError):
     """A custom schedule's search outran its caller's budget; asked again, it resumes."""
+
+
+def spent_after(seconds: float, clock: Callable[[], float] = time.monotonic) -> Callable[[], bool]:
+    """A budget for `search_budget`: spent `seconds` after this call, by `clock`."""
+    deadline = clock() + seconds
+    return lambda: clock() > deadline
 
 
 @contextmanager

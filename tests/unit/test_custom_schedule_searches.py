@@ -17,8 +17,10 @@ from safebeat.beat.planning import SEARCH_AGAIN, plan_tick
 from safebeat.beat.reporting import report_plan
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
-from safebeat.ops.overview import entry_status
-from safebeat.records import EntryState
+from safebeat.identity import Replica
+from safebeat.ops.overview import entry_status, entry_statuses
+from safebeat.records import Definition, EntryState
+from safebeat.stores.memory import MemoryStore
 from safebeat.windows.searches import MAX_FILTERED_SEARCH, SearchUnfinished, search_budget
 
 UTC = timezone.utc
@@ -147,3 +149,18 @@ def test_status_lists_an_uncomputable_entry_with_its_reason() -> None:
     assert status.next_window is None
     assert status.uncomputable is not None
     assert "accepts none of the 50000 windows" in status.uncomputable
+
+
+def test_status_does_not_wait_on_a_long_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`safebeat status` gives custom schedules' searches a budget: an entry whose next
+    window is not found within it shows as searching, and the look ends soon."""
+    monkeypatch.setattr("safebeat.ops.overview.STATUS_SEARCH_SECONDS", 0.0)
+    store = MemoryStore()
+    entry = compiled("custom", never(60.0))
+    store.register(
+        "ns", [Definition("custom", entry.schedule_text, "d")], Replica("h", 1, "aaaaaa")
+    )
+    [status] = entry_statuses(store, "ns", {"custom": entry})
+    assert status.searching
+    assert status.next_window is None
+    assert status.uncomputable is None
