@@ -342,10 +342,10 @@ class TickEngine:
         """The pure planner, with this replica's entries (run by the store under its lock).
 
         Custom schedules' searches for windows (`safebeat.windows.searches`) share a budget
-        of a tenth of `safebeat_lock_timeout`: one that finds nothing for a long time goes
+        of a fiftieth of `safebeat_lock_timeout`: one that finds nothing for a long time goes
         on at the next ticks, rather than hold the lock past the store's bound, where the
         store would end the tick and every other entry's windows with it."""
-        deadline = self._monotonic() + self.config.lock_timeout.total_seconds() / 10
+        deadline = self._monotonic() + self.config.lock_timeout.total_seconds() / 50
         with search_budget(lambda: self._monotonic() > deadline):
             return plan_tick(
                 self.entries,
