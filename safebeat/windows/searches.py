@@ -16,6 +16,7 @@ asked, and goes on from there when asked again.
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -77,33 +78,42 @@ class Span:
 
 
 class Spans:
-    """The remembered spans of one direction (and anchor) of a rule: disjoint, by `low`."""
+    """The remembered spans of one direction (and anchor) of a rule: disjoint, by `low`.
+
+    A compiled rule is shared (the console answers requests on several threads), so the
+    two lists change together under a lock."""
 
     def __init__(self) -> None:
         self._lows: list[datetime] = []
         self._spans: list[Span] = []
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._spans)
 
     def at(self, window: datetime) -> Span | None:
         """The span holding `window`, if any."""
-        index = bisect.bisect_right(self._lows, window) - 1
-        if index >= 0 and self._spans[index].high >= window:
-            return self._spans[index]
-        return None
+        with self._lock:
+            index = bisect.bisect_right(self._lows, window) - 1
+            if index >= 0 and self._spans[index].high >= window:
+                return self._spans[index]
+            return None
 
     def record(self, span: Span, replaces: list[Span]) -> None:
         """Remember `span`, which holds the spans `replaces`."""
-        for old in replaces:
-            index = bisect.bisect_left(self._lows, old.low)
-            del self._lows[index], self._spans[index]
-        if len(self._spans) >= _MAX_SPANS:
-            self._lows.clear()
-            self._spans.clear()
-        index = bisect.bisect_left(self._lows, span.low)
-        self._lows.insert(index, span.low)
-        self._spans.insert(index, span)
+        with self._lock:
+            for old in replaces:
+                index = bisect.bisect_left(self._lows, old.low)
+                if index < len(self._spans) and self._spans[index] is old:
+                    del self._lows[index], self._spans[index]
+            if len(self._spans) >= _MAX_SPANS:
+                self._lows.clear()
+                self._spans.clear()
+            index = bisect.bisect_left(self._lows, span.low)
+            if index < len(self._lows) and self._lows[index] == span.low:
+                del self._lows[index], self._spans[index]  # asked again meanwhile
+            self._lows.insert(index, span.low)
+            self._spans.insert(index, span)
 
 
 def search(
