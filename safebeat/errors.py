@@ -47,6 +47,10 @@ class ScheduleError(SafebeatError):
 class StoreError(SafebeatError):
     """The store failed in a way that retrying will not fix (bad schema, bad URL)."""
 
+    #: Where the store's URL came from (`safebeat.config.url_origin`), where known: a
+    #: command line says it with the error, since a stale `SAFEBEAT_URL` wins silently.
+    url_origin: str | None = None
+
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached right now; beat retries with backoff and claims nothing."""

@@ -340,8 +340,17 @@ def scrub(text: str, url: str) -> str:
     if reading.misread:
         return MISREAD
     for secret in reading.secrets:
-        text = text.replace(secret, "***")
+        text = _as_token(secret).sub("***", text)
     return _PASSWORD_IN_QUERY.sub(r"\1***", text)
+
+
+def _as_token(secret: str) -> re.Pattern[str]:
+    """`secret` where it stands on its own: not inside a longer word or number, so that
+    a password `on` hides no part of `connection` (a message quotes a password whole,
+    between quotes, `:`, `@`, `=` or spaces, never glued into a word)."""
+    before = r"(?<!\w)" if secret[:1].isalnum() or secret[:1] == "_" else ""
+    after = r"(?!\w)" if secret[-1:].isalnum() or secret[-1:] == "_" else ""
+    return re.compile(before + re.escape(secret) + after)
 
 
 def django_alias(url: str, *, setting: str = "safebeat_url") -> str:

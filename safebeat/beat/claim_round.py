@@ -51,8 +51,9 @@ class ClaimRounds:
         # Where the last take-over pass ended in the store's stale claims: the next one
         # reads the page after it (None: from the oldest).
         self._reclaim_after: StaleMark | None = None
-        #: Entries whose state the store could not read back, with what was said (once).
-        self.unreadable: dict[str, str] = {}
+        #: Entries that could not be planned (state unreadable, windows not computed),
+        #: with what was said, so that each error's detail is said once.
+        self.unplanned: dict[str, str] = {}
         #: Entries whose rows the store refuses, with why (said once), until a round
         #: claims for them again.
         self.refused: dict[str, str] = {}
@@ -198,7 +199,7 @@ class ClaimRounds:
             return None
         self.batch.finished(seconds=self._monotonic() - started, lock_timeout=limit)
         planned = _plan_of(result, due, store.display_url, retry_after)
-        report_plan(planned, self._metrics, self.unreadable)
+        report_plan(planned, self._metrics, self.unplanned)
         for name in due:
             upcoming = planned.upcoming.get(name, result.now)
             self._pacing.schedule_next(name, upcoming, result.now, started)

@@ -47,6 +47,7 @@ from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState
 from safebeat.stores import Store, store_from_config
 from safebeat.urls import redact
+from safebeat.windows.searches import search_budget
 
 logger = logging.getLogger("safebeat.scheduler")
 
@@ -200,7 +201,16 @@ class TickEngine:
             config.namespace,
             self.replica.id,
         )
-        self.guard.run(self.bootstrap)
+        self.guard.run(self._first_bootstrap)
+
+    def _first_bootstrap(self) -> float:
+        """Bootstrap with the owner's entries as they are now: a scheduler that refreshes
+        its entries (django-celery-beat's rows over the settings) does so first, so that it
+        never registers the settings' definitions only to replace them at the first tick
+        (each replica warned at every start that the definitions differed)."""
+        if self._hooks.refresh is not None:
+            self._hooks.refresh()
+        return self.bootstrap()
 
     def bootstrap(self) -> float:
         """Migrate (if asked), register the entries and send the first heartbeat."""
@@ -318,7 +328,7 @@ class TickEngine:
             started=started,
             retry_after=timedelta(seconds=tuning.max_interval),
         )
-        aside = (*self.rounds.refused, *self.rounds.unreadable)  # of entries still run
+        aside = (*self.rounds.refused, *self.rounds.unplanned)  # of entries still run
         self.metrics.set_aside("store", [name for name in aside if name in self.entries])
         if result is None:
             return None
@@ -331,15 +341,22 @@ class TickEngine:
         return Round(result, [*result.claimed, *result.reclaimed], started)
 
     def plan(self, now: datetime, states: Mapping[str, EntryState]) -> Planned:
-        """The pure planner, with this replica's entries (run by the store under its lock)."""
-        return plan_tick(
-            self.entries,
-            states,
-            now,
-            namespace=self.config.namespace,
-            retry_after=timedelta(seconds=self.tuning.max_interval),
-            queue_timeouts=self._queue_timeouts,
-        )
+        """The pure planner, with this replica's entries (run by the store under its lock).
+
+        Custom schedules' searches for windows (`safebeat.windows.searches`) share a budget
+        of a fiftieth of `safebeat_lock_timeout`: one that finds nothing for a long time goes
+        on at the next ticks, rather than hold the lock past the store's bound, where the
+        store would end the tick and every other entry's windows with it."""
+        deadline = self._monotonic() + self.config.lock_timeout.total_seconds() / 50
+        with search_budget(lambda: self._monotonic() > deadline):
+            return plan_tick(
+                self.entries,
+                states,
+                now,
+                namespace=self.config.namespace,
+                retry_after=timedelta(seconds=self.tuning.max_interval),
+                queue_timeouts=self._queue_timeouts,
+            )
 
     def pipelining(self) -> bool:
         """Whether to claim the next round while this one is published. A round claimed

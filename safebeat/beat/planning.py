@@ -18,6 +18,7 @@ from safebeat.errors import UnreadableState
 from safebeat.identity import task_id_for
 from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan, pause_ends
 from safebeat.windows import Due, Overlap
+from safebeat.windows.searches import SearchUnfinished
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -35,6 +36,9 @@ class Planned(TickPlan):
     upcoming: Mapping[str, datetime | None] = field(default_factory=dict)
     errors: Mapping[str, Exception] = field(default_factory=dict)
 
+
+#: When a custom schedule's search that outran the plan's budget goes on (at the latest).
+SEARCH_AGAIN = timedelta(seconds=1)
 
 #: How long a queued window blocks the next under `skip_if_queued` when `queue_timeouts`
 #: names none for its entry: the default of `safebeat_overlap_timeout`.
@@ -77,7 +81,9 @@ def plan_tick(
     deterministic task ids, skipped spans become skips, and the entry's decided-until
     advances to the last window decided. An entry whose windows cannot be computed, or
     whose state the store could not read back (`EntryState.unreadable`), is reported in
-    `errors` and retried `retry_after` from `now`; the others are unaffected.
+    `errors` and retried `retry_after` from `now`; the others are unaffected. An entry
+    whose custom schedule's search outran the caller's budget (`windows.search_budget`)
+    decides nothing and is planned again soon, the search going on where it stopped.
     """
     queue_timeouts = queue_timeouts or {}
     claims: list[NewClaim] = []
@@ -95,6 +101,9 @@ def plan_tick(
             continue
         try:
             decision, held = _decide(entry, state, now)
+        except SearchUnfinished:  # a custom schedule's search goes on at the next tick
+            upcoming[name] = now + min(retry_after, SEARCH_AGAIN)
+            continue
         except Exception as exc:  # noqa: BLE001 - one bad entry must not stop the others
             errors[name] = exc
             upcoming[name] = now + retry_after

@@ -27,15 +27,15 @@ from safebeat.windows import SkipReason
 logger = logging.getLogger("safebeat.scheduler")
 
 
-def report_plan(
-    planned: Planned, metrics: BeatMetrics, unreadable: dict[str, str] | None = None
-) -> None:
+def report_plan(planned: Planned, metrics: BeatMetrics, said: dict[str, str] | None = None) -> None:
     """Log and count a committed plan's failed entries and skipped windows.
 
-    An entry whose state cannot be read back is said once per problem (`unreadable`: what
-    was said, by entry; an entry readable again is dropped from it), not at every retry.
+    An entry whose state cannot be read back is said once per problem (`said`: what was
+    said, by entry; an entry planned again is dropped from it), not at every retry; an
+    entry whose windows cannot be computed is logged with its traceback once per error,
+    then in one line at each retry.
     """
-    said = {} if unreadable is None else unreadable
+    said = {} if said is None else said
     for name in [n for n in said if n not in planned.errors]:
         if name in planned.upcoming:  # planned again, and readable now
             del said[name]
@@ -47,6 +47,15 @@ def report_plan(
                 logger.error("safebeat: %s", exc)
             continue
         metrics.entry_error(name)
+        kind = _kind(exc)
+        if said.get(name) == kind:  # its traceback was logged at the first failure
+            logger.error(
+                "safebeat: entry %r: still cannot compute its windows (%s); retrying later",
+                name,
+                exc,
+            )
+            continue
+        said[name] = kind
         logger.error(
             "safebeat: entry %r: cannot compute its windows (%s); retrying later, "
             "the other entries run",
@@ -71,6 +80,12 @@ def report_plan(
     unexpected = [s for s in planned.skips if s.reason != SkipReason.PAUSED.value]
     if unexpected:
         _summarize_skips(unexpected)
+
+
+def _kind(exc: Exception) -> str:
+    """What kind of failure `exc` is, whatever the window or instant its message names."""
+    cause = exc.__cause__
+    return type(exc).__qualname__ + ("" if cause is None else f" from {type(cause).__qualname__}")
 
 
 def skipped_windows(skips: Sequence[NewSkip]) -> int:

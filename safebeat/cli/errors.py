@@ -10,7 +10,10 @@ import click
 
 from safebeat.cli.app import AppNotFound
 from safebeat.display import one_line
-from safebeat.errors import SafebeatError
+from safebeat.errors import SafebeatError, StoreError
+
+#: Said after an error that has more to it than its line (a driver's error behind it).
+MORE = "(run again with --traceback for the full error)"
 
 
 class UsageProblem(click.ClickException):
@@ -30,6 +33,13 @@ def _debug(ctx: click.Context) -> bool:
     )
 
 
+def _has_more(exc: BaseException) -> bool:
+    """Whether `exc` stands for another error (a driver's), which --traceback shows."""
+    return exc.__cause__ is not None or (
+        exc.__context__ is not None and not exc.__suppress_context__
+    )
+
+
 def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -> Any:
     """Run `invoke` (a group's own invoke) so every error is one line, unless --traceback."""
     try:
@@ -44,7 +54,10 @@ def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -
     except SafebeatError as exc:
         if _debug(ctx):
             raise
-        raise click.ClickException(one_line(str(exc))) from exc
+        said = one_line(str(exc))
+        if isinstance(exc, StoreError) and exc.url_origin:
+            said = f"{said}; the store URL is from {exc.url_origin}"
+        raise click.ClickException(f"{said} {MORE}" if _has_more(exc) else said) from exc
     except Exception as exc:
         if _debug(ctx):
             raise

@@ -12,8 +12,9 @@ import click
 
 from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.cli.errors import UsageProblem
-from safebeat.config import Config
+from safebeat.config import Config, url_origin
 from safebeat.display import BadInstant, parse_instant
+from safebeat.errors import StoreError
 from safebeat.stores import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +85,9 @@ def opened(options: Options, *, create: bool = False) -> Iterator[tuple[Config, 
     config, store = open_store(options, create=create)
     try:
         yield choose_namespace(options, config, store, say), store
+    except StoreError as exc:  # said with where the URL came from (a stale SAFEBEAT_URL?)
+        exc.url_origin = url_origin(config)
+        raise
     finally:
         store.close()
 

@@ -15,7 +15,7 @@ from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_json, fields, table
 from safebeat.config import parse_duration
 from safebeat.display import printable, span, when
-from safebeat.errors import ConfigError, UnreadableState
+from safebeat.errors import ConfigError, EntryError, UnreadableState
 from safebeat.ops.deploy_preview import RUN_OUTSIDE_CELERY
 from safebeat.ops.overview import (
     EntryStatus,
@@ -33,7 +33,8 @@ def _status_row(s: EntryStatus) -> dict[str, Any]:
         **fields(
             s,
             "schedule next_window last_window sent_by lag last_outcome last_success "
-            "running_since skipped_recently paused paused_until pause_note unreadable",
+            "running_since skipped_recently paused paused_until pause_note unreadable "
+            "uncomputable searching",
         ),
     }
 
@@ -65,6 +66,11 @@ def status(options: Options, as_json: bool) -> None:
     unreadable = [
         UnreadableState(s.name, s.unreadable) for s in statuses if s.unreadable is not None
     ]
+    uncomputable = [
+        EntryError(s.name, f"its windows cannot be computed: {s.uncomputable}")
+        for s in statuses
+        if s.uncomputable is not None
+    ]
     if as_json:
         emit_json(
             {
@@ -74,6 +80,7 @@ def status(options: Options, as_json: bool) -> None:
                 "broken": [
                     *({"entry": n, "problem": e.problem} for n, e in sorted(broken.items())),
                     *({"entry": u.entry, "problem": u.problem} for u in unreadable),
+                    *({"entry": u.entry, "problem": u.problem} for u in uncomputable),
                 ],
                 "replicas": [_replica_row(r) for r in replicas],
             }
@@ -105,9 +112,10 @@ def status(options: Options, as_json: bool) -> None:
         click.echo("\npaused entries (their windows are skipped, reason paused):")
         for s in paused:
             click.echo(f"  {printable(s.name)}: {printable(s.pause_text)}")
-    if broken or unreadable:
+    if broken or unreadable or uncomputable:
         click.echo("\nbroken entries (beat skips them):")
-        for name, error in [*sorted(broken.items()), *((u.entry, u) for u in unreadable)]:
+        aside = [*unreadable, *uncomputable]
+        for name, error in [*sorted(broken.items()), *((u.entry, u) for u in aside)]:
             click.echo(f"  {printable(name)}: {printable(error.problem)}")
     if not replicas:
         click.echo("\nreplicas: none is running (no beat has a heartbeat in this namespace)")
@@ -133,6 +141,8 @@ def status(options: Options, as_json: bool) -> None:
 def _next_cell(s: EntryStatus, schedule: Schedule | None) -> str:
     if s.unreadable is not None:
         return "(unreadable)"
+    if s.uncomputable is not None or s.searching:
+        return "(searching)" if s.uncomputable is None else "(broken)"
     if schedule is None and not s.schedule.startswith(RUN_OUTSIDE_CELERY):
         return "(needs -A)"
     if schedule is not None and s.name in schedule.broken:

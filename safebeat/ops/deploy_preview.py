@@ -17,10 +17,11 @@ from datetime import datetime
 from safebeat import windows
 from safebeat.app_schedule import Schedule
 from safebeat.identity import format_window
-from safebeat.ops.overview import ReplicaStatus
+from safebeat.ops.overview import STATUS_SEARCH_SECONDS, ReplicaStatus
 from safebeat.schedule_text import rule_from_text
 from safebeat.stores.base import EntryState
 from safebeat.windows import Rule
+from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 
 #: Schedules of entries run outside Celery (`safebeat exec`, the APScheduler executor):
 #: no app defines them, so they are never orphans.
@@ -65,7 +66,21 @@ def plan(
     """Every entry the code and the store disagree about, by name.
 
     `now` is the store's clock; `count` is how many next windows to show of each side.
+    Custom schedules' searches share a budget, as in `safebeat status`: a window not
+    found within it is left out.
     """
+    with search_budget(spent_after(STATUS_SEARCH_SECONDS)):
+        return _plan(states, schedule, replicas, now, count=count)
+
+
+def _plan(
+    states: Mapping[str, EntryState],
+    schedule: Schedule,
+    replicas: Sequence[ReplicaStatus],
+    now: datetime,
+    *,
+    count: int,
+) -> list[Change]:
     changes: list[Change] = []
     for name in sorted(states.keys() | schedule.entries.keys() | schedule.broken.keys()):
         state, entry = states.get(name), schedule.entries.get(name)
@@ -81,7 +96,11 @@ def plan(
             )
         elif state is None and entry is not None:
             anchor = now.replace(microsecond=0)  # what registering it would record
-            after = _next(entry.rule, now, anchor, count)
+            try:
+                after = _next(entry.rule, now, anchor, count)
+            except Exception as exc:  # noqa: BLE001 - beat puts it aside: say why
+                changes.append(_uncomputable(name, None, exc))
+                continue
             changes.append(Change(name, Kind.ADDED, None, entry.schedule_text, (), after))
         elif state is not None and entry is None:
             if state.schedule.startswith(RUN_OUTSIDE_CELERY):
@@ -95,11 +114,27 @@ def plan(
             before = _registered_next(state, now, count)
             # A changed schedule is registered anew at deploy time: windows from now on.
             since = now if state.schedule != entry.schedule_text else max(now, state.decided_until)
-            after = _next(entry.rule, since, state.anchor, count)
+            try:
+                after = _next(entry.rule, since, state.anchor, count)
+            except Exception as exc:  # noqa: BLE001 - beat puts it aside: say why
+                changes.append(_uncomputable(name, state.schedule, exc))
+                continue
             changes.append(
                 Change(name, Kind.CHANGED, state.schedule, entry.schedule_text, before, after)
             )
+        elif state is not None and entry is not None and state.unreadable is None:
+            try:  # unchanged; but one whose windows fail is put aside by beat: say so
+                _next(entry.rule, max(now, state.decided_until), state.anchor, 1)
+            except Exception as exc:  # noqa: BLE001
+                changes.append(_uncomputable(name, state.schedule, exc))
     return changes
+
+
+def _uncomputable(name: str, registered: str | None, exc: Exception) -> Change:
+    """Entry `name`, whose next windows cannot be computed: beat would put it aside."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    problem = f"its windows cannot be computed: {detail}"
+    return Change(name, Kind.BROKEN, registered, None, problem=problem)
 
 
 def orphans(changes: Sequence[Change]) -> list[Change]:
@@ -116,11 +151,16 @@ def _registered_next(state: EntryState, now: datetime, count: int) -> tuple[date
 
 
 def _next(rule: Rule, after: datetime, anchor: datetime, count: int) -> tuple[datetime, ...]:
+    """The next `count` windows of `rule` (those found before a custom schedule's search
+    outran its budget: beat searches on)."""
     found: list[datetime] = []
-    window = windows.next_window(rule, after, anchor)
-    while window is not None and len(found) < count:
-        found.append(window)
-        window = windows.next_window(rule, window, anchor)
+    try:
+        window = windows.next_window(rule, after, anchor)
+        while window is not None and len(found) < count:
+            found.append(window)
+            window = windows.next_window(rule, window, anchor)
+    except SearchUnfinished:
+        pass
     return tuple(found)
 
 

@@ -169,6 +169,20 @@ def check_scheduler(context: Context) -> list[Finding]:
     name = context.app.conf.beat_scheduler
     if not isinstance(name, str):
         name = f"{name.__module__}.{name.__qualname__}"
+    if name.startswith("django_celery_beat."):  # whether or not Django is set up here
+        prefix = context.app.namespace
+        setting = f"{prefix}_BEAT_SCHEDULER" if prefix else "beat_scheduler"
+        return [
+            Finding(
+                "scheduler",
+                Level.WARNING,
+                f"{setting} {name!r} is django-celery-beat's, which sends every window "
+                f"from each replica: set {setting} = "
+                "'safebeat.contrib.django.DatabaseScheduler' (or start beat with -S "
+                "safebeat.contrib.django.DatabaseScheduler); it runs the same PeriodicTask "
+                "rows (docs/migrating-from-django-celery-beat.md)",
+            )
+        ]
     try:
         scheduler = symbol_by_name(name)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -187,23 +201,24 @@ def check_scheduler(context: Context) -> list[Finding]:
         return [Finding("scheduler", Level.WARNING, f"beat_scheduler {name!r}: {exc}")]
     if isinstance(scheduler, type) and issubclass(scheduler, Scheduler):
         return [Finding("scheduler", Level.OK, f"beat_scheduler {name!r} is safebeat's")]
+    return [_not_safebeat(name)]
+
+
+def _not_safebeat(name: str) -> Finding:
+    """What to say of `beat_scheduler` `name`, a scheduler that is not safebeat's."""
     if name == _CELERY_DEFAULT:
-        return [
-            Finding(
-                "scheduler",
-                Level.OK,
-                f"beat_scheduler is Celery's default ({name}): start beat with "
-                "-S safebeat.Scheduler, or set beat_scheduler = 'safebeat.Scheduler'",
-            )
-        ]
-    return [
-        Finding(
+        return Finding(
             "scheduler",
-            Level.WARNING,
-            f"beat_scheduler {name!r} is not safebeat's: a beat started without "
-            "-S safebeat.Scheduler runs it, and each replica sends every window",
+            Level.OK,
+            f"beat_scheduler is Celery's default ({name}): start beat with "
+            "-S safebeat.Scheduler, or set beat_scheduler = 'safebeat.Scheduler'",
         )
-    ]
+    return Finding(
+        "scheduler",
+        Level.WARNING,
+        f"beat_scheduler {name!r} is not safebeat's: a beat started without "
+        "-S safebeat.Scheduler runs it, and each replica sends every window",
+    )
 
 
 def check_store(context: Context) -> list[Finding]:

@@ -23,7 +23,12 @@ from safebeat.records import (
     Status,
 )
 from safebeat.stores.base import AdminStore
+from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 
+#: Seconds that the custom schedules' searches for next windows may take in one look at
+#: the entries (`safebeat.windows.searches`): one accepting no window for weeks takes
+#: seconds to search, and fifty of them made `safebeat status` take four minutes.
+STATUS_SEARCH_SECONDS = 2.0
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
 
@@ -53,6 +58,11 @@ class EntryStatus:
     pause_note: str | None = None
     #: Why the store could not read this entry's state back (beat puts it aside), or None.
     unreadable: str | None = None
+    #: Why its next window cannot be computed (beat puts it aside and retries), or None.
+    uncomputable: str | None = None
+    #: Its custom schedule refused every window asked within `STATUS_SEARCH_SECONDS`: its
+    #: next window is not known yet (beat searches on, in steps).
+    searching: bool = False
 
     @property
     def pause_text(self) -> str:
@@ -112,12 +122,19 @@ def entry_status(
     success = next(
         (r for r in rows if r.outcome is Outcome.SUCCESS and r.finished_at is not None), None
     )
-    upcoming = overdue = None
+    upcoming = overdue = uncomputable = None
+    searching = False
     if entry is not None and state.unreadable is None:
         after = max(now, state.decided_until)
-        upcoming = windows.next_window(entry.rule, after, state.anchor)
-        first = windows.next_window(entry.rule, state.decided_until, state.anchor)
-        overdue = first if first is not None and first <= now else None
+        try:
+            upcoming = windows.next_window(entry.rule, after, state.anchor)
+            first = windows.next_window(entry.rule, state.decided_until, state.anchor)
+        except SearchUnfinished:  # a custom class refusing window after window: not known
+            searching = True
+        except Exception as exc:  # noqa: BLE001 - beat puts it aside the same way: say why
+            uncomputable = " ".join(str(exc).split()) or type(exc).__name__
+        else:
+            overdue = first if first is not None and first <= now else None
     return EntryStatus(
         name=state.name,
         schedule=state.schedule,
@@ -133,6 +150,8 @@ def entry_status(
         paused_until=state.paused_until if state.paused_at(now) else None,
         pause_note=state.pause_note if state.paused_at(now) else None,
         unreadable=state.unreadable,
+        uncomputable=uncomputable,
+        searching=searching,
     )
 
 
@@ -142,15 +161,16 @@ def entry_statuses(
     """Every registered entry of `namespace`, by name; `entries` adds next windows."""
     now = store.clock()
     states = store.states(namespace)
-    return [
-        entry_status(
-            state,
-            store.history(namespace, name, limit=HISTORY_DEPTH),
-            None if entries is None else entries.get(name),
-            now,
-        )
-        for name, state in sorted(states.items())
-    ]
+    with search_budget(spent_after(STATUS_SEARCH_SECONDS)):
+        return [
+            entry_status(
+                state,
+                store.history(namespace, name, limit=HISTORY_DEPTH),
+                None if entries is None else entries.get(name),
+                now,
+            )
+            for name, state in sorted(states.items())
+        ]
 
 
 def empty_namespace(store: AdminStore, namespace: str) -> str:
@@ -167,9 +187,16 @@ def empty_namespace(store: AdminStore, namespace: str) -> str:
     )
 
 
+#: The most names a message lists; the rest are counted.
+LISTED_AT_MOST = 10
+
+
 def listed(names: Sequence[str]) -> str:
-    """Names quoted and separated by commas, for a message."""
-    return ", ".join(repr(n) for n in names)
+    """Names quoted and separated by commas, for a message: the first `LISTED_AT_MOST`,
+    and how many more (a store shared by many apps holds hundreds of namespaces)."""
+    shown = ", ".join(repr(n) for n in names[:LISTED_AT_MOST])
+    more = len(names) - LISTED_AT_MOST
+    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def replica_statuses(store: AdminStore, namespace: str) -> list[ReplicaStatus]:

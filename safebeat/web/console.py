@@ -163,6 +163,10 @@ class Console:
         for status in statuses:  # put aside by beat, listed as `safebeat status` lists it
             if status.unreadable is not None:
                 broken[status.name] = UnreadableState(status.name, status.unreadable)
+            elif status.uncomputable is not None:
+                broken[status.name] = EntryError(
+                    status.name, f"its windows cannot be computed: {status.uncomputable}"
+                )
         return EntriesPage([row_of(s, now) for s in statuses], broken, empty)
 
     def entry(self, name: str, limit: int = HISTORY_ROWS) -> EntryPage | None:
@@ -219,10 +223,12 @@ class Console:
                 store, config.namespace, name, pause, actor=actor, fields=FORM_FIELDS
             )
 
-    def trigger(self, name: str, *, actor: str) -> operations.Published:
+    def trigger(self, name: str, *, actor: str, note: str | None = None) -> operations.Published:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
-            return operations.trigger(self.app, store, config.namespace, entry, actor=actor)
+            return operations.trigger(
+                self.app, store, config.namespace, entry, actor=actor, note=note
+            )
 
     def backfill_preview(self, name: str, start: datetime, end: datetime) -> list[datetime]:
         """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
@@ -233,7 +239,7 @@ class Console:
             )
 
     def backfill(
-        self, name: str, start: datetime, end: datetime, *, actor: str
+        self, name: str, start: datetime, end: datetime, *, actor: str, note: str | None = None
     ) -> operations.Published:
         with self.using() as (config, store):
             entry = self._entry_to_run(config, store, name)
@@ -245,6 +251,7 @@ class Console:
                 start=start,
                 end=end,
                 actor=actor,
+                note=note,
                 fields=FORM_FIELDS,
             )
 

@@ -284,12 +284,13 @@ class Pages:
 
     async def trigger(self, request: Request) -> Response:
         name = request.path_params["name"]
-        _, refused = await self._action_form(request)
+        form, refused = await self._action_form(request)
         if refused is not None:
             return refused
+        note = str(form.get("note", "")).strip() or None
         try:
             published = await run_in_threadpool(
-                functools.partial(self.console.trigger, name, actor=actor_of(request))
+                functools.partial(self.console.trigger, name, actor=actor_of(request), note=note)
             )
         except SafebeatError as exc:
             return self.failure(request, exc)
@@ -302,6 +303,7 @@ class Pages:
         form, refused = await self._action_form(request)
         if refused is not None:
             return refused
+        note = str(form.get("note", "")).strip()
         try:
             start, end = _instant(form, "start", name), _instant(form, "end", name)
             actor = actor_of(request)
@@ -315,9 +317,12 @@ class Pages:
                     start=format_window(start),
                     end=format_window(end),
                     windows=found,
+                    note=note,
                 )
             published = await run_in_threadpool(
-                functools.partial(self.console.backfill, name, start, end, actor=actor)
+                functools.partial(
+                    self.console.backfill, name, start, end, actor=actor, note=note or None
+                )
             )
         except SafebeatError as exc:
             return self.failure(request, exc)

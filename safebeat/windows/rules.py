@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone, tzinfo
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 UTC = timezone.utc
 MICROSECOND = timedelta(microseconds=1)
@@ -86,11 +86,10 @@ class FilteredRule:
     base: IntervalRule | CrontabRule
     keeps: Callable[[datetime], bool]
     source: str
-    #: Answers already worked out, by base window: the nearest window `keeps` accepts
-    #: at or after it (`later`) and at or before it (`earlier`), None where the search
-    #: found none. The answers never change, so every lookup after the first is free.
-    later: dict[datetime, datetime | None] = field(default_factory=dict, repr=False)
-    earlier: dict[datetime, datetime | None] = field(default_factory=dict, repr=False)
+    #: What searches already worked out (`safebeat.windows.searches`), by direction and
+    #: anchor: spans of base windows all asked, and where a search through them ends. The
+    #: answers never change, so a search is never redone, found or fruitless.
+    searched: dict[tuple[bool, datetime | None], Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

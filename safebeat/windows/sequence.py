@@ -16,16 +16,9 @@ from safebeat.windows.rules import (
     Rule,
     SolarRule,
 )
+from safebeat.windows.searches import Spans, search
 from safebeat.windows.solar import solar_latest, solar_next
 from safebeat.windows.wallclock import crontab_latest, crontab_next
-
-#: The most windows of a custom schedule's base that one search asks the schedule about
-#: (about five weeks of a crontab every minute): a schedule that accepts none of them has
-#: no window within reach, which is reported rather than searched for ever.
-MAX_FILTERED_SEARCH = 50_000
-#: Answers a custom schedule's rule remembers (`FilteredRule.later`, `.earlier`) before
-#: it forgets them all and starts again.
-_MAX_REMEMBERED = 100_000
 
 
 def latest_window(rule: Rule, now: datetime, anchor: datetime | None = None) -> datetime | None:
@@ -105,29 +98,22 @@ def _filtered_window(
     rule: FilteredRule, instant: datetime, anchor: datetime | None, *, forward: bool
 ) -> datetime | None:
     """The oldest window of `rule.base` after `instant` that `rule.keeps` accepts
-    (`forward`), else the newest at or before it; each base window is asked about once."""
-    known = rule.later if forward else rule.earlier
-    asked: list[datetime] = []
-    window = _step(rule.base, instant, anchor, forward=forward)
-    for _ in range(MAX_FILTERED_SEARCH):
-        if window is None or window in known:
-            found = None if window is None else known[window]
-            break
-        asked.append(window)
-        if rule.keeps(window):
-            found = window
-            break
-        window = _step(
+    (`forward`), else the newest at or before it; each base window is asked about once
+    (`safebeat.windows.searches`)."""
+    spans = rule.searched.get((forward, anchor))
+    if spans is None:
+        spans = rule.searched[forward, anchor] = Spans()
+
+    def following(window: datetime) -> datetime | None:
+        return _step(
             rule.base, window if forward else window - MICROSECOND, anchor, forward=forward
         )
-    else:
-        direction = "after" if forward else "at or before"
-        raise ValueError(
-            f"{rule.source} accepts none of the {MAX_FILTERED_SEARCH} windows of its base "
-            f"schedule {direction} {instant.isoformat()}"
+
+    def fruitless(asked: int, low: datetime, high: datetime) -> str:
+        return (
+            f"{rule.source} accepts none of the {asked} windows of its base schedule "
+            f"from {low.isoformat()} to {high.isoformat()}, and it is not searched further"
         )
-    if len(known) > _MAX_REMEMBERED:
-        known.clear()
-    for each in asked:  # from each of them, the search ends at the same window
-        known[each] = found
-    return found
+
+    first = _step(rule.base, instant, anchor, forward=forward)
+    return search(spans, first, following, rule.keeps, forward=forward, fruitless=fruitless)

@@ -21,6 +21,8 @@ from celery import Celery
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
 from tests import djangosite, runscope
+from tests.acceptance.docrun import DOCS
+from tests.docpages import Page
 
 pytestmark = pytest.mark.django
 
@@ -79,10 +81,11 @@ def app() -> Celery:
 def scheduler(app: Celery, clock: FakeClock, store: MemoryStore) -> Any:
     from safebeat.contrib.django import DatabaseScheduler
 
-    beat = DatabaseScheduler(app, store=store, monotonic=clock.monotonic)
-    beat.marker_interval = 0.0
-    beat.clock = clock.now
-    return beat
+    class Scheduler(DatabaseScheduler):  # from construction on: it reads the rows then
+        marker_interval = 0.0
+
+    Scheduler.clock = staticmethod(clock.now)
+    return Scheduler(app, store=store, monotonic=clock.monotonic)
 
 
 def run(beats: list[Any], clock: FakeClock, seconds: float, step: float = 0.5) -> None:
@@ -316,6 +319,24 @@ def test_a_row_wins_over_a_beat_schedule_entry_of_its_name(
     assert beat.entries["from-settings"].schedule_text == "every 60s"
 
 
+def test_a_replica_registers_the_rows_from_its_start_not_the_settings_they_shadow(
+    beat_db: str, app: Celery, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row shadowing a setting of its name is what a starting replica registers first:
+    no replica registers the setting's definition only to replace it at its first tick,
+    so a restart warns of no definition that differs (it warned of every shadowed one)."""
+    app.conf.beat_schedule = {"report": {"task": "billing.charge", "schedule": 60.0}}
+    interval_task("report", 7)
+    store = MemoryStore(clock=clock.now)
+    with caplog.at_level(logging.WARNING, logger="safebeat"):
+        for _ in range(2):  # a start, then a restart
+            beat = scheduler(app, clock, store)
+            run([beat], clock, 1)
+            beat.close()
+    assert store.states(app.conf.safebeat_namespace)["report"].schedule == "every 7s"
+    assert not [r for r in caplog.records if "differs from the one registered" in r.getMessage()]
+
+
 def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_one(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:
@@ -340,3 +361,23 @@ def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_on
     assert "workdays" in problem
     assert "delete or rename the row" in problem
     assert "workdays decides" in beat.entries["alone"].schedule_text
+
+
+def test_the_migration_guides_copies_are_the_settings_and_celerys_cleanup(
+    beat_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Step 6 of docs/migrating-from-django-celery-beat.md, run as written (its delete
+    uncommented): it lists and retires the rows django-celery-beat copied from the
+    settings and made for `celery.backend_cleanup`, and leaves the admin's own rows."""
+    from django.test import override_settings
+    from django_celery_beat.models import PeriodicTask
+
+    step = Page(DOCS / "migrating-from-django-celery-beat.md").block("retire-copies").text
+    for name in ("report", "celery.backend_cleanup", "from-the-admin"):
+        interval_task(name, 60)
+    schedule = {"report": {"task": "billing.charge", "schedule": 60.0}}
+    with override_settings(CELERY_BEAT_SCHEDULE=schedule):
+        exec(step.replace("# copies.delete()", "copies.delete()"), {})  # noqa: S102
+    printed = capsys.readouterr().out
+    assert sorted(eval(printed)) == ["celery.backend_cleanup", "report"]  # noqa: S307
+    assert list(PeriodicTask.objects.values_list("name", flat=True)) == ["from-the-admin"]

@@ -7,8 +7,10 @@ import logging
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from click.testing import CliRunner
 
 from safebeat import Scheduler
+from safebeat.cli import main
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.refusals import refusal_hint
@@ -109,3 +111,22 @@ def test_mariadb_refusals_are_known_through_djangos_wrapper(
         f"{hint} {where}" + (" (and that the database exists)" if database else "")
     )
     assert refusal_hint(pymysql.OperationalError(2003, "Can't connect")) is None
+
+
+@pytest.mark.postgres
+def test_the_cli_says_what_to_fix_where_the_url_came_from_and_how_to_see_more(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`safebeat status` against a role the server refuses: one line naming what to check,
+    the variable the URL came from and --traceback; a password that is also a word of
+    the server's message hides the password, not the word."""
+    url = with_parts(pg_url, user="no_such_role_sb:on")
+    monkeypatch.setenv("SAFEBEAT_URL", url)
+    result = CliRunner().invoke(main, ["--namespace", "refused", "status"])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert "check the user name and password in the store URL" in line
+    assert "the store URL is from the SAFEBEAT_URL environment variable" in line
+    assert line.endswith("(run again with --traceback for the full error)")
+    assert "connection to server" in line  # `on` is hidden where it stands alone only
+    assert ":on@" not in line

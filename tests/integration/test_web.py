@@ -810,3 +810,30 @@ def test_a_note_at_its_limit_is_kept_whole(filled: Filled) -> None:
         form = {"csrf_token": csrf_token(test_client), "note": "n" * NOTE_CHARS}
         assert test_client.post(f"/entries/{ENTRY}/pause", data=form).status_code == 200
     assert filled.store.states(filled.namespace)[ENTRY].pause_note == "n" * NOTE_CHARS
+
+
+def test_trigger_and_backfill_keep_their_notes_in_the_audit(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """Like a pause, a trigger and a backfill take a note (why), kept through the
+    backfill's preview and recorded in the audit and shown on its page."""
+    token = csrf_token(signed_in)
+    signed_in.post(
+        f"/entries/{ENTRY}/trigger", data={"csrf_token": token, "note": "rerun after the fix"}
+    )
+    anchor = filled.store.states(filled.namespace)[ENTRY].anchor
+    form = {
+        "csrf_token": token,
+        "start": format_window(anchor - timedelta(seconds=2)),
+        "end": format_window(anchor - timedelta(seconds=1)),
+        "note": "outage of 3 March",
+    }
+    preview = signed_in.post(f"/entries/{ENTRY}/backfill", data=form)
+    assert 'name="note" value="outage of 3 March"' in preview.text
+    signed_in.post(f"/entries/{ENTRY}/backfill", data={**form, "confirm": "yes"})
+    backfilled, triggered = filled.store.audit(filled.namespace)
+    assert (triggered.action.value, triggered.note) == ("trigger", "rerun after the fix")
+    assert (backfilled.action.value, backfilled.note) == ("backfill", "outage of 3 March")
+    page = signed_in.get("/audit")
+    assert "rerun after the fix" in page.text
+    assert "outage of 3 March" in page.text

@@ -159,12 +159,13 @@ app's `safebeat_url` are both set and differ: the variable wins, silently, every
 With `-A` it checks the app's `beat_scheduler` setting: a name that cannot be loaded is
 a problem naming the closest known one (`beat_scheduler 'safebeat.Schedular' cannot be
 loaded (...); did you mean 'safebeat.Scheduler'?`), and a scheduler that is not
-safebeat's is a warning. Beat's `-S` wins over that setting and cannot be seen from
-here. A store that refuses the URL's user name, password or database is a problem that
-says which to check (`check the user name and password in the store URL`), as beat's
-log does. A `safebeat_lock_timeout` above half of `safebeat_execution_lease` is a
-warning naming both: a worker's lease renewal blocked on a row lock would be retried
-too late to keep a live run's lease.
+safebeat's is a warning; for django-celery-beat's `DatabaseScheduler` it names
+`safebeat.contrib.django.DatabaseScheduler`, which runs the same rows. Beat's `-S` wins
+over that setting and cannot be seen from here. A store that refuses the URL's user
+name, password or database is a problem that says which to check (`check the user name
+and password in the store URL`), as beat's log does. A `safebeat_lock_timeout` above
+half of `safebeat_execution_lease` is a warning naming both: a worker's lease renewal
+blocked on a row lock would be retried too late to keep a live run's lease.
 
 This page is the output of `--help`; a test keeps the two identical.
 """

@@ -70,6 +70,16 @@ def test_without_the_app_the_check_is_skipped_saying_why() -> None:
         ("safebeat.contrib.django:DatabaseScheduler", Level.OK, "is safebeat's"),
         ("celery.beat:PersistentScheduler", Level.OK, "-S safebeat.Scheduler"),
         ("celery.beat:Scheduler", Level.WARNING, "each replica sends every window"),
+        (
+            "django_celery_beat.schedulers:DatabaseScheduler",
+            Level.WARNING,
+            "set beat_scheduler = 'safebeat.contrib.django.DatabaseScheduler'",
+        ),
+        (
+            "django_celery_beat.schedulers.DatabaseScheduler",
+            Level.WARNING,
+            "it runs the same PeriodicTask rows",
+        ),
     ],
 )
 def test_a_misspelt_scheduler_in_the_apps_configuration_is_a_problem_naming_the_closest(

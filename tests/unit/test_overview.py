@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from safebeat.ops.overview import EntryStatus
+from safebeat.ops.overview import EntryStatus, listed
 
 NEXT = datetime(2026, 3, 2, 7, 0, tzinfo=timezone.utc)
 ACTIVE = EntryStatus(
@@ -43,3 +43,10 @@ def test_the_next_window_is_marked_skipped_only_inside_the_pause(
 
 def test_an_unknown_next_window_is_not_marked() -> None:
     assert not replace(ACTIVE, paused=True, next_window=None).next_window_skipped
+
+
+def test_a_message_lists_ten_names_and_counts_the_rest() -> None:
+    """A store shared by many apps: the namespaces a message lists stop at ten."""
+    names = [f"ns{i:03d}" for i in range(157)]
+    assert listed(names) == ", ".join(repr(n) for n in names[:10]) + " and 147 more"
+    assert listed(names[:3]) == "'ns000', 'ns001', 'ns002'"

@@ -105,3 +105,17 @@ def test_a_django_url_with_a_password_anywhere_is_refused_without_it(url: str) -
     with pytest.raises(ConfigError, match="names a database alias") as caught:
         django_alias(url)
     assert "pw" not in str(caught.value)
+
+
+@pytest.mark.parametrize("password", ["on", "e", "ver", "s3cret"])
+def test_scrub_hides_a_password_where_it_stands_alone_never_inside_a_word(password: str) -> None:
+    """A short password that is also part of a word (`on` in `connection`) leaves the word
+    whole; where the message quotes it on its own, it is hidden."""
+    url = f"postgresql://app:{password}@db:5432/app"
+    message = (
+        f'connection to server at "db", port 5432 failed: FATAL: password "{password}" '
+        f"refused for app:{password}@db"
+    )
+    scrubbed = scrub(message, url)
+    assert scrubbed.startswith('connection to server at "db", port 5432 failed: FATAL: ')
+    assert 'password "***" refused for app:***@db' in scrubbed
