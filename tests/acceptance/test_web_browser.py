@@ -42,7 +42,10 @@ APP = "tests.acceptance.webapp"
 ENTRY = "send-invoices"
 #: An entry whose name, unencoded in a path, leads to ENTRY's.
 TRICKY = f"reports/../{ENTRY}"
-ENTRIES = {ENTRY, "sync-crm", "weekly-report", TRICKY}
+#: The webapp's entries; the pictures in docs/ leave TRICKY out.
+ENTRIES = {ENTRY, "sync-crm", "weekly-report"} | (
+    set() if os.environ.get("SAFEBEAT_SCREENSHOTS") else {TRICKY}
+)
 #: A name Chromium resolves to 127.0.0.1, as a DNS rebinding attacker's domain does.
 EVIL = "evil.example"
 CHROMIUM_FLAGS = (
@@ -106,8 +109,23 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def shop(tmp_path: Path, redis_url: str, pg_url: str, namespace: str) -> Iterator[Cluster]:
+def shop_store(pg_url: str, pg_admin_url: str, namespace: str) -> Iterator[tuple[str, str]]:
+    """The store URL and namespace the console shows: the test's own, or, for the pictures
+    in docs/ (`$SAFEBEAT_SCREENSHOTS`), a database and a namespace named as a user's are."""
+    if not os.environ.get("SAFEBEAT_SCREENSHOTS"):
+        yield pg_url, namespace
+        return
+    url = services.create_database(pg_admin_url, "shop")
+    try:
+        yield url, "shop"
+    finally:
+        services.drop_database(pg_admin_url, "shop")
+
+
+@pytest.fixture
+def shop(tmp_path: Path, redis_url: str, shop_store: tuple[str, str]) -> Iterator[Cluster]:
     """Two `celery beat -S safebeat.Scheduler` replicas on PostgreSQL and one worker."""
+    pg_url, namespace = shop_store
     queue = runscope.unique("web")
     processes = Cluster(
         workdir=tmp_path,
@@ -139,8 +157,9 @@ class Console:
 
 
 @pytest.fixture
-def console(shop: Cluster, tmp_path: Path, pg_url: str, namespace: str) -> Iterator[Console]:
+def console(shop: Cluster, tmp_path: Path, shop_store: tuple[str, str]) -> Iterator[Console]:
     """`safebeat web -A tests.acceptance.webapp` on a free loopback port."""
+    pg_url, namespace = shop_store
     port = services.free_port()
     environment = {
         **os.environ,

@@ -29,10 +29,17 @@ app.conf.update(
             "task": "shop.weekly_report",
             "schedule": crontab(minute="0", hour="6", day_of_week="1"),
         },
-        "reports/../send-invoices": {
-            "task": "shop.weekly_report",
-            "schedule": crontab(minute="0", hour="6", day_of_week="1"),
-        },
+        # Not in the pictures of docs/ (`make screenshots`): a name no user would pick.
+        **(
+            {}
+            if os.environ.get("SAFEBEAT_SCREENSHOTS")
+            else {
+                "reports/../send-invoices": {
+                    "task": "shop.weekly_report",
+                    "schedule": crontab(minute="0", hour="6", day_of_week="1"),
+                }
+            }
+        ),
     },
     result_expires=None,
     broker_connection_retry_on_startup=True,
