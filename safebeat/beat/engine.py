@@ -178,6 +178,7 @@ class TickEngine:
             app_timezone=self._hooks.timezone(),
             config=self.config,
             metrics=self.metrics,
+            running=self.entries,
         )
 
     def refresh_runtime_entries(self) -> None:

@@ -200,3 +200,29 @@ def test_an_entry_whose_state_vanished_is_registered_again_in_full(clock: FakeCl
     run(scheduler, clock, 5)
     assert len(counting.registered[0]) == 6
     assert "added" in {e for e, _ in windows_sent(drain(app, QUEUE))}
+
+
+def test_a_runtime_change_compiles_the_code_entries_again_only_if_their_items_changed(
+    clock: FakeClock,
+) -> None:
+    """The code's entries are reused while their items are the same; with an item replaced
+    in `beat_schedule`, the code is compiled again with the next change, and the replaced
+    entry alone is registered, and sent."""
+    app = make_app(QUEUE, many(10))
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 2)
+    code = dict(scheduler.entries)
+    safebeat.schedules.add(app, "added", "t.run", 60, store=store)
+    run(scheduler, clock, 1.5)
+    assert all(scheduler.entries[name] is entry for name, entry in code.items())
+    counting = Counting(store)
+    app.conf.beat_schedule["code-3"] = {"task": "t.code", "schedule": 2.0}
+    safebeat.schedules.remove(app, "added", store=store)
+    run(scheduler, clock, 1.5)
+    assert counting.registered == [["code-3"]]
+    assert scheduler.entries["code-3"].schedule_text == "every 2s"
+    assert list(scheduler.entries) == list(code)
+    drain(app, QUEUE)
+    run(scheduler, clock, 5)
+    assert "code-3" in {e for e, _ in windows_sent(drain(app, QUEUE))}
