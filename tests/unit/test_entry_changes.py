@@ -226,3 +226,35 @@ def test_a_runtime_change_compiles_the_code_entries_again_only_if_their_items_ch
     drain(app, QUEUE)
     run(scheduler, clock, 5)
     assert "code-3" in {e for e, _ in windows_sent(drain(app, QUEUE))}
+
+
+def test_a_replica_that_sees_an_edit_late_never_sends_a_window_twice(clock: FakeClock) -> None:
+    """Two replicas; one picks up an edit (new schedule, new arguments) at once, the other
+    5 s later: every window is sent once, and after both saw it only the new schedule is
+    sent, with the new arguments."""
+    app = make_app(QUEUE, many(5))
+    store = MemoryStore(clock=clock.now)
+    first, late = memory_scheduler(app, clock, store), memory_scheduler(app, clock, store)
+    safebeat.schedules.add(app, "e", "t.run", 2, args=[1], store=store)
+
+    def tick_both(seconds: float) -> None:
+        end = clock.monotonic() + seconds
+        while clock.monotonic() < end:
+            first.tick()
+            late.tick()
+            clock.advance(0.25)
+
+    tick_both(5)
+    safebeat.schedules.update(app, "e", "t.run", 3, args=[2], store=store)
+    late.engine.runtime.next_look = clock.monotonic() + 5
+    tick_both(5)
+    assert first.entries["e"].args == (2,)
+    tick_both(1.5)
+    assert late.entries["e"].args == (2,)
+    sent = windows_sent(messages := drain(app, QUEUE))
+    assert set(sent.values()) == {1}
+    tick_both(9)
+    after = [m for m in drain(app, QUEUE) if m["safebeat_entry"] == "e"]
+    assert {m["argsrepr"] for m in after} == {"[2]"}
+    assert 2 <= len(after) <= 4
+    assert messages
