@@ -258,3 +258,33 @@ def test_a_replica_that_sees_an_edit_late_never_sends_a_window_twice(clock: Fake
     assert {m["argsrepr"] for m in after} == {"[2]"}
     assert 2 <= len(after) <= 4
     assert messages
+
+
+def test_a_change_made_while_the_store_is_down_is_registered_alone_once_it_is_back(
+    clock: FakeClock,
+) -> None:
+    """If the store fails when beat looks at the stored entries, beat backs off, keeps its
+    registration, and once the store answers registers the added entry alone, and sends it."""
+    app = make_app(QUEUE, many(10))
+    store = MemoryStore(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 2)
+    safebeat.schedules.add(app, "added", "t.run", 2, store=store)
+    version = store.runtime_version
+    down = [StoreUnavailable("the store is down")]
+
+    def failing(namespace: str) -> int | None:
+        if down:
+            raise down.pop()
+        return version(namespace)
+
+    store.runtime_version = failing  # type: ignore[method-assign]
+    counting = Counting(store)
+    scheduler.engine.runtime.next_look = 0.0
+    scheduler.tick()
+    assert not down
+    assert "added" not in scheduler.entries
+    drain(app, QUEUE)
+    run(scheduler, clock, 12)
+    assert counting.registered == [["added"]]
+    assert "added" in {e for e, _ in windows_sent(drain(app, QUEUE))}
