@@ -117,7 +117,8 @@ class TickEngine:
         self.ready = False
         # Entries added or defined otherwise while beat ran, registered and planned before
         # the next tick claims anything (`_register_changes`); the others are left alone.
-        self._unregistered: set[str] = set()
+        # (name -> the digest this replica ran before, None for a new entry).
+        self._unregistered: dict[str, str | None] = {}
         self.publish_thread = PublishThread() if publish_thread is None else publish_thread
         self._broker, self._hooks, self._store = broker, hooks, store
         self._monotonic = monotonic
@@ -169,7 +170,9 @@ class TickEngine:
         changes = entry_changes(before, entries)
         for name in changes.removed:
             self.pacing.due_at.remove(name)
-        self._unregistered.update(changes.changed)
+        for name in changes.changed:  # the first digest: the one the store may still have
+            previous = before.get(name)
+            self._unregistered.setdefault(name, None if previous is None else previous.digest)
 
     def compiled_entries(self) -> Compiled:
         """The code's entries (`schedule_source`) and the entries added at run time."""
@@ -218,7 +221,7 @@ class TickEngine:
 
     def bootstrap(self) -> float:
         """Migrate (if asked), register the entries and send the first heartbeat."""
-        self._unregistered = set()  # every entry is registered below
+        self._unregistered = {}  # every entry is registered below
         if self.config.auto_migrate:
             self.store.migrate()
         if self.tuning.runs_runtime_entries:
@@ -243,7 +246,7 @@ class TickEngine:
         names = sorted(name for name in self._unregistered if name in self.entries)
         changed = {name: self.entries[name] for name in names}
         self.ready = False
-        refused = self.chores.register(changed) if changed else {}
+        refused = self.chores.register(changed, self._unregistered) if changed else {}
         if refused:  # put aside, reported like a bad entry, as `bootstrap` does
             for name in refused:
                 self.pacing.due_at.remove(name)
@@ -253,7 +256,7 @@ class TickEngine:
         for name in names:
             if name not in refused:
                 self.pacing.due_at.set(name, now)
-        self._unregistered = set()
+        self._unregistered = {}
         self.ready = True
 
     def tick(self) -> float:
