@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.claim_round import traced
 from safebeat.beat.dispatch import Dispatcher, Sending
+from safebeat.beat.entry_changes import entry_changes
 from safebeat.beat.pipeline import PublishedAlready, PublishThread
 from safebeat.beat.planning import Planned, plan_tick, queue_timeouts
 from safebeat.beat.probe_server import ProbeServer, serve_probes
@@ -115,6 +116,10 @@ class TickEngine:
         self.entries: dict[str, Entry] = {}
         self.broken_entries: dict[str, EntryError] = {}
         self.ready = False
+        # Entries added or defined otherwise while beat ran, registered and planned before
+        # the next tick claims anything (`_register_changes`); the others are left alone.
+        # (name -> the digest this replica ran before, None for a new entry).
+        self._unregistered: dict[str, str | None] = {}
         self.publish_thread = PublishThread() if publish_thread is None else publish_thread
         self._broker, self._hooks, self._store = broker, hooks, store
         self._monotonic = monotonic
@@ -146,9 +151,13 @@ class TickEngine:
     def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
         """Run exactly these compiled entries from now on; report the broken ones (once each).
 
-        Entries that changed are registered again before the next tick claims anything.
+        Entries that changed are registered again before the next tick claims anything:
+        once beat has registered its entries, only the ones added or defined otherwise
+        (by digest, `entry_changes`), and a removed one is planned no more; before that,
+        every entry.
         """
         report_entries(entries, broken, self.broken_entries, self.metrics)
+        before = self.entries
         self.entries, self.broken_entries = entries, broken
         self._hooks.entries_changed(entries)
         if self.config.liveness_timeout is None:
@@ -157,7 +166,14 @@ class TickEngine:
                 self.tuning.max_interval, len(entries)
             )
         self._queue_timeouts = queue_timeouts(self.config.overlap_timeout, entries)
-        self.ready = False
+        if not self.ready:
+            return  # `bootstrap` registers and plans every entry
+        changes = entry_changes(before, entries)
+        for name in changes.removed:
+            self.pacing.due_at.remove(name)
+        for name in changes.changed:  # the first digest: the one the store may still have
+            previous = before.get(name)
+            self._unregistered.setdefault(name, None if previous is None else previous.digest)
 
     def compiled_entries(self) -> Compiled:
         """The code's entries (`schedule_source`) and the entries added at run time."""
@@ -166,6 +182,7 @@ class TickEngine:
             app_timezone=self._hooks.timezone(),
             config=self.config,
             metrics=self.metrics,
+            running=self.entries,
         )
 
     def refresh_runtime_entries(self) -> None:
@@ -214,6 +231,7 @@ class TickEngine:
 
     def bootstrap(self) -> float:
         """Migrate (if asked), register the entries and send the first heartbeat."""
+        self._unregistered = {}  # every entry is registered below
         if self.config.auto_migrate:
             self.store.migrate()
         if self.tuning.runs_runtime_entries:
@@ -226,6 +244,30 @@ class TickEngine:
         self.ready = True
         self.chores.heartbeat(self.entries, interval=self.tuning.heartbeat_interval)
         return 0.0
+
+    def _register_changes(self) -> None:
+        """Register the entries that changed while beat ran and plan them now; the others
+        keep their registration and their plan. The next heartbeat sends the digests in
+        full (registering forgets what the store acknowledged).
+
+        Not ready until it succeeds: if the store fails meanwhile, the next tick registers
+        every entry (`bootstrap`), so no entry is claimed unregistered.
+        """
+        names = sorted(name for name in self._unregistered if name in self.entries)
+        changed = {name: self.entries[name] for name in names}
+        self.ready = False
+        refused = self.chores.register(changed, self._unregistered) if changed else {}
+        if refused:  # put aside, reported like a bad entry, as `bootstrap` does
+            for name in refused:
+                self.pacing.due_at.remove(name)
+            good = {name: e for name, e in self.entries.items() if name not in refused}
+            self.use_entries(good, {**self.broken_entries, **refused})
+        now = self._monotonic()
+        for name in names:
+            if name not in refused:
+                self.pacing.due_at.set(name, now)
+        self._unregistered = {}
+        self.ready = True
 
     def tick(self) -> float:
         """Dispatch every due window; return seconds to sleep. Never raises an Exception."""
@@ -260,6 +302,8 @@ class TickEngine:
         (self._hooks.refresh or self.refresh_runtime_entries)()
         if not self.ready:
             self.bootstrap()
+        elif self._unregistered:
+            self._register_changes()
         due = self.pacing.due(now, self._round_size(0))
         reclaim = now >= self.pacing.next_reclaim
         if (due or reclaim) and not self._can_publish():

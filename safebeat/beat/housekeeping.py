@@ -138,9 +138,12 @@ class Housekeeper:
         self._digests: Mapping[str, str] = {}
         self._stored: Mapping[str, str] | None = None
 
-    def register(self, entries: Mapping[str, Entry]) -> dict[str, EntryError]:
-        """Register `entries`' definitions; say which ones the store had otherwise. The
-        next heartbeat sends their digests in full.
+    def register(
+        self, entries: Mapping[str, Entry], ran: Mapping[str, str | None] | None = None
+    ) -> dict[str, EntryError]:
+        """Register `entries`' definitions; say which ones the store had otherwise than
+        this replica ran them (`ran`: digests, see `report_registration`). The next
+        heartbeat sends their digests in full.
 
         Return the entries the store refuses, each with its error: when registering fails
         with a StoreError that is not StoreUnavailable (the server refused a row, not the
@@ -149,11 +152,15 @@ class Housekeeper:
         """
         self._stored = None
         refused: dict[str, EntryError] = {}
-        self._register(list(entries.values()), entries, refused)
+        self._register(list(entries.values()), entries, refused, ran)
         return refused
 
     def _register(
-        self, part: Sequence[Entry], entries: Mapping[str, Entry], refused: dict[str, EntryError]
+        self,
+        part: Sequence[Entry],
+        entries: Mapping[str, Entry],
+        refused: dict[str, EntryError],
+        ran: Mapping[str, str | None] | None,
     ) -> None:
         try:
             registration = self._store().register(
@@ -164,15 +171,15 @@ class Housekeeper:
         except StoreError as exc:
             if len(part) > 1:
                 half = len(part) // 2
-                self._register(part[:half], entries, refused)
-                self._register(part[half:], entries, refused)
+                self._register(part[:half], entries, refused, ran)
+                self._register(part[half:], entries, refused, ran)
                 return
             if not part:
                 raise
             name = part[0].name
             refused[name] = EntryError(name, f"the store refuses to register it ({exc})")
             return
-        report_registration(registration.changed, entries)
+        report_registration(registration.changed, entries, ran)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
         """Record now that this replica is alive with `entries`' digests, sent in full only

@@ -225,9 +225,17 @@ def serve_metrics(metrics: BeatMetrics, port: int) -> bool:
     return True
 
 
-def report_registration(changed: Mapping[str, str], entries: Mapping[str, Entry]) -> None:
-    """Say which entries this replica defines otherwise than the store had them."""
+def report_registration(
+    changed: Mapping[str, str],
+    entries: Mapping[str, Entry],
+    ran: Mapping[str, str | None] | None = None,
+) -> None:
+    """Say which entries this replica defines otherwise than the store had them, but for
+    those the store had as this replica ran them before it saw them change (`ran`: the
+    digests it ran): an entry edited while beat runs is no rolling deploy."""
     for name, previous in changed.items():
+        if ran is not None and ran.get(name) == previous:
+            continue
         logger.warning(
             "safebeat: entry %r: this replica's definition (digest %s) differs from the "
             "one registered before (%s); during a rolling deploy this is expected, and "

@@ -155,6 +155,54 @@ def test_an_edit_is_picked_up_and_only_that_row_is_compiled_again(
     assert beat.entries["untouched"] is untouched_before  # not compiled again
 
 
+def test_a_row_added_edited_or_deleted_is_the_only_one_registered_and_planned(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """Among 20 rows, adding one, editing it and deleting it each register and plan that
+    row only; the edited row is sent on its new schedule, the deleted one no more."""
+    for i in range(20):
+        interval_task(f"row-{i}", 3600)
+    store = MemoryStore(clock=clock.now)
+    beat = scheduler(app, clock, store)
+    run([beat], clock, 1)
+    registered: list[str] = []
+    loaded: list[str] = []
+    register, tick = store.register, store.tick
+
+    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
+        registered.extend(d.name for d in definitions)
+        return register(namespace, definitions, replica)
+
+    def counted_tick(namespace: str, names: Any, *args: Any, **kwargs: Any) -> Any:
+        loaded.extend(names)
+        return tick(namespace, names, *args, **kwargs)
+
+    store.register = counted_register  # type: ignore[method-assign]
+    store.tick = counted_tick  # type: ignore[method-assign]
+    added = interval_task("added", 2)
+    run([beat], clock, 1)
+    assert (registered, set(loaded)) == (["added"], {"added"})
+    from django_celery_beat.models import IntervalSchedule
+
+    registered.clear()
+    added.interval = IntervalSchedule.objects.create(every=5, period="seconds")
+    added.save()
+    run([beat], clock, 1)
+    assert registered == ["added"]
+    drain(app)
+    run([beat], clock, 10)
+    windows = sorted(m["safebeat_window"] for m in drain(app) if m["safebeat_entry"] == "added")
+    assert 2 <= len(windows) <= 3
+    registered.clear()
+    added.delete()
+    run([beat], clock, 1)
+    drain(app)
+    run([beat], clock, 6)
+    assert registered == []
+    assert "added" not in beat.entries
+    assert not [m for m in drain(app) if m["safebeat_entry"] == "added"]
+
+
 def test_runs_are_written_back_without_overwriting_admin_edits(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:

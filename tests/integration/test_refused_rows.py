@@ -134,3 +134,37 @@ def test_an_entry_whose_claims_the_store_refuses_is_put_aside_and_the_others_run
         assert "refuses its windows' rows" in said[0]
     finally:
         scheduler.close()
+
+
+def test_an_entry_added_at_run_time_that_the_store_refuses_is_put_aside_alone(
+    pg_url: str, namespace: str, refused: str
+) -> None:
+    """An entry added while beat runs whose row the server refuses is registered alone,
+    put aside as broken, and the running entries go on being sent; nothing else is
+    registered again."""
+    import safebeat.schedules
+
+    store = PostgresStore(pg_url)
+    scheduler = beat(namespace, ("a", "b"), store)
+    try:
+        tick_for(scheduler, 1.5)
+        registered: list[str] = []
+        register = store.register
+
+        def counted(namespace: str, definitions: object, replica: object) -> object:
+            registered.extend(d.name for d in definitions)  # type: ignore[attr-defined]
+            return register(namespace, definitions, replica)  # type: ignore[arg-type]
+
+        store.register = counted  # type: ignore[assignment,method-assign]
+        safebeat.schedules.add(scheduler.app, refused, "t.run", 1, store=store)
+        tick_for(scheduler, 2.5)
+        assert refused in scheduler.broken_entries
+        assert set(registered) == {refused}
+        assert scheduler.engine.ready
+        before = len(store.history(namespace, limit=1000))
+        tick_for(scheduler, 1.5)
+        later = store.history(namespace, limit=1000)
+        assert len(later) > before
+        assert refused not in {r.entry for r in later}
+    finally:
+        scheduler.close()

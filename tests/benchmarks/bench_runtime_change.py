@@ -1,0 +1,185 @@
+"""Runtime-change benchmark: what one replica does when one entry added at run time changes.
+
+What it measures, on SQLite and on PostgreSQL (a database this script creates and drops):
+a replica (`safebeat.Scheduler`, kombu's memory broker) starts with `--entries` code
+entries (default 20,000, hourly: none is due during the run) and plans each of them once.
+Then one entry is added at run time (`safebeat.schedules.add`), edited (`update`: another
+schedule) and removed (`remove`); after each change the replica's next tick picks it up.
+For each change it reports what that tick cost:
+
+- registered: definitions sent to `Store.register`;
+- loaded: entry states the ticks loaded under the tick lock (`Store.tick`'s names);
+- digests: entry digests sent with a heartbeat (`Store.heartbeat` in full);
+- seconds: wall time of the tick that picked the change up, until no entry is due;
+- next heartbeat: wall time of the next heartbeat's tick (it sends every digest this
+  replica runs when they changed: the store keeps them per replica, whole).
+
+How to run it (from the repository root):
+
+    .venv/bin/python tests/benchmarks/bench_runtime_change.py
+    .venv/bin/python tests/benchmarks/bench_runtime_change.py --entries 100000 --stores postgres
+
+Nothing here passes or fails on a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the editable install
+    sys.path.insert(0, str(ROOT))
+
+from celery import Celery  # noqa: E402
+
+import safebeat.schedules  # noqa: E402
+from safebeat import Scheduler  # noqa: E402
+from safebeat.stores import Store, open_store  # noqa: E402
+from tests import services  # noqa: E402
+
+NAMESPACE = "bench-runtime"
+
+
+class Counted:
+    """The store calls one change costs, counted by wrapping the store's methods."""
+
+    def __init__(self, store: Store) -> None:
+        self.registered = self.loaded = self.digests = 0
+        register, tick, heartbeat = store.register, store.tick, store.heartbeat
+
+        def counted_register(namespace: str, definitions: Sequence[Any], replica: Any) -> Any:
+            self.registered += len(definitions)
+            return register(namespace, definitions, replica)
+
+        def counted_tick(namespace: str, names: Sequence[str], *args: Any, **kw: Any) -> Any:
+            self.loaded += len(names)
+            return tick(namespace, names, *args, **kw)
+
+        def counted_heartbeat(namespace: str, replica: Any, version: str, digests: Any) -> Any:
+            if digests is not None:
+                self.digests += len(digests)
+            return heartbeat(namespace, replica, version, digests)
+
+        store.register = counted_register  # type: ignore[method-assign]
+        store.tick = counted_tick  # type: ignore[method-assign]
+        store.heartbeat = counted_heartbeat  # type: ignore[method-assign]
+
+    def reset(self) -> None:
+        self.registered = self.loaded = self.digests = 0
+
+
+def make_app(url: str, entries: int) -> Celery:
+    app = Celery("bench", broker="memory://", set_as_current=False)
+    app.conf.update(
+        safebeat_url=url,
+        safebeat_namespace=NAMESPACE,
+        beat_schedule={
+            f"code-{i}": {"task": "bench.run", "schedule": 3600.0, "args": (i,)}
+            for i in range(entries)
+        },
+    )
+    return app
+
+
+def settle(scheduler: Scheduler) -> float:
+    """Tick until no entry is due now; the seconds it took."""
+    started = time.perf_counter()
+    scheduler.engine.runtime.next_look = 0.0  # look at the runtime entries now
+    while True:
+        scheduler.tick()
+        if not scheduler.engine.pacing.due(time.monotonic(), 1):
+            return time.perf_counter() - started
+
+
+def measure(store_name: str, url: str, entries: int) -> list[dict[str, Any]]:
+    app = make_app(url, entries)
+    store = open_store(url)
+    store.migrate()
+    counted = Counted(store)
+    scheduler = Scheduler(app, store=store)
+    rows: list[dict[str, Any]] = []
+
+    def change(label: str, action: Callable[[], object]) -> None:
+        action()
+        counted.reset()
+        seconds = settle(scheduler)
+        scheduler.engine.chores.next_heartbeat = 0.0  # the heartbeat after the change
+        started = time.perf_counter()
+        scheduler.tick()
+        heartbeat = time.perf_counter() - started
+        rows.append(
+            {
+                "store": store_name,
+                "change": label,
+                "registered": counted.registered,
+                "loaded": counted.loaded,
+                "digests": counted.digests,
+                "seconds": seconds,
+                "heartbeat": heartbeat,
+            }
+        )
+
+    try:
+        started = time.perf_counter()
+        scheduler.setup_schedule()
+        settle(scheduler)
+        print(f"{store_name}: {entries:,} entries started in {time.perf_counter() - started:.1f} s")
+        change("add", lambda: safebeat.schedules.add(app, "added", "bench.run", 60, store=store))
+        change(
+            "edit",
+            lambda: safebeat.schedules.update(app, "added", "bench.run", 120, store=store),
+        )
+        change("remove", lambda: safebeat.schedules.remove(app, "added", store=store))
+    finally:
+        scheduler.close()
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| store | change | definitions registered | states loaded | digests heartbeated "
+        "| seconds | next heartbeat, seconds |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['store']} | {row['change']} | {row['registered']:,} | {row['loaded']:,} "
+            f"| {row['digests']:,} | {row['seconds']:.3f} | {row['heartbeat']:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--entries", type=int, default=20_000)
+    parser.add_argument("--stores", default="sqlite,postgres")
+    opts = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    for store_name in opts.stores.split(","):
+        if store_name == "sqlite":
+            with tempfile.TemporaryDirectory() as folder:
+                rows += measure("SQLite", f"sqlite:///{folder}/bench.sqlite3", opts.entries)
+        elif store_name == "postgres":
+            admin = services.postgres_admin_url()
+            name = f"safebeat_bench_runtime_{uuid.uuid4().hex[:8]}"
+            url = services.create_database(admin, name)
+            try:
+                rows += measure("PostgreSQL", url, opts.entries)
+            finally:
+                services.drop_database(admin, name)
+        else:
+            parser.error(f"unknown store {store_name!r}: sqlite or postgres")
+    print(f"\n{opts.entries:,} code entries; one entry added at run time, edited, removed:\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
