@@ -6,6 +6,7 @@ backend and while beat runs.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -174,8 +175,9 @@ def entry_statuses(
 
 
 def empty_namespace(store: AdminStore, namespace: str) -> str:
-    """What to say when `namespace` has no registered entry: which namespaces exist."""
-    others = store.namespaces()
+    """What to say when `namespace` has no registered entry: which namespaces exist, the
+    ones closest to `namespace` (a typo) first."""
+    others = closest_first(namespace, store.namespaces())
     if others:
         return (
             f"namespace {namespace!r} has no registered entries; {store.display_url} holds "
@@ -185,6 +187,14 @@ def empty_namespace(store: AdminStore, namespace: str) -> str:
         f"namespace {namespace!r} has no registered entries, and {store.display_url} holds "
         "none: is beat running against this store?"
     )
+
+
+def closest_first(name: str, names: Sequence[str]) -> list[str]:
+    """`names` with those that look like `name` first, closest first; the others in order."""
+    if not names:
+        return []
+    close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.6)
+    return [*close, *(n for n in names if n not in set(close))]
 
 
 #: The most names a message lists; the rest are counted.

@@ -343,13 +343,15 @@ def test_standalone_refuses_a_public_address_without_credentials(sqlite_url: str
 
 
 def test_an_empty_namespace_names_the_ones_the_store_holds(filled: Filled) -> None:
-    """A namespace without entries says so and lists the store's namespaces, as status does."""
-    console = safebeat.web.app(url=filled.url, namespace="nothing-here")
+    """A namespace without entries says so and lists the store's namespaces, as status
+    does, the one its name was a typo of first (a shared store holds many)."""
+    typo = filled.namespace[:-1]
+    console = safebeat.web.app(url=filled.url, namespace=typo)
     with local(console) as test_client:
         page = test_client.get("/")
     assert page.status_code == 200
-    assert "namespace &#39;nothing-here&#39; has no registered entries" in page.text
-    assert f"&#39;{filled.namespace}&#39;" in page.text
+    assert f"namespace &#39;{typo}&#39; has no registered entries" in page.text
+    assert f"holds &#39;{filled.namespace}&#39;" in page.text
 
 
 # --- the audit trail: who acted from the console ----------------------------------------

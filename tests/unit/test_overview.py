@@ -50,3 +50,13 @@ def test_a_message_lists_ten_names_and_counts_the_rest() -> None:
     names = [f"ns{i:03d}" for i in range(157)]
     assert listed(names) == ", ".join(repr(n) for n in names[:10]) + " and 147 more"
     assert listed(names[:3]) == "'ns000', 'ns001', 'ns002'"
+
+
+def test_the_namespaces_like_the_asked_one_are_listed_first() -> None:
+    """A typo of a namespace puts the namespace it meant before the store's others."""
+    from safebeat.ops.overview import closest_first
+
+    names = ["alpha", "beta", "billing", "billing-eu", "zeta"]
+    assert closest_first("biling", names)[:2] == ["billing", "billing-eu"]
+    assert closest_first("nothing-like", names) == names
+    assert closest_first("billing", []) == []
