@@ -194,7 +194,8 @@ def closest_first(name: str, names: Sequence[str]) -> list[str]:
     if not names:
         return []
     close = difflib.get_close_matches(name, names, n=len(names), cutoff=0.6)
-    return [*close, *(n for n in names if n not in set(close))]
+    chosen = set(close)
+    return [*close, *(n for n in names if n not in chosen)]
 
 
 #: The most names a message lists; the rest are counted.
