@@ -16,10 +16,12 @@ from safebeat.records import (
 )
 from safebeat.stores.decoding import (
     DECODE_ERRORS,
+    STATE_COLUMNS,
     Unreadable,
     problem_of,
     record_of,
     state_of,
+    state_of_columns,
     unconverted,
     unreadable_record,
     unreadable_state,
@@ -27,21 +29,6 @@ from safebeat.stores.decoding import (
 from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.django.setup import django_models
-
-#: The values of an EntryState, in its order (`running_since` is computed).
-STATE_COLUMNS = (
-    "name",
-    "anchor",
-    "defined_at",
-    "last_window",
-    "digest",
-    "schedule",
-    "running_since",
-    "paused",
-    "paused_until",
-    "pause_note",
-    "queued_since",
-)
 
 #: Whether the row holds an instant in the nullable instant columns: Django on SQLite reads
 #: text it cannot parse as None, so a row with a value there and None read is unreadable.
@@ -111,7 +98,7 @@ def _state(row: Sequence[Any]) -> EntryState:
             column = held.removesuffix("_held")
             if values.pop(held) and values[column] is None:
                 raise TypeError(f"its {column} holds a value Django cannot read as an instant")
-        return EntryState(**{**values, "paused": bool(values["paused"])})
+        return state_of_columns(row)
 
     problem = unconverted(LOADED_COLUMNS, row)
     if problem is not None:
@@ -155,59 +142,45 @@ class DjangoOrmRows(DjangoDatabase):
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
         from django.db.models import (  # noqa: PLC0415
             BooleanField,
-            Case,
-            DateTimeField,
             ExpressionWrapper,
-            F,
             OuterRef,
             Q,
             Subquery,
-            When,
         )
         from django.db.models.expressions import RawSQL  # noqa: PLC0415
         from django.db.models.functions import Now  # noqa: PLC0415
 
         m = django_models(self.alias)
-        running = (
-            m.Dispatch.objects.using(self.alias)
-            .filter(
-                namespace=OuterRef("namespace"),
-                entry=OuterRef("name"),
-                started_at__isnull=False,
-                finished_at__isnull=True,
-                lease_until__gt=Now(),
-            )
-            .order_by("-started_at")
-            .values("started_at")[:1]
+        # The facts of the entry's rows (safebeat.facts), a column each: its newest run
+        # holding a live lease (the newest start of safebeat_dispatch_running), and its
+        # newest dispatched window, on SQLite one probe of safebeat_dispatch_dispatched past
+        # any number of newer skipped rows. That condition is written out, not
+        # `status__in`: SQLite matches a partial index only to literal values, never to
+        # bound parameters. (MySQL/MariaDB have no partial index: there the unique key is
+        # walked back past the skipped rows.)
+        rows_of = m.Dispatch.objects.using(self.alias).filter(
+            namespace=OuterRef("namespace"), entry=OuterRef("name")
         )
-        # The newest dispatched window's claim time while no worker started it: on SQLite
-        # one probe of safebeat_dispatch_dispatched, past any number of newer skipped rows.
-        # Its condition is written out, not `status__in`: SQLite matches a partial index
-        # only to literal values, never to bound parameters. (MySQL/MariaDB have no
-        # partial index: there the unique key is walked back past the skipped rows.)
-        queued = (
-            m.Dispatch.objects.using(self.alias)
-            .filter(
-                RawSQL(DISPATCHED, (), output_field=BooleanField()),  # noqa: S611  # a constant
-                namespace=OuterRef("namespace"),
-                entry=OuterRef("name"),
+        running = rows_of.filter(
+            started_at__isnull=False, finished_at__isnull=True, lease_until__gt=Now()
+        ).order_by("-started_at")
+        dispatched = rows_of.filter(
+            RawSQL(DISPATCHED, (), output_field=BooleanField()),  # noqa: S611  # a constant
+        ).order_by("-window_at")
+        facts = {
+            name: Subquery(query.values(column)[:1])
+            for query, prefix, columns in (
+                (running, "run_", ("window_at", "started_at", "lease_until", "task_id")),
+                (dispatched, "dispatched_", ("window_at", "claimed_at", "started_at")),
             )
-            .order_by("-window_at")
-            .annotate(
-                queued=Case(
-                    When(started_at__isnull=True, then=F("claimed_at")),
-                    default=None,
-                    output_field=DateTimeField(),
-                )
-            )
-            .values("queued")[:1]
-        )
+            for column in columns
+            for name in [prefix + column.replace("window_at", "window")]
+        }
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
             rows = rows.filter(name__in=list(names))
         annotated = rows.annotate(
-            running_since=Subquery(running),
-            queued_since=Subquery(queued),
+            **facts,
             **{
                 held: ExpressionWrapper(
                     Q(**{f"{held.removesuffix('_held')}__isnull": False}),
