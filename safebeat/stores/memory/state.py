@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from safebeat.facts import Dispatched, LiveRun
+from safebeat.facts import Dispatched, LiveRun, WindowRow
 from safebeat.identity import Replica
 from safebeat.records import (
     AuditRecord,
@@ -134,7 +134,6 @@ class MemoryState:
         replica: Replica,
         now: datetime,
         claim: NewClaim,
-        reason: str | None = None,
     ) -> Claim | None:
         """Insert the `claimed` row of `claim` (see `_new_row`); None if its window has one."""
         record = self._new_row(
@@ -146,11 +145,32 @@ class MemoryState:
             status=Status.CLAIMED,
             task_id=claim.task_id,
             task_name=claim.task_name,
-            reason=reason,
         )
         if record is None:
             return None
         return Claim(record.id, claim.entry, claim.window, claim.task_id, 1)
+
+    def _window_row(
+        self, ns: _Namespace, replica: Replica, now: datetime, row: WindowRow
+    ) -> DispatchRecord | None:
+        """Insert `row`, claimed or skipped (see `_new_row`); None if its window has one."""
+        if row.task_id is None:
+            status, first, count = Status.SKIPPED, row.window, 1
+        else:
+            status, first, count = Status.CLAIMED, None, None
+        return self._new_row(
+            ns,
+            replica,
+            now,
+            entry=row.entry,
+            window=row.window,
+            status=status,
+            task_id=row.task_id,
+            task_name=row.task_name,
+            reason=row.reason,
+            skipped_from=first,
+            skipped_count=count,
+        )
 
     def close(self) -> None:
         """Nothing to release: the data lives as long as the process."""

@@ -703,32 +703,41 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'schedule', 'paused'}) do
 end
 return 1
 
--- name: claim_extra
--- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, reason, then claims (entry, window,
--- task_id, task_name). Inserts a claimed row per window whose claim key is new, with
--- the reason, and leaves last windows alone. Returns the new claims {id, entry, window,
--- task_id}.
-local p, replica, host, pid, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- name: write_windows
+-- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, then rows (entry, window, task_id, task_name,
+-- reason): claimed, or skipped where task_id is ''. Inserts a row per window whose claim
+-- key is new, with its reason, and leaves last windows alone. Returns, per row, its new id,
+-- or false where its window had a row.
+local p, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now = now_us()
-local claimed = {}
-for i = 6, #ARGV, 4 do
+local ids = {}
+for i = 5, #ARGV, 5 do
     local entry, window, task_id, task_name = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     local marker = p .. ':claim:' .. window .. ':' .. entry
+    local written = false
     if redis.call('EXISTS', marker) == 0 then
         local id = redis.call('INCR', KEYS[1])
         redis.call('SET', marker, id)
         redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
             'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
-            'status', 'claimed', 'task_id', task_id, 'task_name', task_name, 'reason', reason)
+            'reason', ARGV[i + 4])
+        if task_id == '' then
+            redis.call('HSET', p .. ':row:' .. id, 'status', 'skipped', 'skipped_from', window,
+                'skipped_count', '1')
+        else
+            redis.call('HSET', p .. ':row:' .. id, 'status', 'claimed', 'task_id', task_id,
+                'task_name', task_name)
+            redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
+            redis.call('ZADD', p .. ':unsent', now, id)
+        end
         redis.call('ZADD', p .. ':age', now, id)
         redis.call('ZADD', p .. ':history', window, id)
         redis.call('ZADD', p .. ':history:' .. entry, window, id)
-        redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
-        redis.call('ZADD', p .. ':unsent', now, id)
-        claimed[#claimed + 1] = {id, entry, window, task_id}
+        written = id
     end
+    ids[#ids + 1] = written
 end
-return claimed
+return ids
 
 -- name: record_audit
 -- KEYS[1]: P:audit. ARGV: prefix, entry ('' for none), the record as JSON.

@@ -81,8 +81,8 @@ ON CONFLICT (namespace, name) DO UPDATE
 -- name: insert_dispatch
 -- The fence (safebeat.records.fenced), on a tick's rows (:fenced): a window at or before
 -- the entry's last window as stored when the row is written was decided by some replica
--- after this plan was made, and is neither claimed nor recorded as skipped. claim_extra
--- (trigger, backfill) claims past windows on purpose: not fenced.
+-- after this plan was made, and is neither claimed nor recorded as skipped.
+-- write_windows (trigger, backfill) writes past windows on purpose: not fenced.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)
