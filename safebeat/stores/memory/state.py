@@ -10,6 +10,7 @@ from datetime import datetime
 
 from safebeat.facts import Dispatched, LiveRun, WindowRow
 from safebeat.identity import Replica
+from safebeat.record_rules import lease_alive
 from safebeat.records import (
     AuditRecord,
     Claim,
@@ -18,7 +19,6 @@ from safebeat.records import (
     NewClaim,
     ReplicaRecord,
     Status,
-    lease_alive,
     system_clock,
 )
 
