@@ -13,6 +13,25 @@ SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
 -- name: record_migration
 INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version, :name, :now);
 
+-- name: entry_facts
+-- The facts of an entry `e`'s dispatch rows (safebeat.facts), joined by load_states and
+-- all_states; the stores decide nothing from them.
+-- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
+-- whose condition this WHERE repeats, then its row by id.
+LEFT JOIN safebeat_dispatch AS r ON r.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = e.namespace AND d.entry = e.name
+      AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+      AND d.lease_until > :now
+    ORDER BY d.started_at DESC LIMIT 1)
+-- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
+-- condition this WHERE repeats, past any number of newer skipped or failed rows.
+LEFT JOIN safebeat_dispatch AS q ON q.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = e.namespace AND d.entry = e.name
+      AND d.status IN ('claimed', 'sent')
+    ORDER BY d.window_at DESC LIMIT 1)
+
 -- name: load_states
 -- The entry's values, then the facts of its dispatch rows (safebeat.facts; the stores
 -- decide nothing from them): its newest run holding a live lease, and its newest
@@ -22,21 +41,7 @@ SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
        r.window_at, r.started_at, r.lease_until, r.task_id,
        q.window_at, q.claimed_at, q.started_at
 FROM safebeat_entry AS e
--- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
--- whose condition this WHERE repeats, then its row by id.
-LEFT JOIN safebeat_dispatch AS r ON r.id = (
-    SELECT d.id FROM safebeat_dispatch AS d
-    WHERE d.namespace = e.namespace AND d.entry = e.name
-      AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-      AND d.lease_until > :now
-    ORDER BY d.started_at DESC LIMIT 1)
--- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
--- condition this WHERE repeats, past any number of newer skipped or failed rows.
-LEFT JOIN safebeat_dispatch AS q ON q.id = (
-    SELECT d.id FROM safebeat_dispatch AS d
-    WHERE d.namespace = e.namespace AND d.entry = e.name
-      AND d.status IN ('claimed', 'sent')
-    ORDER BY d.window_at DESC LIMIT 1)
+-- include: entry_facts
 WHERE e.namespace = :namespace AND e.name IN (SELECT value FROM json_each(:names));
 
 -- name: all_states
@@ -45,21 +50,7 @@ SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
        r.window_at, r.started_at, r.lease_until, r.task_id,
        q.window_at, q.claimed_at, q.started_at
 FROM safebeat_entry AS e
--- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
--- whose condition this WHERE repeats, then its row by id.
-LEFT JOIN safebeat_dispatch AS r ON r.id = (
-    SELECT d.id FROM safebeat_dispatch AS d
-    WHERE d.namespace = e.namespace AND d.entry = e.name
-      AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-      AND d.lease_until > :now
-    ORDER BY d.started_at DESC LIMIT 1)
--- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
--- condition this WHERE repeats, past any number of newer skipped or failed rows.
-LEFT JOIN safebeat_dispatch AS q ON q.id = (
-    SELECT d.id FROM safebeat_dispatch AS d
-    WHERE d.namespace = e.namespace AND d.entry = e.name
-      AND d.status IN ('claimed', 'sent')
-    ORDER BY d.window_at DESC LIMIT 1)
+-- include: entry_facts
 WHERE e.namespace = :namespace;
 
 -- name: registered_digests
