@@ -21,7 +21,7 @@ from safebeat.stores.decoding import (
     problem_of,
     record_of,
     state_of,
-    state_of_columns,
+    state_of_row,
     unconverted,
     unreadable_record,
     unreadable_state,
@@ -106,7 +106,7 @@ def _state(row: Sequence[Any]) -> EntryState:
             column = held.removesuffix("_held")
             if values.pop(held) and values[column] is None:
                 raise TypeError(f"its {column} holds a value Django cannot read as an instant")
-        return state_of_columns(row)
+        return state_of_row((*row[:6], bool(values["paused"]), *row[7:16]))
 
     problem = unconverted(LOADED_COLUMNS, row)
     if problem is not None:
