@@ -7,6 +7,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.beat.planning import DEFAULT_QUEUE_TIMEOUT, plan_tick
+from safebeat.config import Config
+from safebeat.entries import compile_entry
 from safebeat.facts import Dispatched, LiveRun
 from safebeat.records import EntryState
 from safebeat.windows import (
@@ -86,3 +89,31 @@ def test_skip_if_queued_reads_the_newest_dispatched_window() -> None:
 def test_a_rule_is_not_asked_about_an_answer_that_dispatches_nothing() -> None:
     nothing = Due((), (), T0 + MINUTE)
     assert apply_overlap(Overlap.FORBID, nothing, facts(RUN)) is nothing
+
+
+def test_the_planner_hands_an_entrys_rule_the_facts_of_its_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A policy is its line in OVERLAP_RULES: the planner looks the rule up and hands it the
+    state's facts, the tick's now and the entry's queue timeout; here a rule standing in
+    for a new policy reads the live run's task id and holds the window back."""
+    read: list[EntryFacts] = []
+
+    def rule(decision: Due, facts: EntryFacts) -> Due:
+        read.append(facts)
+        return Due((), decision.skipped, decision.next_window)
+
+    monkeypatch.setitem(OVERLAP_RULES, Overlap.FORBID, rule)
+    entry = compile_entry(
+        "a",
+        {"task": "t.run", "schedule": 60.0, "options": {"safebeat": {"overlap": "forbid"}}},
+        app_timezone=timezone.utc,
+        config=Config(namespace="plan"),
+    )
+    state = EntryState("a", T0, T0, None, "d", "every 60s", live_run=RUN)
+    now = T0 + 61 * S
+    planned = plan_tick({"a": entry}, {"a": state}, now, namespace="plan", retry_after=S)
+    assert planned.claims == []
+    assert read == [EntryFacts(RUN, None, now, DEFAULT_QUEUE_TIMEOUT)]
+    assert read[0].live_run is not None
+    assert read[0].live_run.task_id == "t"
