@@ -203,8 +203,9 @@ class Action:
     #: Whether the console's entry page offers it, given whether the entry is paused.
     offered: Callable[[bool], bool] = lambda paused: True
     #: For an action the console answers by going back to the entry's page: the `done`
-    #: key of that page's message, from the values.
+    #: key of that page's message, from the values, and the message of each key.
     done: Callable[[Mapping[str, Any]], str] | None = None
+    done_words: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def form_fields(self) -> tuple[Field, ...]:
@@ -391,6 +392,10 @@ ACTIONS: dict[str, Action] = {
             refused="could not pause %(name)r: %(error)s",
             offered=lambda paused: not paused,
             done=lambda values: "paused" if values.get("until") is None else "paused-until",
+            done_words={
+                "paused": "Paused: every replica skips its windows until resumed.",
+                "paused-until": "Paused: every replica skips its windows until the pause ends.",
+            },
         ),
         Action(
             name="resume",
@@ -405,6 +410,7 @@ ACTIONS: dict[str, Action] = {
             refused="could not resume %(name)r: %(error)s",
             offered=lambda paused: paused,
             done=lambda values: "resumed",
+            done_words={"resumed": "Resumed."},
         ),
         Action(
             name="trigger",

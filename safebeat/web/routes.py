@@ -47,11 +47,7 @@ from safebeat.web.security import (
 
 _HERE = Path(__file__).parent
 #: What the entry's page says after pause or resume, by its `done` query value.
-_DONE = {
-    "paused": "Paused: every replica skips its windows until resumed.",
-    "paused-until": "Paused: every replica skips its windows until the pause ends.",
-    "resumed": "Resumed.",
-}
+_DONE = {key: said for action in ACTIONS.values() for key, said in action.done_words.items()}
 Endpoint = Callable[[Request], Any]
 #: The largest action form the console reads, in bytes; a larger one is refused (413).
 MAX_FORM_BYTES = 16 * 1024
