@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from safebeat.identity import Replica
 from safebeat.ops import actions
 from safebeat.ops.operations import Published
-from safebeat.records import Claim
+from safebeat.records import Claim, Definition
+from safebeat.stores.memory import MemoryStore
+from safebeat.testing import FakeClock
+from tests.unit.test_scheduler import START
 
 ROOT = Path(__file__).parents[2] / "safebeat"
 
@@ -88,3 +92,21 @@ def test_fields_read_what_is_typed() -> None:
     with pytest.raises(actions.BadField) as refused:
         backfill.values({"start": "2026-03-01", "end": "2026-03-01T07:00:00Z"})
     assert refused.value.field.option == "--from"
+
+
+@pytest.mark.parametrize("name", ["pause", "resume"])
+def test_an_action_records_the_audit_it_declares(name: str) -> None:
+    """The row's `audit` is what the trail holds after it ran, with the note given."""
+    store = MemoryStore(clock=FakeClock(START).now)
+    store.register("unit", [Definition("report", "every 60s", "d")], Replica("h", 1, "aaaaaa"))
+    action = actions.ACTIONS[name]
+    target = actions.Target(store, "unit", "report", "ops@host")
+    result = action.run(target, action.values({"note": "why"}))
+    [record] = store.audit("unit")
+    assert (record.action, record.actor, record.entry, record.note) == (
+        action.audit,
+        "ops@host",
+        "report",
+        "why",
+    )
+    assert result.headline().startswith(f"{name}d 'report' (namespace 'unit')")
