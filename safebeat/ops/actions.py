@@ -119,6 +119,8 @@ class Field:
     option: str
     help: str
     kind: Kind = Kind.TEXT
+    #: The admin's label of its input.
+    label: str = ""
     required: bool = False
     metavar: str | None = None
     #: A COUNT's default and bounds; only the CLI asks for it.
@@ -146,6 +148,7 @@ NOTE = Field(
     "note",
     "--note",
     "Why, for the audit trail (`safebeat audit`).",
+    label="Note",
     metavar="TEXT",
     longest=NOTE_CHARS,
 )
@@ -372,6 +375,7 @@ _UNTIL = Field(
     "--until",
     "End the pause by itself at this instant (ISO 8601, with zone).",
     Kind.INSTANT,
+    label="Paused until",
     metavar="ISO",
 )
 
@@ -435,9 +439,21 @@ ACTIONS: dict[str, Action] = {
             "one is recorded with reason `backfill` and keeps its own window (and task id).",
             fields=(
                 Field(
-                    "start", "--from", "First instant (ISO 8601, with zone).", Kind.INSTANT, True
+                    "start",
+                    "--from",
+                    "First instant (ISO 8601, with zone).",
+                    Kind.INSTANT,
+                    label="From",
+                    required=True,
                 ),
-                Field("end", "--to", "Last instant (ISO 8601, with zone).", Kind.INSTANT, True),
+                Field(
+                    "end",
+                    "--to",
+                    "Last instant (ISO 8601, with zone).",
+                    Kind.INSTANT,
+                    label="To",
+                    required=True,
+                ),
                 Field(
                     "limit",
                     "--limit",

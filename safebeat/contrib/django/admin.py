@@ -223,11 +223,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
                 messages.error(request, f"{label}: {' '.join(errors)}")
             return page
         actor = request.user.get_username()
-        values = {
-            key.removeprefix(f"{action}_"): value
-            for key, value in pause.cleaned_data.items()
-            if key.startswith(f"{action}_")
-        }
+        values = pause.values(ACTIONS[action])
         found = self.run_entry_action(action, selected, actor=actor, **values)
         for message in found:
             messages.add_message(request, message.level, message.text)
@@ -237,7 +233,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         self, action: str, selected: list[tuple[str, str]], *, actor: str, **values: Any
     ) -> list[actions.Message]:
         """Run ACTIONS[`action`] on each selected (namespace, entry) as `actor`, with the
-        values of its fields (a pause's `until` and `note`); return the messages."""
+        values of its fields (a pause's `until`, a `note`); return the messages."""
         from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         # The database this page reads the entries from is the one the actions write to.
@@ -263,11 +259,13 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             app, data = self.get_celery_app(), form.cleaned_data
             store = open_django_store(f"django://{router.db_for_write(Entry)}")
             namespace, name = data["namespace"], data["entry"]
-            span = {"start": data["start"], "end": data["end"]}
+            values = form.values()
+            span = {"start": values["start"], "end": values["end"]}
             if "send" in request.POST:
                 actor = request.user.get_username()
-                backfill = ACTIONS["backfill"]
-                said = actions.run(backfill, app, store, namespace, name, actor=actor, values=span)
+                said = actions.run(
+                    form.action, app, store, namespace, name, actor=actor, values=values
+                )
                 for message in said:
                     messages.add_message(request, message.level, message.text)
                 return HttpResponseRedirect(self._url("safebeat_entries"))

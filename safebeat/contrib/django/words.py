@@ -16,6 +16,11 @@ WORDS = (
     gettext_noop("Resume selected entries"),
     gettext_noop("Trigger selected entries now"),
     gettext_noop("Backfill the selected entry..."),
+    # The fields' labels.
+    gettext_noop("Paused until"),
+    gettext_noop("Note"),
+    gettext_noop("From"),
+    gettext_noop("To"),
     # Refused.
     gettext_noop("could not pause %(name)r: %(error)s"),
     gettext_noop("could not resume %(name)r: %(error)s"),
