@@ -21,15 +21,9 @@ from safebeat.stores.per_process import config_of
 def announce(signal: Any, task: Any, namespace: str, run: LeasedRun, **more: object) -> None:
     """Send `signal` (see `safebeat.signals`) about the delivery of `run`'s window that
     `task` is running."""
+    about = {"namespace": namespace, "entry": run.entry, "window": run.window}
     safebeat_signals.send(
-        signal,
-        task,
-        namespace=namespace,
-        entry=run.entry,
-        window=run.window,
-        task_id=task.request.id,
-        retries=run.retries,
-        **more,
+        signal, task, **about, task_id=task.request.id, retries=run.retries, **more
     )
 
 
