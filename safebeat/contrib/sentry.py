@@ -18,9 +18,9 @@ publishes it:
 It is a publish hook (`safebeat.hooks.around_publish`), active while Sentry monitors beat
 tasks, registered when `safebeat.hooks` is loaded. Nothing to set up beyond Sentry's own
 `sentry_sdk.init(integrations=[CeleryIntegration(monitor_beat_tasks=True)])`;
-`exclude_beat_tasks` is honoured. Entries Sentry Crons
-cannot describe (solar events, one-off times, intervals that are not whole minutes) are
-published without a monitor, with a warning once per entry. See docs/sentry.md.
+`exclude_beat_tasks` is honoured. Entries Sentry Crons cannot describe (solar events,
+one-off times, intervals that are not whole minutes) are published without a monitor, with
+a warning once per entry. See docs/sentry.md.
 """
 
 from __future__ import annotations

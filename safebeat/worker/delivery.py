@@ -59,8 +59,8 @@ class Execution:
     run: LeasedRun
     started: float
     lease: int  # the renewer's token for this run (safebeat.worker.leases)
-    start: Start = Start.RUN  # the store's verdict: run, or take over
-    namespace: str = ""
+    start: Start  # the store's verdict: run, or take over
+    namespace: str
 
 
 def check_delivery(task: Any, installed: bool) -> None:
@@ -80,11 +80,13 @@ def check_delivery(task: Any, installed: bool) -> None:
         deferred = getattr(request, "_safebeat_deferred", False)
         announce.decided(task, window, (Start.DEFER if deferred else Start.DUPLICATE).value)
         raise
-    except Reject:
+    except Reject:  # a deferred delivery whose copy could not be sent: back to the broker
+        announce.decided(task, window, Start.DEFER.value)
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
         untracked(task, window)
+        announce.decided(task, window, "untracked")
         return
     if execution is None:
         announce.decided(task, window, "untracked")
