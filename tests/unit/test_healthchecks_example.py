@@ -90,7 +90,8 @@ def test_each_run_pings_its_start_and_outcome_and_a_duplicate_pings_nothing(
     pings: tuple[str, list[str]], healthchecks: ModuleType
 ) -> None:
     """A succeeding and a failing window each ping start, then success or fail, with the
-    task id as the run id; a duplicate delivery of the first window pings nothing."""
+    task id as the run id, and send execution_started and execution_finished; a duplicate
+    delivery of the first window pings and sends neither."""
     base, paths = pings
     healthchecks.install(base)
     app = Celery("hc", broker="memory://", backend="cache+memory://", set_as_current=False)
@@ -111,11 +112,17 @@ def test_each_run_pings_its_start_and_outcome_and_a_duplicate_pings_nothing(
     good, good_claim = claim_window(app, "Weekly report", "hc.report")
     bad, bad_claim = claim_window(app, "broken", "hc.broken")
     duplicates: list[str] = []
+    ran: list[tuple[str, str, str | None]] = []
 
     def skipped(sender: Any = None, task_id: str = "", **_: Any) -> None:
         duplicates.append(task_id)
 
+    def run(signal: Any = None, task_id: str = "", outcome: str | None = None, **_: Any) -> None:
+        ran.append((signal.name.split("_")[-1], task_id, outcome))
+
     signals.execution_duplicate.connect(skipped, weak=False)
+    signals.execution_started.connect(run, weak=False)
+    signals.execution_finished.connect(run, weak=False)
     try:
         with start_worker(app, pool="solo", perform_ping_check=False):
             with app.producer_or_acquire() as producer:
@@ -127,7 +134,20 @@ def test_each_run_pings_its_start_and_outcome_and_a_duplicate_pings_nothing(
             wait_for(lambda: duplicates == [good_claim.task_id])
     finally:
         signals.execution_duplicate.disconnect(skipped)
+        signals.execution_started.disconnect(run)
+        signals.execution_finished.disconnect(run)
     good_id, bad_id = good_claim.task_id, bad_claim.task_id
+    # The same worker, the same runs: execution_started and execution_finished, none for
+    # the duplicate.
+    assert [(kind, outcome) for kind, task_id, outcome in ran if task_id == good_id] == [
+        ("started", None),
+        ("finished", "success"),
+    ]
+    assert [(kind, outcome) for kind, task_id, outcome in ran if task_id == bad_id] == [
+        ("started", None),
+        ("finished", "failure"),
+    ]
+    assert len(ran) == 4
     assert sorted(paths) == sorted(
         [
             f"/ping-key/weekly-report/start?rid={good_id}",
