@@ -233,8 +233,9 @@ def _guarded(
     except BaseException as exc:
         try:
             manager.__exit__(type(exc), exc, exc.__traceback__)
-        except Exception:  # logged; the body's own exception goes on
-            logger.exception("safebeat: hook %s failed; carrying on", _name(hook))
+        except Exception as error:  # logged, unless it is the body's own, which goes on
+            if error is not exc:
+                logger.exception("safebeat: hook %s failed; carrying on", _name(hook))
         raise
     try:
         manager.__exit__(None, None, None)

@@ -134,3 +134,35 @@ def test_registering_twice_keeps_one_and_remove_takes_it_out(registered: list[An
     assert hooks._delivery.hooks.count(note) == 1
     hooks.remove(note)
     assert note not in hooks._delivery.hooks
+
+
+def test_an_error_of_the_body_goes_through_each_hook_and_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the publish raises reaches each hook (a span records it), is raised on, and is
+    not logged as a hook's failure; a hook that raises its own error while leaving is."""
+    seen: list[str] = []
+
+    @contextmanager
+    def watch(argument: object) -> Iterator[None]:
+        try:
+            yield
+        except RuntimeError as exc:
+            seen.append(str(exc))
+            raise
+
+    @contextmanager
+    def clumsy(argument: object) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            raise ValueError("hook's own bug")
+
+    with caplog.at_level(logging.ERROR, "safebeat.hooks"):
+        with pytest.raises(RuntimeError, match="broker down"), hooks.around((watch,), None):
+            raise RuntimeError("broker down")
+        assert caplog.text == ""
+        with pytest.raises(RuntimeError, match="broker down"), hooks.around((clumsy,), None):
+            raise RuntimeError("broker down")
+    assert seen == ["broker down"]
+    assert "hook's own bug" in caplog.text
