@@ -16,7 +16,8 @@ from safebeat import windows
 from safebeat.entries import Entry, undecided_after
 from safebeat.errors import UnreadableState
 from safebeat.identity import task_id_for
-from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan, pause_ends
+from safebeat.record_rules import pause_ends
+from safebeat.records import EntryState, NewClaim, NewSkip, TickPlan
 from safebeat.windows import Due, Overlap
 from safebeat.windows.searches import SearchUnfinished
 
@@ -73,7 +74,7 @@ def plan_tick(
 
     For each: the windows after `entries.undecided_after` up to `now`
     follow its missed-window policy (`windows.due`); a paused entry skips them all (a
-    pause with an end only those before `paused_until`, `records.pause_ends`); an
+    pause with an end only those before `paused_until`, `record_rules.pause_ends`); an
     entry with `overlap="forbid"` skips them while its previous run is alive (its lease,
     in the state's `running_since`), one with `overlap="skip_if_queued"` while its previous
     window waits in the queue, up to its timeout in `queue_timeouts`. Dispatched windows
@@ -137,7 +138,7 @@ def _decide(
 ) -> tuple[Due, tuple[windows.SkippedSpan, ...]]:
     """The entry's windows up to `now`, and the spans a pause that ended skips before them.
 
-    When a pause ended after the last decided window (`records.pause_ends`), the windows
+    When a pause ended after the last decided window (`record_rules.pause_ends`), the windows
     before its end are skipped as paused (however late this tick runs) and the windows from
     its end on follow the entry's policy; otherwise there is no such span.
     """

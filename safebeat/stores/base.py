@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from safebeat.identity import Replica
+from safebeat.record_rules import decide_start, take_over_page
 
 # The records live in safebeat.records; they are named here too for code that imported
 # them from this module.
@@ -46,9 +47,7 @@ from safebeat.records import (
     Status,
     TickPlan,
     TickResult,
-    decide_start,
     system_clock,
-    take_over_page,
 )
 
 __all__ = [
@@ -164,7 +163,7 @@ class TickStore(StoreConnection, Protocol):
         - insert a dispatch row per claim and per skip, under the unique key
           (namespace, entry, window); a row that already exists is left alone and the
           claim is simply not returned (someone else has it): never an error;
-        - fenced (`safebeat.records.fenced`): a claim or skip whose window is at or
+        - fenced (`safebeat.record_rules.fenced`): a claim or skip whose window is at or
           before the entry's `last_window` as stored when the row is written is not
           written (some replica decided it after this plan was made), and a store whose
           tick lock was lost while planning writes nothing and raises
@@ -175,7 +174,7 @@ class TickStore(StoreConnection, Protocol):
           expired without a finish (its worker died, and no broker may deliver it
           again), at most `reclaim.page` of them, ordered by (`claimed_at`, id), the
           first after `reclaim.after` (from the oldest if None). Of these, take over for
-          `replica` those `records.take_over_page` chooses (up to `reclaim.limit`, oldest
+          `replica` those `record_rules.take_over_page` chooses (up to `reclaim.limit`, oldest
           first, skipping rows whose entry is not `in reclaim.defines`: left for a
           replica that defines it), and return what it says of the page as the result's
           `reclaim_page`. The store finds these rows through an index (by claim time,
@@ -216,7 +215,7 @@ class TickStore(StoreConnection, Protocol):
         by `replica`, with the claim's `attempts` (a row taken over since, by anyone, or
         recorded sent or failed is left alone). A released row keeps its status, task id,
         attempts and replica; its `claimed_at` becomes store now minus
-        `records.released_age(timeout)`, which the take-over rule of `tick` already
+        `record_rules.released_age(timeout)`, which the take-over rule of `tick` already
         counts as stale (the take-over adds the attempt). Return how many rows were
         released.
         """
@@ -273,7 +272,7 @@ class ExecutionStore(StoreConnection, Protocol):
         concurrent calls for one window, at most one records a start, and every call
         sees the effect of those before it. On the dispatch row (namespace, `run.entry`,
         `run.window`) that carries a task id (claimed, sent or failed; not skipped), by
-        `records.decide_start`:
+        `record_rules.decide_start`:
 
         - no such row: return UNKNOWN and write nothing;
         - the row never started: record the start and return RUN;

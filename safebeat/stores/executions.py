@@ -2,7 +2,7 @@
 `start_execution` and `renew_executions` over one hook each, and `DecidedStart` is
 `start_execution` for the stores that decide it in Python.
 
-The rule is `records.decide_start`; the flow around it is here: under the window's row
+The rule is `record_rules.decide_start`; the flow around it is here: under the window's row
 lock, no dispatched row means UNKNOWN, a duplicate is counted, a run or a takeover is
 recorded as started with a new lease, a deferred delivery writes nothing. The memory,
 SQLite and Django ORM stores give `DecidedStart` the row (`_execution_row`); PostgreSQL
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from safebeat.records import LeasedRun, Outcome, Start, decide_start
+from safebeat.record_rules import decide_start
+from safebeat.records import LeasedRun, Outcome, Start
 
 
 @dataclass(frozen=True)

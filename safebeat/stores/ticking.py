@@ -20,17 +20,8 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from safebeat.identity import Replica
-from safebeat.records import (
-    Claim,
-    EntryState,
-    Planner,
-    Reclaim,
-    ReclaimPage,
-    TickPlan,
-    TickResult,
-    released_age,
-    states_after,
-)
+from safebeat.record_rules import released_age, states_after
+from safebeat.records import Claim, EntryState, Planner, Reclaim, ReclaimPage, TickPlan, TickResult
 
 
 class TickLockBusy(Exception):
@@ -52,7 +43,7 @@ class TickCall:
 class Release:
     """One call of `TickStore.release_claims`, prepared: the rows to hand back (id and the
     attempts the claim was made with), by which replica, and how far before store now
-    their `claimed_at` goes (`records.released_age`)."""
+    their `claimed_at` goes (`record_rules.released_age`)."""
 
     replica: str
     age: timedelta
@@ -154,7 +145,7 @@ class TickSteps:
     load: Callable[[Collection[str]], Mapping[str, EntryState]]
     insert: Callable[[TickPlan], list[Claim]]  # returns the claims this call inserted
     advance: Callable[[Mapping[str, datetime]], None]  # the later window wins
-    # the claims taken over, and what the pass read (see `records.take_over_page`)
+    # the claims taken over, and what the pass read (see `record_rules.take_over_page`)
     reclaim: Callable[[Reclaim], tuple[list[Claim], ReclaimPage]]
 
 

@@ -3,7 +3,7 @@
 The worker hook calls `pause_if_failing` after recording a failed run of a window whose
 message carries the entry's threshold (beat sets the `safebeat_pause_after_failures`
 header from the entry's option or the `safebeat_pause_after_failures` setting). The rule
-itself is `safebeat.records.consecutive_failures`, over the store's history; pausing is
+itself is `safebeat.record_rules.consecutive_failures`, over the store's history; pausing is
 the store's `set_paused`, as `safebeat pause` does, so every replica skips the entry's
 windows (reason `paused`) until an operator resumes it. The pause carries a note saying
 why, and the audit trail records it under the actor `AUDIT_ACTOR`.
@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from safebeat.identity import PAUSE_AFTER_FAILURES_HEADER
-from safebeat.records import AuditAction, AuditEvent, Pause, consecutive_failures
+from safebeat.record_rules import consecutive_failures
+from safebeat.records import AuditAction, AuditEvent, Pause
 from safebeat.stores.base import AdminStore
 
 logger = logging.getLogger("safebeat.worker")

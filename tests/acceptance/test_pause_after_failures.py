@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from safebeat.records import Outcome, Status, consecutive_failures
+from safebeat.record_rules import consecutive_failures
+from safebeat.records import Outcome, Status
 from safebeat.stores.postgres import PostgresStore
 from tests import runscope
 from tests.acceptance.harness import Cluster

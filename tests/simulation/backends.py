@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from safebeat.identity import format_window
-from safebeat.records import DispatchRecord, TickResult, lease_alive
+from safebeat.record_rules import lease_alive
+from safebeat.records import DispatchRecord, TickResult
 
 #: The backends `--store` accepts.
 STORES = ("memory", "sqlite", "postgres", "redis")

@@ -33,7 +33,8 @@ from datetime import datetime
 from typing import Any
 from unittest import mock
 
-from safebeat.records import DispatchRecord, Start, Status, lease_alive
+from safebeat.record_rules import lease_alive
+from safebeat.records import DispatchRecord, Start, Status
 
 HOLES = ("hole 1", "hole 2", "hole 3", "hole 4", "hole 5")
 

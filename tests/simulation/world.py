@@ -51,7 +51,8 @@ from safebeat.beat.tuning import Tuning
 from safebeat.config import config_from_app
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, parse_window, task_id_for
-from safebeat.records import Status, lease_alive
+from safebeat.record_rules import lease_alive
+from safebeat.records import Status
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock
 from safebeat.worker import delivery

@@ -16,16 +16,8 @@ from safebeat.config import load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError, EntryError
 from safebeat.identity import format_window
-from safebeat.records import (
-    AuditAction,
-    Claim,
-    DispatchRecord,
-    EntryState,
-    Outcome,
-    Pause,
-    Status,
-    consecutive_failures,
-)
+from safebeat.record_rules import consecutive_failures
+from safebeat.records import AuditAction, Claim, DispatchRecord, EntryState, Outcome, Pause, Status
 from safebeat.stores.base import Definition
 from safebeat.stores.memory import MemoryStore
 from safebeat.worker.failures import AUDIT_ACTOR, pause_if_failing

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.record_rules import decide_start, lease_alive, states_after, take_over_page
 from safebeat.records import (
     Claim,
     Definition,
@@ -20,10 +21,6 @@ from safebeat.records import (
     StaleMark,
     Start,
     TickPlan,
-    decide_start,
-    lease_alive,
-    states_after,
-    take_over_page,
 )
 
 NOW = datetime(2026, 3, 2, 6, 30, tzinfo=timezone.utc)

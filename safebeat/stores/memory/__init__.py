@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from safebeat.identity import Replica
+from safebeat.record_rules import fence, take_over_page, unsent_and_stale
 from safebeat.records import (
     Claim,
     Definition,
@@ -25,9 +26,6 @@ from safebeat.records import (
     StaleClaim,
     Status,
     TickPlan,
-    fence,
-    take_over_page,
-    unsent_and_stale,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin

@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from safebeat.records import LeasedRun, RunEnd, lease_alive
+from safebeat.record_rules import lease_alive
+from safebeat.records import LeasedRun, RunEnd
 from safebeat.stores.executions import DecidedStart, ExecutionRow, start_columns
 from safebeat.stores.memory.state import MemoryState, _Effect
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from safebeat.identity import Replica
+from safebeat.record_rules import lease_alive
 from safebeat.records import (
     AuditRecord,
     Claim,
@@ -17,7 +18,6 @@ from safebeat.records import (
     NewClaim,
     ReplicaRecord,
     Status,
-    lease_alive,
     system_clock,
 )
 

@@ -1,7 +1,7 @@
 """The PostgreSQL statements of the worker hook and `safebeat.claim`: executions, effect keys.
 
 Each decides inside the server in one statement (`start_execution` by the rule of
-`records.decide_start`); the start of an `overlap="forbid"` entry's window also takes the
+`record_rules.decide_start`); the start of an `overlap="forbid"` entry's window also takes the
 entry's start lock. The worker's three (start, renew, finish) each run in a transaction
 the cursor source opens and bounds as it bounds a tick (`lock_timeout`,
 `statement_timeout`): a renewal queued behind a row lock fails after the lock timeout and

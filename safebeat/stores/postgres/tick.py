@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat.identity import Replica
+from safebeat.record_rules import states_after, take_over_page
 from safebeat.records import (
     Claim,
     Definition,
@@ -25,8 +26,6 @@ from safebeat.records import (
     StaleClaim,
     Status,
     TickResult,
-    states_after,
-    take_over_page,
 )
 from safebeat.stores.decoding import state_of_row
 from safebeat.stores.postgres.cursors import Cursor, Q, Statements, now_of

@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from safebeat.errors import StoreError, TickTooLong
 from safebeat.identity import Replica
+from safebeat.record_rules import states_after, take_over_page
 from safebeat.records import (
     Claim,
     Definition,
@@ -41,8 +42,6 @@ from safebeat.records import (
     StaleClaim,
     TickPlan,
     TickResult,
-    states_after,
-    take_over_page,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.pruning import in_batches

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
+from safebeat.record_rules import take_over_page
 from safebeat.records import (
     Claim,
     Definition,
@@ -24,7 +25,6 @@ from safebeat.records import (
     Registration,
     StaleClaim,
     TickPlan,
-    take_over_page,
 )
 from safebeat.stores.base import StoreCheck
 from safebeat.stores.pruning import in_batches

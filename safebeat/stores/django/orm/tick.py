@@ -9,15 +9,8 @@ from contextlib import contextmanager
 from datetime import datetime
 
 from safebeat.identity import Replica
-from safebeat.records import (
-    Claim,
-    Reclaim,
-    ReclaimPage,
-    StaleClaim,
-    TickPlan,
-    fence,
-    take_over_page,
-)
+from safebeat.record_rules import fence, take_over_page
+from safebeat.records import Claim, Reclaim, ReclaimPage, StaleClaim, TickPlan
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import DjangoOrmRows
 from safebeat.stores.django.setup import django_models
@@ -186,7 +179,7 @@ class DjangoOrmTick(SteppedTick, DjangoOrmRows):
         if reclaim.after is not None:
             at, row_id = reclaim.after.claimed_at, reclaim.after.id
             after = Q(claimed_at__gte=at) & (Q(claimed_at__gt=at) | Q(id__gt=row_id))
-        # Unsent past the timeout while its run is not alive (records.unsent_and_stale).
+        # Unsent past the timeout while its run is not alive (record_rules.unsent_and_stale).
         alive = Q(started_at__isnull=False, finished_at__isnull=True, lease_until__gt=now)
         kinds = (
             Q(status="claimed", claimed_at__lt=now - reclaim.timeout) & ~alive,
