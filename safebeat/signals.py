@@ -46,6 +46,16 @@ execution_duplicate = Signal(name="safebeat.execution_duplicate")
 #: Arguments: namespace, entry, window, task_id, retries, lease.
 execution_taken_over = Signal(name="safebeat.execution_taken_over")
 
+#: A delivery of a window starts its run, once the worker hook decided it runs (a first
+#: run, a Celery retry, or a takeover): the body runs next. Sender: the task.
+#: Arguments: namespace, entry, window, task_id, retries, start (`run` or `takeover`).
+execution_started = Signal(name="safebeat.execution_started")
+
+#: A run that sent `execution_started` returned. Sender: the task.
+#: Arguments: namespace, entry, window, task_id, retries, start, outcome (`success`,
+#: `failure` or `retry`), duration (a `timedelta`).
+execution_finished = Signal(name="safebeat.execution_finished")
+
 ALL = (
     window_claimed,
     window_skipped,
@@ -53,6 +63,8 @@ ALL = (
     tick_failed,
     execution_duplicate,
     execution_taken_over,
+    execution_started,
+    execution_finished,
 )
 
 

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Container, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from safebeat import hooks
 from safebeat.beat.batching import ClaimBatch
 from safebeat.beat.dispatch import Dispatcher, Sending
 from safebeat.beat.metrics import BeatMetrics
@@ -16,7 +17,6 @@ from safebeat.beat.pacing import Pacing
 from safebeat.beat.planning import Planned
 from safebeat.beat.reporting import report_dispatch, report_plan, skipped_windows
 from safebeat.config import Config
-from safebeat.contrib import opentelemetry
 from safebeat.errors import StoreError, StoreUnavailable, TickTooLong
 from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState, Reclaim, StaleMark, TickResult
@@ -286,14 +286,12 @@ def traced(
     namespace: str, replica: str, run: Callable[[], Sequence[TickResult] | None]
 ) -> Sequence[TickResult] | None:
     """`run` (claim rounds and their publishes; None if the tick lock was busy) inside the
-    tick's span, which says what they did."""
-    with opentelemetry.tick_span(namespace, replica) as span:
+    tick hooks (`safebeat.hooks.around_tick`), told what they did."""
+    with hooks.ticking(namespace, replica) as tick:
         results = run()
         done = results or ()
-        span.done(
-            claimed=sum(len(result.claimed) for result in done),
-            skipped=sum(skipped_windows(result.plan.skips) for result in done),
-            republished=sum(len(result.reclaimed) for result in done),
-            busy=results is None,
-        )
+        tick.claimed = sum(len(result.claimed) for result in done)
+        tick.skipped = sum(skipped_windows(result.plan.skips) for result in done)
+        tick.republished = sum(len(result.reclaimed) for result in done)
+        tick.busy = results is None
     return results

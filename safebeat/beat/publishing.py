@@ -27,6 +27,7 @@ from celery.app.routes import MapRoute
 from celery.app.task import Task
 from celery.utils.nodenames import anon_nodename
 
+from safebeat import hooks
 from safebeat.beat.declarations import QueueDeclarations
 from safebeat.beat.message_fields import (
     Arguments,
@@ -42,7 +43,6 @@ from safebeat.beat.message_template import (
     MessageTemplate,
     publish_receivers,
 )
-from safebeat.contrib import opentelemetry, sentry
 from safebeat.entries import Entry
 from safebeat.identity import format_window
 from safebeat.records import Claim
@@ -161,15 +161,15 @@ class Publisher:
     ) -> None:
         """Publish one window. `retry_policy` bounds kombu's reconnect-and-retry.
 
-        With Sentry's Celery integration monitoring beat tasks, the window's check-in goes
-        out first (`safebeat.contrib.sentry`); with OpenTelemetry, the publish has its
-        producer span (`safebeat.contrib.opentelemetry`).
+        The publish hooks that would act (`safebeat.hooks.around_publish`: Sentry's
+        check-in, OpenTelemetry's producer span...) are entered around it, and may add to
+        its headers; with none, the message goes out by the shortest path.
         """
-        traced = sentry.monitoring() or opentelemetry.tracing()
+        around = hooks.publishing()
         task = self.app.tasks.get(entry.task)
         plan = self._plan(entry, task)
         template = self._template(plan, claim, retry_policy)
-        if template is not None and retry_policy is not None and not traced:
+        if template is not None and retry_policy is not None and not around:
             self._send_templated(producer, plan, template, claim, retry_policy=retry_policy)
             return
         arguments = message_for(entry, claim)
@@ -177,20 +177,18 @@ class Publisher:
         if retry_policy is not None:
             options["retry"] = True
             options["retry_policy"] = dict(retry_policy)
-        if not traced:
+        if not around:
             self._send(producer, plan, arguments)
             return
         headers = options["headers"]
-        with (
-            sentry.window(entry, claim, headers),
-            opentelemetry.publish_span(
-                entry.name,
-                claim,
-                headers,
-                destination=_destination(options, self.app),
-                transport=_transport(producer),
-            ),
-        ):
+        publish = hooks.Publish(
+            entry,
+            claim,
+            headers,
+            destination=_destination(options, self.app),
+            transport=_transport(producer),
+        )
+        with hooks.around(around, publish):
             if template is not None and retry_policy is not None:
                 self._send_templated(
                     producer, plan, template, claim, retry_policy=retry_policy, headers=headers

@@ -17,23 +17,21 @@ from safebeat.cli.errors import invoke_with_one_line_errors
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Each command's name, and the module (in safebeat.cli) and function that define it.
+#: Each command's name, and the module (in safebeat.cli) and function that define it. The
+#: operator's actions on an entry (pause, resume, trigger, backfill, ...) are not listed:
+#: each is a command of `safebeat.cli.operate`, made from `safebeat.ops.actions.ACTIONS`.
 COMMANDS = {
     "audit": ("history", "audit"),
-    "backfill": ("operate", "backfill"),
     "doctor": ("upkeep", "doctor_command"),
     "exec": ("exec_command", "exec_command"),
     "exporter": ("exporter", "exporter"),
     "health": ("status", "health"),
     "history": ("history", "history"),
     "migrate": ("upkeep", "migrate"),
-    "pause": ("operate", "pause"),
     "plan": ("plan", "plan_command"),
     "prune": ("upkeep", "prune"),
-    "resume": ("operate", "resume"),
     "schedule": ("schedule", "schedule"),
     "status": ("status", "status"),
-    "trigger": ("operate", "trigger"),
     "web": ("web", "web"),
 }
 
@@ -43,11 +41,11 @@ class Commands(click.Group):
     --traceback asks for the trace."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return command_names()
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
-            return None
+            return _actions().get(cmd_name)
         module, name = COMMANDS[cmd_name]
         command = getattr(importlib.import_module(f"safebeat.cli.{module}"), name)
         if not isinstance(command, click.Command):
@@ -56,6 +54,16 @@ class Commands(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         return invoke_with_one_line_errors(ctx, lambda: super(Commands, self).invoke(ctx))
+
+
+def command_names() -> list[str]:
+    """Every command's name: COMMANDS' and the operator's actions'."""
+    return sorted({*COMMANDS, *_actions()})
+
+
+def _actions() -> dict[str, click.Command]:
+    """The commands of the operator's actions (imported on first use: they publish)."""
+    return dict(importlib.import_module("safebeat.cli.operate").COMMANDS)
 
 
 def global_options(group: F) -> F:

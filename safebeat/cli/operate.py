@@ -1,57 +1,25 @@
-"""`safebeat pause`, `resume`, `trigger` and `backfill`: an operator acting on an entry."""
+"""`safebeat pause`, `resume`, `trigger` and `backfill`: an operator acting on an entry.
+
+One command per action of `safebeat.ops.actions.ACTIONS`, made from its declaration: its
+options from its fields, its help, and its result printed a line each (a window that
+could not be sent on stderr, and exit status 1).
+"""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
 from safebeat.cli.context import Options
-from safebeat.cli.options import instant, note_option, opened, require_app, store_options
+from safebeat.cli.options import opened, require_app, store_options
 from safebeat.config import Config
-from safebeat.display import printable, when
+from safebeat.display import printable
 from safebeat.entries import Entry
 from safebeat.ops import operations
-from safebeat.records import Pause
+from safebeat.ops.actions import ACTIONS, Action, BadField, Field, Kind, Level, Result, Target
 from safebeat.stores import Store
-
-
-@click.command()
-@click.argument("entry")
-@click.option(
-    "--until",
-    "until_text",
-    help="End the pause by itself at this instant (ISO 8601, with zone).",
-    metavar="ISO",
-)
-@note_option
-@store_options
-@click.pass_obj
-def pause(options: Options, entry: str, until_text: str | None, note: str | None) -> None:
-    """Pause ENTRY for every replica: its windows are skipped (reason `paused`) until resumed,
-    or with --until until that instant, when every replica resumes it by itself."""
-    until = None if until_text is None else instant(until_text, "--until")
-    with opened(options) as (config, store):
-        pause = Pause(True, until, note)
-        operations.pause_entry(store, config.namespace, entry, pause, actor=operations.cli_actor())
-    ends = "until resumed" if until is None else f"until {when(until)}, then resumes by itself"
-    click.echo(
-        f"paused {entry!r} in namespace {config.namespace!r}; "
-        f"every replica skips its windows {ends}"
-    )
-
-
-@click.command()
-@click.argument("entry")
-@note_option
-@store_options
-@click.pass_obj
-def resume(options: Options, entry: str, note: str | None) -> None:
-    """Resume ENTRY: its next window is dispatched; windows that passed while paused are not."""
-    with opened(options) as (config, store):
-        pause = Pause(False, note=note)
-        operations.pause_entry(store, config.namespace, entry, pause, actor=operations.cli_actor())
-    click.echo(f"resumed {entry!r} in namespace {config.namespace!r}")
 
 
 def _compiled_entry(options: Options, config: Config, store: Store, name: str) -> Entry:
@@ -62,73 +30,63 @@ def _compiled_entry(options: Options, config: Config, store: Store, name: str) -
     return operations.scheduled_entry(schedule, name, config.namespace)
 
 
-def _report(published: operations.Published, what: str) -> None:
-    for claim in published.sent:
-        click.echo(f"{what}: window {when(claim.window)} sent (task id {claim.task_id})")
-    for claim in published.unsent:
-        click.echo(
-            f"{what}: window {when(claim.window)} claimed but the broker is unreachable; "
-            "a beat replica re-publishes it after safebeat_claim_timeout"
-        )
-    for window, error in published.failed.items():
-        click.echo(f"{what}: window {window} failed: {printable(error)}", err=True)
-    if published.already_claimed:
-        click.echo(f"{what}: {published.already_claimed} window(s) already had a row; left alone")
-    if published.failed:
+def report(result: Result) -> None:
+    """Print `result` a line each; a window that failed goes to stderr and exits 1."""
+    for level, text in result.said():
+        click.echo(printable(text), err=level is Level.ERROR)
+    if result.failed:
         sys.exit(1)
 
 
-@click.command()
-@click.argument("entry")
-@note_option
-@store_options
-@click.pass_obj
-def trigger(options: Options, entry: str, note: str | None) -> None:
-    """Run ENTRY once now, outside its schedule (recorded with reason `trigger`). Needs -A."""
-    require_app(options, "trigger")
-    with opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, store, entry)
-        published = operations.trigger(
-            options.app, store, config.namespace, compiled, actor=operations.cli_actor(), note=note
+def _option(field: Field) -> Any:
+    if field.kind is Kind.COUNT:
+        return click.option(
+            field.option,
+            field.name,
+            default=field.default,
+            show_default=True,
+            type=click.IntRange(*field.bounds),
+            help=field.help,
         )
-    _report(published, f"triggered {entry!r}")
+    return click.option(
+        field.option, field.name, required=field.required, help=field.help, metavar=field.metavar
+    )
 
 
-@click.command()
-@click.argument("entry")
-@click.option("--from", "start", required=True, help="First instant (ISO 8601, with zone).")
-@click.option("--to", "end", required=True, help="Last instant (ISO 8601, with zone).")
-@click.option(
-    "--limit",
-    default=operations.BACKFILL_LIMIT,
-    show_default=True,
-    type=click.IntRange(1, 100_000),
-    help="Refuse ranges with more windows than this.",
-)
-@note_option
-@store_options
-@click.pass_obj
-def backfill(
-    options: Options, *, entry: str, start: str, end: str, limit: int, note: str | None
-) -> None:
-    """Dispatch ENTRY's windows between --from and --to that were never sent. Needs -A.
+def command(action: Action) -> click.Command:
+    """The CLI command of `action`: ENTRY, an option per field, the store's options."""
 
-    Windows already sent, skipped or claimed are left alone; each new one is recorded with
-    reason `backfill` and keeps its own window (and task id).
-    """
-    first, last = instant(start, "--from"), instant(end, "--to")
-    require_app(options, "backfill")
-    with opened(options) as (config, store):
-        compiled = _compiled_entry(options, config, store, entry)
-        published = operations.backfill(
-            options.app,
-            store,
-            config.namespace,
-            compiled,
-            start=first,
-            end=last,
-            limit=limit,
-            actor=operations.cli_actor(),
-            note=note,
-        )
-    _report(published, f"backfilled {entry!r}")
+    def run(options: Options, entry: str, **given: Any) -> None:
+        typed = {name: None if value is None else str(value) for name, value in given.items()}
+        try:
+            values = action.values(typed)
+        except BadField as exc:
+            raise click.BadParameter(str(exc), param_hint=exc.field.option) from None
+        if action.publishes:
+            require_app(options, action.name)
+        with opened(options) as (config, store):
+            target = Target(
+                store,
+                config.namespace,
+                entry,
+                operations.cli_actor(),
+                app=options.app,
+                compile=lambda: _compiled_entry(options, config, store, entry),
+            )
+            result = action.run(target, values)
+        report(result)
+
+    function: Any = click.pass_obj(run)
+    function = store_options(function)
+    for field in reversed(action.fields):
+        function = _option(field)(function)
+    function = click.argument("entry")(function)
+    return click.command(action.name, help=action.help)(function)
+
+
+#: The commands, by name (`safebeat.cli.group` finds them here).
+COMMANDS = {name: command(action) for name, action in ACTIONS.items()}
+pause = COMMANDS["pause"]
+resume = COMMANDS["resume"]
+trigger = COMMANDS["trigger"]
+backfill = COMMANDS["backfill"]

@@ -16,18 +16,21 @@ span is a no-op. With a tracer provider configured (the SDK), beat records:
   starts (opentelemetry-instrumentation-celery's `run/<task>`) gets `safebeat.entry`,
   `safebeat.window` and `safebeat.delivery` (`run`, `takeover`, `duplicate`...).
 
-See docs/opentelemetry.md.
+It plugs in on safebeat's hooks (`safebeat.hooks`): around a publish (while `tracing()`),
+around a tick, and a delivery's verdict; they are registered when `safebeat.hooks` is
+loaded. See docs/opentelemetry.md.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from safebeat import hooks
 from safebeat._version import __version__
 from safebeat.identity import format_window
 from safebeat.records import Claim
@@ -195,3 +198,35 @@ def annotate_task_span(entry: str, window: str, delivery: str | None = None) -> 
     span.set_attributes({"safebeat.entry": entry, "safebeat.window": window})
     if delivery is not None:
         span.set_attribute("safebeat.delivery", delivery)
+
+
+def _around_publish(publish: hooks.Publish) -> AbstractContextManager[None]:
+    return publish_span(
+        publish.entry.name,
+        publish.claim,
+        publish.headers,
+        destination=publish.destination,
+        transport=publish.transport,
+    )
+
+
+@contextmanager
+def _around_tick(tick: hooks.Tick) -> Iterator[None]:
+    with tick_span(tick.namespace, tick.replica) as span:
+        yield
+        span.done(
+            claimed=tick.claimed,
+            skipped=tick.skipped,
+            republished=tick.republished,
+            busy=tick.busy,
+        )
+
+
+def _on_delivery(delivery: hooks.Delivery) -> None:
+    verdict = None if delivery.verdict == "untracked" else delivery.verdict
+    annotate_task_span(delivery.entry, format_window(delivery.window), verdict)
+
+
+hooks.around_publish(_around_publish, active=tracing)
+hooks.around_tick(_around_tick)
+hooks.on_delivery(_on_delivery)

@@ -15,10 +15,12 @@ publishes it:
 - the headers are the ones Sentry's worker side reads, also inside the nested `headers`
   Celery hands the worker (celery#4875), with Sentry's trace propagation headers.
 
-Nothing to set up beyond Sentry's own `sentry_sdk.init(integrations=[CeleryIntegration(
-monitor_beat_tasks=True)])`; `exclude_beat_tasks` is honoured. Entries Sentry Crons
-cannot describe (solar events, one-off times, intervals that are not whole minutes) are
-published without a monitor, with a warning once per entry. See docs/sentry.md.
+It is a publish hook (`safebeat.hooks.around_publish`), active while Sentry monitors beat
+tasks, registered when `safebeat.hooks` is loaded. Nothing to set up beyond Sentry's own
+`sentry_sdk.init(integrations=[CeleryIntegration(monitor_beat_tasks=True)])`;
+`exclude_beat_tasks` is honoured. Entries Sentry Crons cannot describe (solar events,
+one-off times, intervals that are not whole minutes) are published without a monitor, with
+a warning once per entry. See docs/sentry.md.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, MutableMapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from typing import Any, cast
 
+from safebeat import hooks
 from safebeat.entries import Entry, crontab_fields, zone_name
 from safebeat.records import Claim
 from safebeat.windows import BoundedRule, CrontabRule, IntervalRule
@@ -182,3 +185,10 @@ def _warn_unmonitored(entry: Entry) -> None:
             entry.name,
             entry.schedule_text,
         )
+
+
+def _around_publish(publish: hooks.Publish) -> AbstractContextManager[None]:
+    return window(publish.entry, publish.claim, publish.headers)
+
+
+hooks.around_publish(_around_publish, active=monitoring)

@@ -1,8 +1,9 @@
 """What an operator does to a running schedule: pause, resume, trigger, backfill, prune
 and migrate, each recorded in the store's audit trail.
 
-Used by the `safebeat` CLI, the Django admin and the web console, which each pass who acts
-(`actor`: the signed-in user, or `cli_actor()`). Every value they pass is checked here,
+Used by the `safebeat` CLI, the Django admin and the web console, through the table of
+actions (`safebeat.ops.actions`), which each pass who acts (`actor`: the signed-in user,
+or `cli_actor()`). Every value they pass is checked here,
 once, against what every store can hold and read back (`safebeat.limits`): a `LimitError`
 names the value and the limit before anything is stored. Pausing only sets a flag (and an optional
 end) in the store; every replica reads it at its next tick. Triggering and backfilling

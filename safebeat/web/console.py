@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,7 +22,7 @@ from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError, UnreadableState
-from safebeat.ops import doctor, operations
+from safebeat.ops import actions, doctor, operations
 from safebeat.ops.overview import (
     EntryStatus,
     ReplicaStatus,
@@ -31,7 +31,6 @@ from safebeat.ops.overview import (
     entry_statuses,
     replica_statuses,
 )
-from safebeat.records import Pause
 from safebeat.stores import Store
 from safebeat.stores.base import AuditRecord, DispatchRecord, Outcome, Status
 from safebeat.web.words import in_words
@@ -217,43 +216,31 @@ class Console:
         with self.using() as (config, store):
             return store.audit(config.namespace, entry, limit=limit)
 
-    def set_paused(self, name: str, pause: Pause, *, actor: str) -> None:
+    def act(
+        self, action: actions.Action, name: str, values: Mapping[str, Any], *, actor: str
+    ) -> actions.Result:
+        """Run `action` on entry `name` as `actor`, with the values of its form."""
         with self.using() as (config, store):
-            operations.pause_entry(
-                store, config.namespace, name, pause, actor=actor, fields=FORM_FIELDS
-            )
+            return action.run(self._target(config, store, name, actor), values)
 
-    def trigger(self, name: str, *, actor: str, note: str | None = None) -> operations.Published:
+    def preview(
+        self, action: actions.Action, name: str, values: Mapping[str, Any]
+    ) -> list[datetime]:
+        """The windows `action` would cover (a backfill's; those with a row are left alone)."""
+        assert action.preview is not None  # noqa: S101 - asked for actions that have one
         with self.using() as (config, store):
-            entry = self._entry_to_run(config, store, name)
-            return operations.trigger(
-                self.app, store, config.namespace, entry, actor=actor, note=note
-            )
+            return action.preview(self._target(config, store, name, ""), values)
 
-    def backfill_preview(self, name: str, start: datetime, end: datetime) -> list[datetime]:
-        """The windows a backfill of `[start, end]` covers; those with a row are left alone."""
-        with self.using() as (config, store):
-            entry = self._entry_to_run(config, store, name)
-            return operations.backfill_windows(
-                store, config.namespace, entry, start=start, end=end, fields=FORM_FIELDS
-            )
-
-    def backfill(
-        self, name: str, start: datetime, end: datetime, *, actor: str, note: str | None = None
-    ) -> operations.Published:
-        with self.using() as (config, store):
-            entry = self._entry_to_run(config, store, name)
-            return operations.backfill(
-                self.app,
-                store,
-                config.namespace,
-                entry,
-                start=start,
-                end=end,
-                actor=actor,
-                note=note,
-                fields=FORM_FIELDS,
-            )
+    def _target(self, config: Config, store: Store, name: str, actor: str) -> actions.Target:
+        return actions.Target(
+            store,
+            config.namespace,
+            name,
+            actor,
+            app=self.app,
+            compile=lambda: self._entry_to_run(config, store, name),
+            fields=FORM_FIELDS,
+        )
 
     def _entry_to_run(self, config: Config, store: Store, name: str) -> Entry:
         schedule = self.schedule(config, store)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from safebeat import display, limits
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.records import Pause
+from safebeat.ops.actions import ACTIONS, Action, BadField, Kind
 from safebeat.web import instants, pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
 from safebeat.web.instants import local_zone
@@ -47,16 +47,15 @@ from safebeat.web.security import (
 
 _HERE = Path(__file__).parent
 #: What the entry's page says after pause or resume, by its `done` query value.
-_DONE = {
-    "paused": "Paused: every replica skips its windows until resumed.",
-    "paused-until": "Paused: every replica skips its windows until the pause ends.",
-    "resumed": "Resumed.",
-}
+_DONE = {key: said for action in ACTIONS.values() for key, said in action.done_words.items()}
 Endpoint = Callable[[Request], Any]
 #: The largest action form the console reads, in bytes; a larger one is refused (413).
 MAX_FORM_BYTES = 16 * 1024
 #: The most characters each field of an action form may hold; a longer one is refused (400).
-FIELD_LIMITS = {"note": limits.NOTE_CHARS, "until": 64, "start": 64, "end": 64, "confirm": 3}
+FIELD_LIMITS = {
+    **{f.name: f.longest for action in ACTIONS.values() for f in action.form_fields},
+    "confirm": 3,
+}
 
 
 def path_for(request: Request, route: str, **params: Any) -> str:
@@ -180,6 +179,7 @@ class Pages:
                 "start": instants.example_instant(now, -timedelta(hours=3)),
                 "end": instants.example_instant(now, -timedelta(hours=1)),
             },
+            actions=ACTIONS.values(),
             strip=pictures.window_strip(found.history),
             chart=pictures.lag_chart(found.history),
             kinds=pictures.KINDS,
@@ -251,83 +251,75 @@ class Pages:
             form.setdefault(key, value)
         return form
 
-    def pause(self, paused: bool) -> Endpoint:
+    def act(self, action: Action) -> Endpoint:
+        """The POST of `action`'s form. An action with a preview shows it first, and runs
+        with `confirm=yes`; one that publishes shows what it sent; the others go back to
+        the entry's page, saying what was done (`done`)."""
+
         async def endpoint(request: Request) -> Response:
             name = request.path_params["name"]
             form, refused = await self._action_form(request)
             if refused is not None:
                 return refused
-            until_text = str(form.get("until", "")).strip() if paused else ""
-            note = str(form.get("note", "")).strip() if paused else ""
+            typed = {f.name: str(form.get(f.name, "")).strip() for f in action.form_fields}
             try:
-                until = _instant(form, "until", name, "pause") if until_text else None
-                pause = Pause(paused, until, note)
-                await run_in_threadpool(
-                    functools.partial(self.console.set_paused, name, pause, actor=actor_of(request))
-                )
+                values = _values(action, typed, name)
+                if action.preview is not None and form.get("confirm") != "yes":
+                    found = await run_in_threadpool(self.console.preview, action, name, values)
+                    return self._preview(request, action, name, typed, values=values, windows=found)
+                act = functools.partial(self.console.act, action, name, values)
+                result = await run_in_threadpool(act, actor=actor_of(request))
             except SafebeatError as exc:
-                # 404 only for an entry not registered; a value refused is the form's fault,
-                # shown on the entry's page with what was typed, so the note is not lost.
-                if until_text or isinstance(exc, limits.LimitError):
-                    why = display.one_line(str(exc))
-                    typed = {"until": until_text, "note": note}
-                    failure = self.failure(request, exc)  # a name no entry may have
-                    return await self._entry_page(
-                        request, name, status_code=400, refused=why, typed=typed, missing=failure
-                    )
-                return self.failure(request, exc, 404)
-            target = path_for(request, "entry", name=name)
-            done = ("paused-until" if until_text else "paused") if paused else "resumed"
-            return RedirectResponse(f"{target}?done={done}", status_code=303)
+                return await self._refused(request, action, name, typed, exc)
+            if action.done is not None:
+                target = path_for(request, "entry", name=name)
+                return RedirectResponse(f"{target}?done={action.done(values)}", status_code=303)
+            title = f"{action.done_title} {name}"
+            return self.render(request, "published.html", title=title, name=name, result=result)
 
         return endpoint
 
-    async def trigger(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        form, refused = await self._action_form(request)
-        if refused is not None:
-            return refused
-        note = str(form.get("note", "")).strip() or None
-        try:
-            published = await run_in_threadpool(
-                functools.partial(self.console.trigger, name, actor=actor_of(request), note=note)
-            )
-        except SafebeatError as exc:
-            return self.failure(request, exc)
-        title = f"Triggered {name}"
-        return self.render(request, "published.html", title=title, name=name, published=published)
+    def _preview(
+        self, request: Request, action: Action, name: str, typed: Mapping[str, str], **given: Any
+    ) -> Response:
+        """The windows (`given["windows"]`) `action` would cover, with its form's values
+        (`given["values"]`) to confirm: `actions/<name>_preview.html`."""
+        values: Mapping[str, Any] = given["values"]
+        fields: dict[str, Any] = {
+            **typed,
+            **{
+                f.name: format_window(values[f.name])
+                for f in action.form_fields
+                if f.kind is Kind.INSTANT and values[f.name] is not None
+            },
+        }
+        template = f"actions/{action.name}_preview.html"
+        title = f"{action.title} {name}"
+        return self.render(
+            request, template, title=title, name=name, windows=given["windows"], **fields
+        )
 
-    async def backfill(self, request: Request) -> Response:
-        """Without `confirm=yes`, a preview of the windows; with it, the backfill itself."""
-        name = request.path_params["name"]
-        form, refused = await self._action_form(request)
-        if refused is not None:
-            return refused
-        note = str(form.get("note", "")).strip()
-        try:
-            start, end = _instant(form, "start", name), _instant(form, "end", name)
-            actor = actor_of(request)
-            if form.get("confirm") != "yes":
-                found = await run_in_threadpool(self.console.backfill_preview, name, start, end)
-                return self.render(
-                    request,
-                    "backfill.html",
-                    title=f"Backfill {name}",
-                    name=name,
-                    start=format_window(start),
-                    end=format_window(end),
-                    windows=found,
-                    note=note,
-                )
-            published = await run_in_threadpool(
-                functools.partial(
-                    self.console.backfill, name, start, end, actor=actor, note=note or None
-                )
-            )
-        except SafebeatError as exc:
+    async def _refused(
+        self,
+        request: Request,
+        action: Action,
+        name: str,
+        typed: Mapping[str, str],
+        exc: SafebeatError,
+    ) -> Response:
+        """Why `action` was not done. For an action answered on the entry's page, a value
+        refused is the form's fault: shown there with what was typed, so the note is not
+        lost (404 only for an entry not registered)."""
+        if action.done is None:
             return self.failure(request, exc)
-        title = f"Backfilled {name}"
-        return self.render(request, "published.html", title=title, name=name, published=published)
+        instant_typed = any(typed[f.name] for f in action.form_fields if f.kind is Kind.INSTANT)
+        if instant_typed or isinstance(exc, limits.LimitError):
+            why = display.one_line(str(exc))
+            failure = self.failure(request, exc)  # a name no entry may have
+            return await self._entry_page(
+                request, name, status_code=400, refused=why, typed=typed, missing=failure
+            )
+        return self.failure(request, exc, 404)
 
 
 class EntryNameConvertor(Convertor[str]):
@@ -354,10 +346,10 @@ def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: Allowed
     entry = "/entries/{name:entry_name}"
     routes = [
         Route("/", pages.entries, name="entries"),
-        Route(f"{entry}/pause", pages.pause(True), methods=["POST"], name="pause"),
-        Route(f"{entry}/resume", pages.pause(False), methods=["POST"], name="resume"),
-        Route(f"{entry}/trigger", pages.trigger, methods=["POST"], name="trigger"),
-        Route(f"{entry}/backfill", pages.backfill, methods=["POST"], name="backfill"),
+        *(
+            Route(f"{entry}/{name}", pages.act(action), methods=["POST"], name=name)
+            for name, action in ACTIONS.items()
+        ),
         Route(entry, pages.entry, name="entry"),
         Route("/audit", pages.audit, name="audit"),
         Route("/replicas", pages.replicas, name="replicas"),
@@ -381,11 +373,12 @@ def build(console: Console, credentials: Credentials, csrf: Csrf, hosts: Allowed
     )
 
 
-def _instant(form: Mapping[str, Any], field: str, name: str, action: str = "backfill") -> datetime:
+def _values(action: Action, typed: Mapping[str, str], name: str) -> dict[str, Any]:
+    """The values of `action`'s form; a field that cannot be read is refused by name."""
     try:
-        return display.parse_instant(str(form.get(field, "")))
-    except display.BadInstant as exc:
-        raise SafebeatError(f"{action} of {name!r}, {field}: {exc}") from None
+        return action.values(typed)
+    except BadField as exc:
+        raise SafebeatError(f"{action.name} of {name!r}, {exc.field.name}: {exc}") from None
 
 
 def _int(value: str | None, default: int) -> int:

@@ -25,7 +25,6 @@ from celery.exceptions import Ignore, Reject
 
 from safebeat import signals as safebeat_signals
 from safebeat.backoff import Backoff
-from safebeat.contrib import opentelemetry
 from safebeat.current import CurrentWindow, window_of
 from safebeat.errors import SafebeatError
 from safebeat.identity import (
@@ -37,7 +36,7 @@ from safebeat.identity import (
 from safebeat.records import LeasedRun, Outcome, RunEnd, Start
 from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import config_of, store_of
-from safebeat.worker import failures
+from safebeat.worker import announce, failures
 from safebeat.worker.leases import renewal_period, renewer
 from safebeat.worker.metrics import metrics as worker_metrics
 
@@ -60,7 +59,8 @@ class Execution:
     run: LeasedRun
     started: float
     lease: int  # the renewer's token for this run (safebeat.worker.leases)
-    start: Start = Start.RUN  # the store's verdict: run, or take over
+    start: Start  # the store's verdict: run, or take over
+    namespace: str
 
 
 def check_delivery(task: Any, installed: bool) -> None:
@@ -78,25 +78,22 @@ def check_delivery(task: Any, installed: bool) -> None:
         execution = begin(task, request, window)
     except Ignore:
         deferred = getattr(request, "_safebeat_deferred", False)
-        _annotate(window, (Start.DEFER if deferred else Start.DUPLICATE).value)
+        announce.decided(task, window, (Start.DEFER if deferred else Start.DUPLICATE).value)
         raise
-    except Reject:
+    except Reject:  # a deferred delivery whose copy could not be sent: back to the broker
+        announce.decided(task, window, Start.DEFER.value)
         raise
     except Exception:  # a bug here must not fail the user's task (logged with its traceback)
         logger.exception("safebeat: checking task %s failed; it runs untracked", request.id)
         untracked(task, window)
+        announce.decided(task, window, "untracked")
         return
-    if execution is not None:
-        request._safebeat_execution = execution
-    _annotate(window, None if execution is None else execution.start.value)
-
-
-def _annotate(window: CurrentWindow, delivery: str | None) -> None:
-    """Put the window on the task's trace span (OpenTelemetry, when the app uses it)."""
-    try:
-        opentelemetry.annotate_task_span(window.entry, format_window(window.window), delivery)
-    except Exception:  # tracing must never fail the task (logged)
-        logger.exception("safebeat: annotating the task's span failed")
+    if execution is None:
+        announce.decided(task, window, "untracked")
+        return
+    request._safebeat_execution = execution
+    announce.decided(task, window, execution.start.value)
+    announce.started(task, execution.namespace, execution.run, execution.start.value)
 
 
 def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
@@ -149,7 +146,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
             request.id,
             run.retries,
         )
-        _announce(safebeat_signals.execution_duplicate, task, config.namespace, run)
+        announce.announce(safebeat_signals.execution_duplicate, task, config.namespace, run)
         raise Ignore()
     if verdict is Start.DEFER:
         worker_metrics.deferred(config.namespace, window.entry)
@@ -177,7 +174,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
             where,
             request.id,
         )
-        _announce(
+        announce.announce(
             safebeat_signals.execution_taken_over,
             task,
             config.namespace,
@@ -185,22 +182,7 @@ def begin(task: Any, request: Any, window: CurrentWindow) -> Execution | None:
             lease=config.execution_lease,
         )
     token = renewer.hold(config, run)
-    return Execution(window, run, time.monotonic(), token, verdict)
-
-
-def _announce(signal: Any, task: Any, namespace: str, run: LeasedRun, **more: object) -> None:
-    """Send `signal` (see `safebeat.signals`) about the delivery of `run`'s window that
-    `task` is running."""
-    safebeat_signals.send(
-        signal,
-        task,
-        namespace=namespace,
-        entry=run.entry,
-        window=run.window,
-        task_id=task.request.id,
-        retries=run.retries,
-        **more,
-    )
+    return Execution(window, run, time.monotonic(), token, verdict, config.namespace)
 
 
 def header(request: Any, name: str) -> object:
@@ -353,6 +335,14 @@ def finish(task: Any, execution: Execution, outcome: Outcome) -> None:
         worker_metrics.finished(
             namespace, execution.window.entry, outcome.value, runtime.total_seconds()
         )
+    announce.finished(
+        task,
+        execution.namespace,
+        execution.run,
+        start=execution.start.value,
+        outcome=outcome.value,
+        duration=runtime,
+    )
     if not renewer.holds(execution.lease):
         # Taken over by a start of the same run in this process (see LeaseRenewer.hold):
         # the row is the new run's, which records its own end.

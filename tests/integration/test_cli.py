@@ -344,7 +344,7 @@ def test_backfill_sends_only_the_windows_never_sent(
 
     again = cli("-A", app_module, "backfill", "report", "--from", iso(start), "--to", iso(end))
     assert again.exit_code == 0, again.output
-    assert "5 window(s) already had a row" in again.output
+    assert "5 windows already had a row" in again.output
     assert len(safebeat_messages(redis_messages(redis_url, namespace))) == 5  # none added
 
     future = cli(

@@ -411,6 +411,35 @@ def test_a_pause_with_an_end_and_a_note_is_shown_and_audited_as_the_admin_user(
     )
 
 
+def test_the_note_goes_with_a_trigger_and_a_resume_too(
+    client: Any, celery_app: Celery, namespace: str
+) -> None:
+    """The page's one Note input is every action's that takes a note (the table of actions
+    declares it for pause, resume and trigger): each records it in the audit trail."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore("django://default")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    for action in ("trigger", "pause", "resume"):
+        response = client.post(
+            ENTRIES,
+            {
+                "action": action,
+                "entry": [json.dumps([namespace, "nightly-report"])],
+                "pause_note": f"{action}: why",
+            },
+            follow=True,
+        )
+        assert response.status_code == 200
+    drain(celery_app)
+    found = [(r.action.value, r.note) for r in reversed(store.audit(namespace))]
+    assert found == [
+        ("trigger", "trigger: why"),
+        ("pause", "pause: why"),
+        ("resume", "resume: why"),
+    ]
+
+
 def test_a_pause_end_in_the_past_is_refused_and_not_audited(
     client: Any, celery_app: Celery, namespace: str
 ) -> None:

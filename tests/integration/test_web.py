@@ -257,7 +257,7 @@ def test_backfill_previews_its_windows_then_sends_only_those(
     assert sorted(format_window(r.window) for r in rows) == listed
     assert sent.text.count(" sent (task id") == 5
     again = client.post(f"/entries/{ENTRY}/backfill", data={**form, "confirm": "yes"})
-    assert "5 window(s) already had a row" in again.text
+    assert "5 windows already had a row" in again.text
     assert len([m for m in filled.messages() if start <= format_window(m.window) <= end]) == 5
 
 

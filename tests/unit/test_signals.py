@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -153,3 +155,18 @@ def test_a_receiver_that_raises_is_logged_and_the_tick_goes_on(
     assert {r.status for r in store.history("unit", "a")} == {Status.SENT}
     assert "plugin bug" in caplog.text
     assert scheduler.metrics.totals.store_errors == 0
+
+
+def test_docs_list_every_signal_with_its_arguments() -> None:
+    """docs/signals.md has a table row for each signal, naming each argument its comment in
+    safebeat/signals.py gives."""
+    page = (Path(__file__).parents[2] / "docs" / "signals.md").read_text()
+    source = (Path(__file__).parents[2] / "safebeat" / "signals.py").read_text()
+    for signal in signals.ALL:
+        short = signal.name.removeprefix("safebeat.")
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{short}` |"))
+        comment = source[: source.index(f"{short} = Signal(")].rsplit("\n\n", 1)[-1]
+        arguments = comment.split("Arguments:")[1].replace("#:", " ")
+        arguments = re.sub(r"\([^)]*\)", "", arguments).rstrip().rstrip(".")
+        names = {part.split()[0] for part in arguments.split(",")}
+        assert names <= set(re.findall(r"`(\w+)`", row)), short

@@ -426,6 +426,72 @@ def test_duplicate_and_takeover_are_sent_as_signals(app: Celery, task: Any) -> N
     ]
 
 
+def test_a_run_sends_execution_started_and_finished_and_a_duplicate_neither(
+    app: Celery, task: Any
+) -> None:
+    """A delivery that runs sends execution_started before its body and execution_finished
+    with its outcome after; a retry that runs again does too; a duplicate sends neither."""
+    from safebeat import signals
+
+    received: list[tuple[Any, ...]] = []
+
+    def receiver(signal: Any = None, sender: Any = None, **arguments: Any) -> None:
+        ending = (
+            (arguments["outcome"], type(arguments["duration"])) if "outcome" in arguments else ()
+        )
+        received.append((signal.name, arguments["task_id"], arguments["start"], *ending))
+
+    signals.execution_started.connect(receiver, weak=False)
+    signals.execution_finished.connect(receiver, weak=False)
+    try:
+        task_id = dispatch(app)
+        deliver(task, task_id, ends="RETRY")
+        deliver(task, task_id, retries=1)
+        deliver(task, task_id)
+    finally:
+        signals.execution_started.disconnect(receiver)
+        signals.execution_finished.disconnect(receiver)
+    assert received == [
+        ("safebeat.execution_started", task_id, "run"),
+        ("safebeat.execution_finished", task_id, "run", "retry", timedelta),
+        ("safebeat.execution_started", task_id, "run"),
+        ("safebeat.execution_finished", task_id, "run", "success", timedelta),
+    ]
+
+
+def test_delivery_and_run_end_hooks_hear_each_verdict_and_outcome(app: Celery, task: Any) -> None:
+    """safebeat.hooks: the delivery hook hears run, duplicate and untracked; the run's end
+    hook hears how the run ended; a hook that raises changes nothing."""
+    from safebeat import hooks
+
+    heard: list[tuple[str, ...]] = []
+
+    def verdict(delivery: hooks.Delivery) -> None:
+        heard.append(("delivery", delivery.entry, delivery.verdict, str(delivery.namespace)))
+
+    def end(run: hooks.RunEnd) -> None:
+        heard.append(("end", run.entry, run.outcome, run.start))
+        raise RuntimeError("hook bug")
+
+    hooks.on_delivery(verdict)
+    hooks.on_run_end(end)
+    try:
+        task_id = dispatch(app)
+        assert deliver(task, task_id, ends="FAILURE") == "FAILURE"
+        assert deliver(task, task_id) == "IGNORED"
+        unknown = task_id_for(NAMESPACE, "weekly", WINDOW + timedelta(days=1))
+        deliver(task, unknown, window=WINDOW + timedelta(days=1))
+    finally:
+        hooks.remove(verdict)
+        hooks.remove(end)
+    assert heard == [
+        ("delivery", "weekly", "run", NAMESPACE),
+        ("end", "weekly", "failure", "run"),
+        ("delivery", "weekly", "duplicate", NAMESPACE),
+        ("delivery", "weekly", "untracked", NAMESPACE),
+    ]
+
+
 def test_a_signal_receiver_that_raises_never_fails_the_task(
     app: Celery, task: Any, ran: list[str], caplog: pytest.LogCaptureFixture
 ) -> None:

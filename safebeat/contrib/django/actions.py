@@ -2,11 +2,12 @@
 
 Each is recorded in the store's audit trail under the admin user's name.
 
-The actions are `safebeat.ops.operations`' (the CLI's `pause`, `resume`, `trigger` and
-`backfill`), on the `django://` store of the database the page reads. Triggering and
-backfilling send the entry's task with its arguments and options, which the store does
-not keep: the entry is compiled here from the Celery app, as beat compiles it. The
-candidates are the enabled django-celery-beat row of that name (what `DatabaseScheduler`
+The actions are the table `safebeat.ops.actions.ACTIONS` (the CLI's `pause`, `resume`,
+`trigger` and `backfill`), run by `run` on the `django://` store of the database the page
+reads, their results said in the request's language (`safebeat.contrib.django.words`).
+Triggering and backfilling send the entry's task with its arguments and options, which
+the store does not keep: the entry is compiled here from the Celery app, as beat compiles
+it. The candidates are the enabled django-celery-beat row of that name (what `DatabaseScheduler`
 runs) and the app's `beat_schedule` item (with stock beat's own entries). The one whose
 digest is the definition beat registered is sent; if neither is, the one
 `DatabaseScheduler` prefers (the row) is sent, with a warning that beat has not read it
@@ -15,28 +16,28 @@ yet. Messages are translated (`gettext`) into the language of the request.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
+from django.utils import translation
 from django.utils.translation import gettext as _
-from django.utils.translation import ngettext
 
 from safebeat.app_schedule import periodic_task_schedule, settings_schedule
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
 from safebeat.errors import EntryError, SafebeatError
-from safebeat.identity import format_window
 from safebeat.ops import operations
-from safebeat.records import Pause
+from safebeat.ops.actions import Action, Level, Target
 from safebeat.stores.base import Store
 
 if TYPE_CHECKING:
     from safebeat.stores.django.base import OpenedDjangoStore
 
 SUCCESS, WARNING, ERROR = messages.SUCCESS, messages.WARNING, messages.ERROR
+_LEVELS = {Level.OK: SUCCESS, Level.WARNING: WARNING, Level.ERROR: ERROR}
 
 
 @dataclass(frozen=True)
@@ -47,71 +48,36 @@ class Message:
     text: str
 
 
-def set_paused(store: Store, namespace: str, name: str, pause: Pause, *, actor: str) -> Message:
-    """Pause (until `pause.until`, if given, with its note) or resume one entry for every
-    replica, as `actor` (the admin user's name, for the audit trail)."""
-    try:
-        operations.pause_entry(store, namespace, name, pause, actor=actor)
-    except SafebeatError as exc:
-        if pause.paused:
-            failed = _("could not pause %(name)r: %(error)s")
-        else:
-            failed = _("could not resume %(name)r: %(error)s")
-        return Message(ERROR, failed % _args(name, exc))
-    names = {"name": name, "namespace": namespace}
-    if pause.paused and pause.until is not None:
-        return Message(
-            SUCCESS,
-            _(
-                "paused %(name)r (namespace %(namespace)r) until %(until)s: its windows "
-                "before then are skipped (reason paused); it resumes by itself"
-            )
-            % {**names, "until": format_window(pause.until)},
-        )
-    if pause.paused:
-        return Message(
-            SUCCESS,
-            _(
-                "paused %(name)r (namespace %(namespace)r): its windows are skipped "
-                "(reason paused) until it is resumed"
-            )
-            % names,
-        )
-    return Message(
-        SUCCESS,
-        _(
-            "resumed %(name)r (namespace %(namespace)r): its next window is sent; windows "
-            "that passed while it was paused are not"
-        )
-        % names,
-    )
+def run(
+    action: Action,
+    app: Any,
+    store: Store,
+    namespace: str,
+    name: str,
+    *,
+    actor: str,
+    values: Mapping[str, Any],
+) -> list[Message]:
+    """Run `action` (of `safebeat.ops.actions.ACTIONS`) on one entry as `actor` (the admin
+    user's name, for the audit trail); say what it did, in the request's language."""
+    mismatches: list[str] = []
 
-
-def trigger(app: Any, store: Store, namespace: str, name: str, *, actor: str) -> list[Message]:
-    """Send one window of `name` now (see the module docstring for how it is compiled), as
-    `actor`."""
-    try:
+    def compile_entry() -> Entry:
         entry, mismatch = registered_entry(app, store, namespace, name)
-        published = operations.trigger(app, store, namespace, entry, actor=actor)
+        mismatches.extend([mismatch] if mismatch else [])
+        return entry
+
+    target = Target(store, namespace, name, actor, app=app, compile=compile_entry)
+    try:
+        result = action.run(target, values)
     except SafebeatError as exc:
-        return [Message(ERROR, _("could not trigger %(name)r: %(error)s") % _args(name, exc))]
-    found = [Message(WARNING, mismatch)] if mismatch else []
-    for claim in published.sent:
-        found.append(
-            Message(
-                SUCCESS,
-                _("triggered %(name)r: window %(window)s sent (task id %(task_id)s)")
-                % {"name": name, "window": format_window(claim.window), "task_id": claim.task_id},
-            )
-        )
-    found += _unsent_and_failed(published, name)
-    if published.already_claimed:
-        found.append(
-            Message(
-                WARNING, _("%(name)r: the window had a row already: nothing sent") % _args(name)
-            )
-        )
-    return found
+        return [Message(ERROR, _(action.refused) % _args(name, exc))]
+    said = result.said(django_words)
+    # The summary, then what went wrong: each window sent is named by the history.
+    shown = [said[0], *(line for line in said[1:] if line[0] is not Level.OK)]
+    return [Message(WARNING, m) for m in mismatches] + [
+        Message(_LEVELS[level], text) for level, text in shown
+    ]
 
 
 def backfill_preview(
@@ -136,94 +102,21 @@ def backfill_preview(
     return [(w, taken.get(w)) for w in windows], [Message(WARNING, mismatch)] if mismatch else []
 
 
-def backfill(
-    app: Any,
-    store: Store,
-    namespace: str,
-    name: str,
-    *,
-    start: datetime,
-    end: datetime,
-    actor: str,
-) -> list[Message]:
-    """Send the windows of `name` in `[start, end]` that have no row, as `safebeat backfill`
-    does, as `actor`."""
-    try:
-        entry, mismatch = registered_entry(app, store, namespace, name)
-        published = operations.backfill(
-            app, store, namespace, entry, start=start, end=end, actor=actor
-        )
-    except SafebeatError as exc:
-        return [Message(ERROR, _("could not backfill %(name)r: %(error)s") % _args(name, exc))]
-    found = [Message(WARNING, mismatch)] if mismatch else []
-    sent = published.sent
-    if len(sent) == 1:
-        found.append(
-            Message(
-                SUCCESS,
-                _("backfilled %(name)r: window %(window)s sent")
-                % {"name": name, "window": format_window(sent[0].window)},
-            )
-        )
-    elif sent:
-        found.append(
-            Message(
-                SUCCESS,
-                ngettext(
-                    "backfilled %(name)r: %(count)d window sent, %(first)s to %(last)s",
-                    "backfilled %(name)r: %(count)d windows sent, %(first)s to %(last)s",
-                    len(sent),
-                )
-                % {
-                    "name": name,
-                    "count": len(sent),
-                    "first": format_window(sent[0].window),
-                    "last": format_window(sent[-1].window),
-                },
-            )
-        )
-    found += _unsent_and_failed(published, name)
-    if published.already_claimed:
-        found.append(
-            Message(
-                WARNING,
-                ngettext(
-                    "backfilled %(name)r: %(count)d window already had a row; left alone",
-                    "backfilled %(name)r: %(count)d windows already had a row; left alone",
-                    published.already_claimed,
-                )
-                % {"name": name, "count": published.already_claimed},
-            )
-        )
-    return found
+class _DjangoWords:
+    """The request's language: `safebeat.ops.actions.Words` over Django's translation."""
+
+    def gettext(self, message: str, /) -> str:
+        return str(translation.gettext(message))
+
+    def ngettext(self, singular: str, plural: str, n: int, /) -> str:
+        return str(translation.ngettext(singular, plural, n))
+
+
+django_words = _DjangoWords()
 
 
 def _args(name: str, error: object = None) -> dict[str, object]:
     return {"name": name, "error": error}
-
-
-def _unsent_and_failed(published: operations.Published, name: str) -> Sequence[Message]:
-    """Messages for windows claimed but not sent (the broker is down) and ones that failed."""
-    found = [
-        Message(
-            WARNING,
-            _(
-                "%(name)r: window %(window)s claimed, but the broker is unreachable: a beat "
-                "replica sends it after safebeat_claim_timeout"
-            )
-            % {"name": name, "window": format_window(claim.window)},
-        )
-        for claim in published.unsent
-    ]
-    found += [
-        Message(
-            ERROR,
-            _("could not send %(name)r: window %(window)s: %(error)s")
-            % {"name": name, "window": window, "error": error},
-        )
-        for window, error in published.failed.items()
-    ]
-    return found
 
 
 def registered_entry(app: Any, store: Store, namespace: str, name: str) -> tuple[Entry, str | None]:

@@ -39,17 +39,12 @@ from safebeat.contrib.django.models import Audit, Dispatch, Entry, Replica
 from safebeat.entries import zone_of
 from safebeat.errors import UnreadableState
 from safebeat.identity import format_window
-from safebeat.records import Pause
+from safebeat.ops.actions import ACTIONS
 
 #: A replica whose last heartbeat is older than this is shown as gone (safebeat.liveness).
 LIVE_WITHIN = liveness.LIVE_WITHIN
-#: The entries page's actions: form value -> label.
-ENTRY_ACTIONS = {
-    "pause": _("Pause selected entries"),
-    "resume": _("Resume selected entries"),
-    "trigger": _("Trigger selected entries now"),
-    "backfill": _("Backfill the selected entry..."),
-}
+#: The entries page's actions (`safebeat.ops.actions.ACTIONS`): form value -> label.
+ENTRY_ACTIONS = {name: _(action.label) for name, action in ACTIONS.items()}
 
 
 @admin.register(Dispatch)
@@ -214,7 +209,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
         if not selected:
             messages.warning(request, _("Select the entries to act on: no entry was changed."))
             return page
-        if action == "backfill":
+        if ACTIONS[action].preview is not None:  # its own page: a range, then its windows
             if len(selected) != 1:
                 messages.warning(request, _("Select one entry to backfill."))
                 return page
@@ -228,34 +223,27 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
                 messages.error(request, f"{label}: {' '.join(errors)}")
             return page
         actor = request.user.get_username()
-        found = self.run_entry_action(action, selected, actor=actor, **pause.cleaned_data)
+        values = pause.values(ACTIONS[action])
+        found = self.run_entry_action(action, selected, actor=actor, **values)
         for message in found:
             messages.add_message(request, message.level, message.text)
         return page
 
     def run_entry_action(
-        self,
-        action: str,
-        selected: list[tuple[str, str]],
-        *,
-        actor: str,
-        pause_until: datetime | None = None,
-        pause_note: str = "",
+        self, action: str, selected: list[tuple[str, str]], *, actor: str, **values: Any
     ) -> list[actions.Message]:
-        """Pause (until `pause_until`, with `pause_note`), resume or trigger each selected
-        (namespace, entry) as `actor`; return the messages."""
+        """Run ACTIONS[`action`] on each selected (namespace, entry) as `actor`, with the
+        values of its fields (a pause's `until`, a `note`); return the messages."""
         from safebeat.stores.django import open_django_store  # noqa: PLC0415
 
         # The database this page reads the entries from is the one the actions write to.
         store = open_django_store(f"django://{router.db_for_write(Entry)}")
+        app = self.get_celery_app() if ACTIONS[action].publishes else None
         found: list[actions.Message] = []
         for namespace, name in selected:
-            if action == "trigger":
-                app = self.get_celery_app()
-                found.extend(actions.trigger(app, store, namespace, name, actor=actor))
-            else:
-                pause = Pause(True, pause_until, pause_note) if action == "pause" else Pause(False)
-                found.append(actions.set_paused(store, namespace, name, pause, actor=actor))
+            found += actions.run(
+                ACTIONS[action], app, store, namespace, name, actor=actor, values=values
+            )
         return found
 
     def backfill_view(self, request: HttpRequest) -> HttpResponse:
@@ -271,10 +259,14 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
             app, data = self.get_celery_app(), form.cleaned_data
             store = open_django_store(f"django://{router.db_for_write(Entry)}")
             namespace, name = data["namespace"], data["entry"]
-            span = {"start": data["start"], "end": data["end"]}
+            values = form.values()
+            span = {"start": values["start"], "end": values["end"]}
             if "send" in request.POST:
                 actor = request.user.get_username()
-                for message in actions.backfill(app, store, namespace, name, **span, actor=actor):
+                said = actions.run(
+                    form.action, app, store, namespace, name, actor=actor, values=values
+                )
+                for message in said:
                     messages.add_message(request, message.level, message.text)
                 return HttpResponseRedirect(self._url("safebeat_entries"))
             preview, notes = actions.backfill_preview(app, store, namespace, name, **span)
