@@ -19,12 +19,14 @@ How to run it (from the repository root):
     .venv/bin/python tests/benchmarks/bench_runtime_change.py
     .venv/bin/python tests/benchmarks/bench_runtime_change.py --entries 100000 --stores postgres
 
+`--json PATH` writes the rows too (tests/benchmarks/bench_targets.py reads them).
 Nothing here passes or fails on a number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -160,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--json", type=Path, help="write the rows to this file too")
     opts = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     for store_name in opts.stores.split(","):
@@ -178,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown store {store_name!r}: sqlite or postgres")
     print(f"\n{opts.entries:,} code entries; one entry added at run time, edited, removed:\n")
     print(table(rows))
+    if opts.json:
+        report = {"entries": opts.entries, "changes": rows}
+        opts.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0
 
 
