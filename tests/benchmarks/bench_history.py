@@ -209,7 +209,7 @@ def measure(
     return rows
 
 
-def measure_prune(store: PostgresStore, conn: psycopg.Connection[Any], rows: int) -> dict:
+def measure_prune(store: PostgresStore, conn: psycopg.Connection[Any], rows: int) -> dict[str, Any]:
     """Pruning `rows` rows written before the retention: one pass with beat's budget, then
     the rest without one; rows, seconds and the longest batch transaction of each."""
     namespace = "prune"

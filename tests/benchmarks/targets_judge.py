@@ -144,7 +144,7 @@ def burst_targets(peers: dict[str, Any]) -> list[Row]:
 
 
 def peak_mib(row: dict[str, Any]) -> float:
-    return max(row["first"].get("rss", 0), row["restart"].get("rss", 0)) / MIB
+    return float(max(row["first"].get("rss", 0), row["restart"].get("rss", 0)) / MIB)
 
 
 def big_targets(scale: dict[str, Any]) -> list[Row]:
@@ -251,21 +251,21 @@ def history_targets(history: dict[str, Any]) -> list[Row]:
         rows += [
             Row(
                 3,
-                f"a tick with {history['rows']:,} dispatch rows as with none (median)",
+                f"PostgreSQL: a tick with {history['rows']:,} dispatch rows as with none (median)",
                 f"{tick_f * 1000:.2f} ms vs {tick_e * 1000:.2f} ms empty",
                 f"≤ {TICK_RATIO:g}x, or + {TICK_SLACK * 1000:g} ms",
                 tick_f <= max(tick_e * TICK_RATIO, tick_e + TICK_SLACK),
             ),
             Row(
                 3,
-                "statements per tick, full vs empty",
+                "PostgreSQL: statements per tick, full vs empty",
                 f"{full['statements']:.0f} vs {empty['statements']:.0f}",
                 "the same",
                 full["statements"] <= empty["statements"],
             ),
             Row(
                 3,
-                "buffers `load_states` reads under the lock, full vs empty",
+                "PostgreSQL: buffers `load_states` reads under the lock, full vs empty",
                 f"{full['buffers']:,} vs {empty['buffers']:,}",
                 f"≤ {BUFFERS_RATIO:g}x",
                 full["buffers"] <= empty["buffers"] * BUFFERS_RATIO,
@@ -285,7 +285,7 @@ def prune_targets(prune: dict[str, Any] | None) -> list[Row]:
     return [
         Row(
             3,
-            f"prune on a backlog of {prune['rows']:,} rows, as beat paces it",
+            f"PostgreSQL: prune on a backlog of {prune['rows']:,} rows, as beat paces it",
             f"{rate:,.0f} rows/s ({pass_rows:,} per pass of "
             f"{prune['budget_pass_seconds']:.1f} s, one every {prune['backlog_interval']:g} s)",
             f"≥ {PRUNE_RATE:,.0f} rows/s",
@@ -293,7 +293,7 @@ def prune_targets(prune: dict[str, Any] | None) -> list[Row]:
         ),
         Row(
             3,
-            "prune deletes in bounded batches: the longest batch's transaction",
+            "PostgreSQL: prune deletes in bounded batches: the longest batch's transaction",
             f"{prune['longest_batch_seconds'] * 1000:,.0f} ms "
             f"(the rest: {prune['deleted']:,} rows in {secs(prune['seconds'])})",
             f"≤ {PRUNE_BATCH_SECONDS * 1000:,.0f} ms",
@@ -373,13 +373,12 @@ def replica_targets(scale: dict[str, Any], raw_cpu: float | None) -> list[Row]:
     rows = []
     for store in sorted({r["store"] for r in runs}):
         mine = sorted((r for r in runs if r["store"] == store), key=lambda r: r["replicas"])
-        one = next((r["seconds"] for r in mine if r["replicas"] == 1), None)
+        one: float | None = next((r["seconds"] for r in mine if r["replicas"] == 1), None)
         times = ", ".join(f"{r['replicas']}: {secs(r['seconds'])}" for r in mine)
         slowest = max(mine, key=lambda r: float("inf") if r["seconds"] is None else r["seconds"])
-        judged = one is not None and len(mine) > 1
-        met = (
-            judged and slowest["seconds"] is not None and slowest["seconds"] <= one * REPLICA_SLACK
-        )
+        met: Verdict = None  # without one replica's burst, or with it alone
+        if one is not None and len(mine) > 1:
+            met = slowest["seconds"] is not None and slowest["seconds"] <= one * REPLICA_SLACK
         rows.append(
             Row(
                 6,
@@ -387,7 +386,7 @@ def replica_targets(scale: dict[str, Any], raw_cpu: float | None) -> list[Row]:
                 f"{', '.join(str(r['replicas']) for r in mine)}: never slower than one",
                 times,
                 f"each ≤ {REPLICA_SLACK:g}x one replica's",
-                met if judged else None,
+                met,
             )
         )
         rows.append(cpu_row(store, mine, raw_cpu))
