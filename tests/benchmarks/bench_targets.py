@@ -16,7 +16,8 @@ It runs, one after the other on this machine, as processes of their own:
 3. history: `bench_history.py`: ticks of a namespace with 10,000,000 dispatch rows beside
    an empty one on PostgreSQL (time, statements, buffers), and prune on a backlog;
 4. runtime: `bench_runtime_change.py --entries 100000`: one runtime entry added, edited and
-   removed among 100,000, on SQLite and PostgreSQL.
+   removed among 100,000, on SQLite and PostgreSQL, and one django-celery-beat row among
+   100,000 under safebeat's DatabaseScheduler.
 
     make bench-targets                                        # about 1.5 hours
     .venv/bin/python tests/benchmarks/bench_targets.py --quick    # small sizes, minutes
@@ -117,7 +118,7 @@ def commands(sizes: dict[str, str], folder: Path) -> dict[str, list[str]]:
         "runtime": [
             "bench_runtime_change.py",
             f"--entries={sizes['entries']}",
-            "--stores=sqlite,postgres",
+            "--stores=sqlite,postgres,django",
             f"--json={folder / 'runtime.json'}",
         ],
     }
