@@ -227,7 +227,8 @@ def in_database(run: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, An
     try:
         return run(url)
     finally:
-        if "django" in sys.modules:
+        conf = sys.modules.get("django.conf")
+        if conf is not None and conf.settings.configured:  # Django's connections hold it
             from django.db import connections
 
             connections.close_all()
