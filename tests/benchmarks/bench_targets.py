@@ -189,7 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         header += f"\nparts: {', '.join(done)}; load average after: " + " ".join(
             f"{x:.2f}" for x in os.getloadavg()
         )
-        (folder / "header.txt").write_text(header + "\n", encoding="utf-8")
+        saved = folder / "header.txt"
+        if len(done) < len(PARTS) and saved.exists():  # the other parts' figures are older
+            header = saved.read_text(encoding="utf-8").strip() + "\nagain: " + header
+        saved.write_text(header + "\n", encoding="utf-8")
     elif (folder / "header.txt").exists():
         header = (folder / "header.txt").read_text(encoding="utf-8").strip()
     table = f"Issue 33's targets (this run)\n{header}\n\n{render(judge(load(folder)))}"
