@@ -20,7 +20,7 @@ It runs, one after the other on this machine, as processes of their own:
    100,000 under safebeat's DatabaseScheduler.
 
     make bench-targets                                        # about 1.5 hours
-    .venv/bin/python tests/benchmarks/bench_targets.py --quick    # small sizes, minutes
+    .venv/bin/python tests/benchmarks/bench_targets.py --quick    # small sizes, ~10 minutes
     .venv/bin/python tests/benchmarks/bench_targets.py --parts history,runtime
     .venv/bin/python tests/benchmarks/bench_targets.py --render   # the table again
 

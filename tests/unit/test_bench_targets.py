@@ -82,6 +82,14 @@ def test_a_figure_just_over_its_limit_is_missed(reports: dict[str, dict[str, Any
     assert row(rows, "prune on a backlog").verdict is False
 
 
+def test_a_prune_pass_that_emptied_the_backlog_is_a_lower_bound(
+    reports: dict[str, dict[str, Any]],
+) -> None:
+    reports["history"]["prune"].update(deleted=0, budget_pass_rows=100_000)
+
+    assert row(judge(reports), "prune on a backlog").figure.startswith("≥ 17,273 rows/s")
+
+
 def test_the_peers_and_the_limit_are_beside_the_figures(
     reports: dict[str, dict[str, Any]],
 ) -> None:
