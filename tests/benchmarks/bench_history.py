@@ -16,8 +16,11 @@ What it measures, on PostgreSQL, in a database this script creates and drops:
    same rows; the time to build that index is reported too.
 
 2. Prune throughput: `--prune-rows` rows (default 1,000,000) claimed before the retention
-   are deleted by `PostgresStore.prune` in its batches, timed: rows per second, beside the
-   1,000 windows a second a busy namespace writes.
+   are deleted by `PostgresStore.prune` in its batches: first one pass with beat's budget
+   (`PRUNE_BUDGET`), whose rows over that pass and the wait beat leaves before the next
+   (`BACKLOG_PRUNE_INTERVAL`) are the rate beat sustains on a backlog; then the rest
+   without a budget, timed: rows per second, and the longest batch's transaction, beside
+   the 1,000 windows a second a busy namespace writes.
 
 The rows are written by `generate_series` with the secondary indexes dropped and built
 again afterwards, which is much faster than ticks would write them; the tables are then
@@ -31,12 +34,14 @@ How to run it (from the repository root):
     .venv/bin/python tests/benchmarks/bench_history.py
     .venv/bin/python tests/benchmarks/bench_history.py --rows 1000000 --ticks 50
 
+`--json PATH` writes the figures too (tests/benchmarks/bench_targets.py reads them).
 Nothing here passes or fails on a number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -53,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the editable install
     sys.path.insert(0, str(ROOT))
 
+from safebeat.beat.housekeeping import BACKLOG_PRUNE_INTERVAL, PRUNE_BUDGET  # noqa: E402
 from safebeat.identity import Replica  # noqa: E402
 from safebeat.stores.base import Definition, TickPlan  # noqa: E402
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore  # noqa: E402
@@ -186,20 +192,26 @@ def measure(
     conn: psycopg.Connection[Any],
     namespaces: dict[str, list[str]],
     ticks: int,
-) -> list[list[str]]:
+) -> list[dict[str, Any]]:
     rows = []
     for namespace, (tick, statements) in time_ticks(store, namespaces, ticks).items():
         buffers = load_states_buffers(conn, namespace, namespaces[namespace])
-        rows.append([label, namespace, f"{tick * 1000:.2f}", f"{statements:.0f}", f"{buffers:,}"])
+        rows.append(
+            {
+                "schema": label,
+                "namespace": namespace,
+                "tick_seconds": tick,
+                "statements": statements,
+                "buffers": buffers,
+            }
+        )
         progress(f"  {label} {namespace}: {tick * 1000:.2f} ms per tick")
     return rows
 
 
-def measure_prune(
-    store: PostgresStore, conn: psycopg.Connection[Any], rows: int
-) -> tuple[float, int, float]:
-    """(seconds, rows deleted, seconds of the longest batch transaction) for pruning `rows`
-    rows written before the retention."""
+def measure_prune(store: PostgresStore, conn: psycopg.Connection[Any], rows: int) -> dict[str, Any]:
+    """Pruning `rows` rows written before the retention: one pass with beat's budget, then
+    the rest without one; rows, seconds and the longest batch transaction of each."""
     namespace = "prune"
     names = names_of("old", 20)
     store.register(namespace, [Definition(n, "every 1m", "d") for n in names], REPLICA)
@@ -215,11 +227,26 @@ def measure_prune(
         batches.append(time.perf_counter() - started)
 
     store._cursors.transaction = timed  # type: ignore[method-assign]
-    started = time.perf_counter()
-    deleted = store.prune(namespace, T0 + timedelta(days=3650))
-    elapsed = time.perf_counter() - started
-    store._cursors.transaction = original  # type: ignore[method-assign]
-    return elapsed, deleted, max(batches, default=0.0)
+    before = T0 + timedelta(days=3650)
+    try:
+        started = time.perf_counter()
+        budgeted = store.prune(namespace, before, budget=PRUNE_BUDGET)
+        pass_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        deleted = store.prune(namespace, before)
+        elapsed = time.perf_counter() - started
+    finally:
+        store._cursors.transaction = original  # type: ignore[method-assign]
+    return {
+        "rows": rows,
+        "deleted": deleted,
+        "seconds": elapsed,
+        "longest_batch_seconds": max(batches, default=0.0),
+        "budget_pass_rows": budgeted,
+        "budget_pass_seconds": pass_seconds,
+        "backlog_interval": BACKLOG_PRUNE_INTERVAL,
+        "sustained_rows_per_second": budgeted / (pass_seconds + BACKLOG_PRUNE_INTERVAL),
+    }
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -236,6 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--entries", type=int, default=20)
     parser.add_argument("--ticks", type=int, default=30)
     parser.add_argument("--prune-rows", type=int, default=1_000_000)
+    parser.add_argument("--json", type=Path, help="write the figures to this file too")
     args = parser.parse_args(argv)
 
     admin = services.postgres_admin_url()
@@ -275,14 +303,37 @@ def main(argv: list[str] | None = None) -> None:
         f"({index_seconds / (args.rows / 1e6):.2f} s per million rows)\n"
     )
     headers = ["schema", "namespace", "tick ms (median)", "statements/tick", "load_states buffers"]
-    print(table(headers, results))
+    cells = [
+        [
+            r["schema"],
+            r["namespace"],
+            f"{r['tick_seconds'] * 1000:.2f}",
+            f"{r['statements']:.0f}",
+            f"{r['buffers']:,}",
+        ]
+        for r in results
+    ]
+    print(table(headers, cells))
     if prune is not None:
-        elapsed, deleted, longest = prune
+        rate = prune["deleted"] / prune["seconds"]
         print(
-            f"\nprune: {deleted:,} rows in {elapsed:.1f} s = {deleted / elapsed:,.0f} rows/s "
-            f"({deleted / elapsed / 1000:.0f}x a namespace writing 1,000 windows/s); "
-            f"longest batch transaction {longest * 1000:.0f} ms"
+            f"\nprune: one pass with beat's budget deleted {prune['budget_pass_rows']:,} rows "
+            f"in {prune['budget_pass_seconds']:.2f} s: {prune['sustained_rows_per_second']:,.0f} "
+            f"rows/s with beat's {BACKLOG_PRUNE_INTERVAL:.0f} s between passes; the rest, "
+            f"{prune['deleted']:,} rows, in {prune['seconds']:.1f} s = {rate:,.0f} rows/s; "
+            f"longest batch transaction {prune['longest_batch_seconds'] * 1000:.0f} ms"
         )
+    if args.json:
+        report = {
+            "rows": args.rows,
+            "entries": args.entries,
+            "ticks": args.ticks,
+            "load_seconds": load_seconds,
+            "index_seconds": index_seconds,
+            "ticks_measured": results,
+            "prune": prune,
+        }
+        args.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -225,8 +225,9 @@ def burst_redbeat(
     return run
 
 
-def burst_limit(queue: bd.BrokerQueue, entries: int, mode: str, cap: float) -> bd.Run:
-    """Publish N messages like safebeat's (task, args, id, headers) without a scheduler."""
+def burst_limit(queue: bd.BrokerQueue, entries: int, mode: str, cap: float) -> tuple[bd.Run, float]:
+    """Publish N messages like safebeat's (task, args, id, headers) without a scheduler; the
+    run, and the CPU seconds of this process from the due instant to the last message."""
     app = bd.make_app(queue, 0, 1.0)
     window = "2026-01-01T00:00:00Z"
 
@@ -244,6 +245,7 @@ def burst_limit(queue: bd.BrokerQueue, entries: int, mode: str, cap: float) -> b
         queue.purge()
         due = math.floor(time.time() + 1.0) + 1.0
         bd.sleep_until(due)
+        cpu = time.process_time()
         if mode == "limit-loop":
             for i in range(entries):
                 app.send_task(
@@ -281,7 +283,7 @@ def burst_limit(queue: bd.BrokerQueue, entries: int, mode: str, cap: float) -> b
         deadline = due + cap
         while queue.count() < entries and time.time() < deadline:
             time.sleep(0.001)
-        ended = time.time()
+        ended, cpu = time.time(), time.process_time() - cpu
     count = queue.count()
     queue.purge()
     return bd.Run(
@@ -290,7 +292,7 @@ def burst_limit(queue: bd.BrokerQueue, entries: int, mode: str, cap: float) -> b
         entries_sent=count,
         messages=count,
         ready_before_due=True,
-    )
+    ), cpu
 
 
 def child_burst(config: dict[str, Any]) -> dict[str, Any]:
@@ -310,10 +312,10 @@ def child_burst(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("profile"):
         _profile_drive(Path(config["profile"]))
     published = bd.Published()
-    started = time.monotonic()
+    started, cpu = time.monotonic(), None
     if kind in LIMITS.values():
         mode = next(key for key, label in LIMITS.items() if label == kind)
-        run = burst_limit(queue, size, mode, config["cap"])
+        run, cpu = burst_limit(queue, size, mode, config["cap"])
     elif kind == STOCK:
         run = bd.timed(lambda: bd.run_stock(queue, published, size, opts), tally)
     elif kind == DCB:
@@ -341,6 +343,7 @@ def child_burst(config: dict[str, Any]) -> dict[str, Any]:
         "rss_peak_bytes": run.peak_rss_bytes or status.get("VmHWM"),
         "rss_bytes": status.get("VmRSS"),
         "child_seconds": time.monotonic() - started,
+        "cpu_seconds": cpu,
     }
 
 

@@ -18,18 +18,27 @@ How to run it (from the repository root):
 
     .venv/bin/python tests/benchmarks/bench_runtime_change.py
     .venv/bin/python tests/benchmarks/bench_runtime_change.py --entries 100000 --stores postgres
+    .venv/bin/python tests/benchmarks/bench_runtime_change.py --stores django
 
+`--stores django`: safebeat's DatabaseScheduler (`safebeat.contrib.django`, the store
+`django://` on PostgreSQL) over `--entries` hourly django-celery-beat rows; one row is
+added, edited (another interval) and deleted through the ORM, as the admin does, and each
+is timed from the first tick after the scheduler's next look at the rows.
+
+`--json PATH` writes the rows too (tests/benchmarks/bench_targets.py reads them).
 Nothing here passes or fails on a number.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +52,10 @@ import safebeat.schedules  # noqa: E402
 from safebeat import Scheduler  # noqa: E402
 from safebeat.stores import Store, open_store  # noqa: E402
 from tests import services  # noqa: E402
+from tests.benchmarks import peers  # noqa: E402
 
 NAMESPACE = "bench-runtime"
+DCB_ROWS = "django-celery-beat rows"
 
 
 class Counted:
@@ -98,48 +109,100 @@ def settle(scheduler: Scheduler) -> float:
             return time.perf_counter() - started
 
 
-def measure(store_name: str, url: str, entries: int) -> list[dict[str, Any]]:
-    app = make_app(url, entries)
-    store = open_store(url)
-    store.migrate()
-    counted = Counted(store)
-    scheduler = Scheduler(app, store=store)
+#: A change: its label, and what makes it (the next tick picks it up).
+Change = tuple[str, Callable[[], object]]
+
+
+def run_changes(
+    store_name: str, scheduler: Scheduler, counted: Counted, changes: list[Change], entries: int
+) -> list[dict[str, Any]]:
+    """Start `scheduler`, then make each change and time the ticks that pick it up."""
     rows: list[dict[str, Any]] = []
-
-    def change(label: str, action: Callable[[], object]) -> None:
-        action()
-        counted.reset()
-        seconds = settle(scheduler)
-        scheduler.engine.chores.next_heartbeat = 0.0  # the heartbeat after the change
-        started = time.perf_counter()
-        scheduler.tick()
-        heartbeat = time.perf_counter() - started
-        rows.append(
-            {
-                "store": store_name,
-                "change": label,
-                "registered": counted.registered,
-                "loaded": counted.loaded,
-                "digests": counted.digests,
-                "seconds": seconds,
-                "heartbeat": heartbeat,
-            }
-        )
-
+    # DatabaseScheduler looks at django-celery-beat's change marker this often: wait past
+    # its next look, or the change would be picked up after the ticks that are counted.
+    pause = 1.5 * getattr(scheduler, "marker_interval", 0.0)
     try:
         started = time.perf_counter()
         scheduler.setup_schedule()
         settle(scheduler)
         print(f"{store_name}: {entries:,} entries started in {time.perf_counter() - started:.1f} s")
-        change("add", lambda: safebeat.schedules.add(app, "added", "bench.run", 60, store=store))
-        change(
-            "edit",
-            lambda: safebeat.schedules.update(app, "added", "bench.run", 120, store=store),
-        )
-        change("remove", lambda: safebeat.schedules.remove(app, "added", store=store))
+        for label, action in changes:
+            action()
+            time.sleep(pause)
+            counted.reset()
+            seconds = settle(scheduler)
+            scheduler.engine.chores.next_heartbeat = 0.0  # the heartbeat after the change
+            started = time.perf_counter()
+            scheduler.tick()
+            rows.append(
+                {
+                    "store": store_name,
+                    "change": label,
+                    "registered": counted.registered,
+                    "loaded": counted.loaded,
+                    "digests": counted.digests,
+                    "seconds": seconds,
+                    "heartbeat": time.perf_counter() - started,
+                }
+            )
     finally:
         scheduler.close()
     return rows
+
+
+def measure(store_name: str, url: str, entries: int) -> list[dict[str, Any]]:
+    app = make_app(url, entries)
+    store = open_store(url)
+    store.migrate()
+    counted = Counted(store)
+    changes: list[Change] = [
+        ("add", lambda: safebeat.schedules.add(app, "added", "bench.run", 60, store=store)),
+        ("edit", lambda: safebeat.schedules.update(app, "added", "bench.run", 120, store=store)),
+        ("remove", lambda: safebeat.schedules.remove(app, "added", store=store)),
+    ]
+    return run_changes(store_name, Scheduler(app, store=store), counted, changes, entries)
+
+
+def save_row(every: int) -> None:
+    """Add the row "added", or give it another interval: a model save(), as the admin does."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    interval, _ = IntervalSchedule.objects.get_or_create(
+        every=every, period=IntervalSchedule.SECONDS
+    )
+    task = PeriodicTask.objects.filter(name="added").first()
+    task = task or PeriodicTask(name="added", task="bench.run")
+    task.interval = interval
+    task.save()
+
+
+def _dispatched(*args: Any) -> None:
+    """The rows' task; nothing runs it."""
+
+
+def measure_rows(url: str, entries: int) -> list[dict[str, Any]]:
+    """safebeat's DatabaseScheduler over `entries` hourly django-celery-beat rows; one row
+    added, edited and deleted through the ORM."""
+    peers.configure_django({"default": url})
+    from django_celery_beat.models import PeriodicTask
+
+    from safebeat.contrib.django import DatabaseScheduler
+    from tests import djangosite
+
+    djangosite.migrate("default")
+    peers.create_dcb_rows(entries, [3600.0], datetime.now(timezone.utc))
+    app = make_app("django://", 0)
+    for task in (peers.TASK_NAME, "bench.run"):  # the rows' tasks: beat skips unknown ones
+        app.task(name=task, shared=False)(_dispatched)
+    store = open_store("django://")
+    counted = Counted(store)
+    changes: list[Change] = [
+        ("add", lambda: save_row(60)),
+        ("edit", lambda: save_row(120)),
+        ("remove", lambda: PeriodicTask.objects.filter(name="added").delete()),
+    ]
+    scheduler = DatabaseScheduler(app, store=store)
+    return run_changes(DCB_ROWS, scheduler, counted, changes, entries)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -156,28 +219,48 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def in_database(run: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`run(url)` with a PostgreSQL database of its own, dropped after."""
+    admin = services.postgres_admin_url()
+    name = f"safebeat_bench_runtime_{uuid.uuid4().hex[:8]}"
+    url = services.create_database(admin, name)
+    try:
+        return run(url)
+    finally:
+        conf = sys.modules.get("django.conf")
+        if conf is not None and conf.settings.configured:  # Django's connections hold it
+            from django.db import connections
+
+            connections.close_all()
+        services.drop_database(admin, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--entries", type=int, default=20_000)
     parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--json", type=Path, help="write the rows to this file too")
     opts = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
-    for store_name in opts.stores.split(","):
+    # Once Django is set up, every app reads its rows: django-celery-beat's rows go last.
+    for store_name in sorted(opts.stores.split(","), key=lambda name: name == "django"):
         if store_name == "sqlite":
             with tempfile.TemporaryDirectory() as folder:
                 rows += measure("SQLite", f"sqlite:///{folder}/bench.sqlite3", opts.entries)
         elif store_name == "postgres":
-            admin = services.postgres_admin_url()
-            name = f"safebeat_bench_runtime_{uuid.uuid4().hex[:8]}"
-            url = services.create_database(admin, name)
-            try:
-                rows += measure("PostgreSQL", url, opts.entries)
-            finally:
-                services.drop_database(admin, name)
+            rows += in_database(lambda url: measure("PostgreSQL", url, opts.entries))
+        elif store_name == "django":
+            rows += in_database(lambda url: measure_rows(url, opts.entries))
         else:
-            parser.error(f"unknown store {store_name!r}: sqlite or postgres")
-    print(f"\n{opts.entries:,} code entries; one entry added at run time, edited, removed:\n")
+            parser.error(f"unknown store {store_name!r}: sqlite, postgres or django")
+    print(
+        f"\n{opts.entries:,} code entries (or django-celery-beat rows); one entry added at run "
+        "time, edited, removed (or one row, through the ORM):\n"
+    )
     print(table(rows))
+    if opts.json:
+        report = {"entries": opts.entries, "changes": rows}
+        opts.json.write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0
 
 

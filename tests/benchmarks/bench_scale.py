@@ -191,6 +191,7 @@ def replicas(env: Env, store: str, size: int, replicas: int, opts: argparse.Name
         "sent": sent,
         "ready_before_due": all(at is not None and at < due_at for at in ready),
         "rss_mib": [round(r.get("rss", 0) / MIB) for r in results],
+        "cpu_seconds": [r.get("cpu_seconds") for r in results],
     }
 
 

@@ -150,13 +150,19 @@ def replica(config: dict[str, Any]) -> None:
     first_pass(scheduler)
     say("READY", {"at": time.time()})
     broker = redis.Redis.from_url(config["broker"])
+    # Idle ticks until just before the instant, then the burst's CPU: this process's, all
+    # its threads (bench_targets.py sets it beside the raw publisher's per 10,000 windows).
+    drive_until(scheduler, lambda: time.time() >= config["due_at"] - LOOK_EVERY, config["due_at"])
+    cpu = time.process_time()
     drive_until(
         scheduler,
         lambda: broker.llen(config["queue"]) >= count,
         config["due_at"] + config["cap"],
     )
+    cpu = time.process_time() - cpu
     scheduler.close()
-    say("RESULT", {"sent": sent.count, "first": sent.first, "last": sent.last, "rss": peak_rss()})
+    figures = {"sent": sent.count, "first": sent.first, "last": sent.last, "cpu_seconds": cpu}
+    say("RESULT", {**figures, "rss": peak_rss()})
 
 
 def big(config: dict[str, Any]) -> None:
