@@ -184,8 +184,8 @@ def fenced(window: datetime, last_window: datetime | None) -> bool:
     planning, whose lock expired meanwhile) must neither claim it nor record it as
     skipped. Every backend applies this rule in the same statement or script as the write
     (the SQL stores in `insert_dispatches`' `WHERE`, Redis in `finish_tick`, the others
-    through `fence`); the contract suite holds each backend to it. Windows claimed by
-    hand (`AdminStore.claim_extra`: a trigger, a backfill) are not a plan and not fenced.
+    through `fence`); the contract suite holds each backend to it. Windows written by
+    hand (`AdminStore.write_windows`: a trigger, a backfill) are not a plan and not fenced.
     """
     return last_window is not None and window <= last_window
 

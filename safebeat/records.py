@@ -13,6 +13,9 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from safebeat.facts import Dispatched, LiveRun
+from safebeat.windows.overlap import queued_since, running_since
+
 
 class Status(str, enum.Enum):
     """Where a dispatch row stands."""
@@ -61,15 +64,12 @@ class EntryState:
     are never dispatched, so a start or a changed definition fires nothing as a surprise.
     `last_window` is the newest window decided (claimed or skipped) by any replica.
     `schedule` and `digest` are the definition last registered (see Store.register).
-    `running_since` is the start of the entry's newest execution that started, has not
-    finished and whose lease is alive (see Store.start_execution), or None: what
-    `overlap="forbid"` looks at.
+    `live_run` and `newest_dispatched` are facts the store read about the entry's dispatch
+    rows (`safebeat.facts`), or None; the overlap rules derive what they need from them
+    (`safebeat.windows.overlap`: `running_since`, `queued_since`).
     `paused` is set by Store.set_paused: the scheduler skips the windows of a paused entry,
     up to `paused_until` when that is set (see `pause_ends`); `pause_note` is the operator's
     reason, for status pages.
-    `queued_since` is when the entry's newest dispatched window (claimed or sent) was
-    claimed, if no worker has started it yet, else None: what `overlap="skip_if_queued"`
-    looks at.
     `unreadable` says why the store could not read this entry's state back (a pause end
     past the year 9999 written by an older version, a row changed by hand), or is None:
     such a state holds only its name and placeholders, and beat puts the entry aside as
@@ -82,12 +82,22 @@ class EntryState:
     last_window: datetime | None
     digest: str
     schedule: str
-    running_since: datetime | None = None
+    live_run: LiveRun | None = None
     paused: bool = False
     paused_until: datetime | None = None
     pause_note: str | None = None
-    queued_since: datetime | None = None
+    newest_dispatched: Dispatched | None = None
     unreadable: str | None = None
+
+    @property
+    def running_since(self) -> datetime | None:
+        """`windows.running_since` of the live run: for status pages."""
+        return running_since(self.live_run)
+
+    @property
+    def queued_since(self) -> datetime | None:
+        """`windows.queued_since` of the newest dispatched window: for status pages."""
+        return queued_since(self.newest_dispatched)
 
     def paused_at(self, now: datetime) -> bool:
         """Whether the entry is paused at store time `now`: a pause with an end is over
@@ -382,10 +392,10 @@ def _with_last_window(state: EntryState, window: datetime) -> EntryState:
         window,
         state.digest,
         state.schedule,
-        state.running_since,
+        state.live_run,
         state.paused,
         state.paused_until,
         state.pause_note,
-        state.queued_since,
+        state.newest_dispatched,
         state.unreadable,
     )

@@ -74,11 +74,11 @@ def plan_tick(
 
     For each: the windows after `entries.undecided_after` up to `now`
     follow its missed-window policy (`windows.due`); a paused entry skips them all (a
-    pause with an end only those before `paused_until`, `record_rules.pause_ends`); an
-    entry with `overlap="forbid"` skips them while its previous run is alive (its lease,
-    in the state's `running_since`), one with `overlap="skip_if_queued"` while its previous
-    window waits in the queue, up to its timeout in `queue_timeouts`. Dispatched windows
-    become claims with their
+    pause with an end only those before `paused_until`, `record_rules.pause_ends`); the rule
+    of the entry's overlap policy (`windows.apply_overlap`) decides from the facts the
+    store read (`state.live_run`, `state.newest_dispatched`): `forbid` skips them while its
+    previous run is alive, `skip_if_queued` while its previous window waits in the queue,
+    up to its timeout in `queue_timeouts`. Dispatched windows become claims with their
     deterministic task ids, skipped spans become skips, and the entry's decided-until
     advances to the last window decided. An entry whose windows cannot be computed, or
     whose state the store could not read back (`EntryState.unreadable`), is reported in
@@ -111,15 +111,10 @@ def plan_tick(
             continue
         if state.paused_at(now):
             decision = windows.paused(decision)
-        elif entry.overlap is Overlap.FORBID:
-            decision = windows.forbid_overlap(decision, running_since=state.running_since)
-        elif entry.overlap is Overlap.SKIP_IF_QUEUED:
-            decision = windows.skip_if_queued(
-                decision,
-                queued_since=state.queued_since,
-                now=now,
-                timeout=queue_timeouts.get(name, DEFAULT_QUEUE_TIMEOUT),
-            )
+        elif entry.overlap is not Overlap.ALLOW and decision.dispatch:
+            timeout = queue_timeouts.get(name, DEFAULT_QUEUE_TIMEOUT)
+            facts = windows.EntryFacts(state.live_run, state.newest_dispatched, now, timeout)
+            decision = windows.apply_overlap(entry.overlap, decision, facts)
         for window in decision.dispatch:
             claims.append(NewClaim(name, window, task_id_for(namespace, name, window), entry.task))
         for span in (*held, *decision.skipped) if held else decision.skipped:

@@ -30,9 +30,11 @@ from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
 from safebeat.errors import SafebeatError, UnreadableState
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica, current_replica, task_id_for
 from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
-from safebeat.records import AuditAction, AuditEvent, Claim, NewClaim, Pause
+from safebeat.records import AuditAction, AuditEvent, Claim, Pause
+from safebeat.stores.administering import claims_of
 from safebeat.stores.base import Store
 from safebeat.stores.per_process import config_of
 
@@ -314,15 +316,11 @@ def _claim_publish_and_audit(
     record the action with the windows it claimed (a window that already had a row is not
     the operator's doing)."""
     replica = _operator(actor)
-    claims = store.claim_extra(
-        namespace,
-        [
-            NewClaim(entry.name, w, task_id_for(namespace, entry.name, w), entry.task)
-            for w in windows_to_claim
-        ],
-        replica=replica,
-        reason=action.value,
-    )
+    rows = [
+        WindowRow(entry.name, w, action.value, task_id_for(namespace, entry.name, w), entry.task)
+        for w in windows_to_claim
+    ]
+    claims = claims_of(store.write_windows(namespace, rows, replica=replica))
     claimed_at = time.monotonic()
     dispatcher = Dispatcher(app, claim_timeout=config_of(app).claim_timeout, replica=replica)
     dispatched = Dispatched(unsent=claims)

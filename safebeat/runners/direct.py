@@ -6,7 +6,7 @@ and the worker hook do, so `safebeat status` and `safebeat history` show them be
 Celery entries:
 
 1. `register` the entry's definition, so that `status` and `history` know it;
-2. `claim` the window with `Store.claim_extra` under the unique key (namespace, entry,
+2. `claim` the window with `Store.write_windows` under the unique key (namespace, entry,
    window), with a reason (`exec`, `apscheduler`): no claim, no run;
 3. `started`: the row is marked sent (the work is handed over, so `sent_at - window` is
    its lag, as for beat) and its execution started, naming the worker that runs it;
@@ -23,17 +23,18 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from safebeat.facts import WindowRow
 from safebeat.identity import current_replica, task_id_for
 from safebeat.records import (
     Claim,
     Definition,
     DispatchRecord,
     LeasedRun,
-    NewClaim,
     Registration,
     RunEnd,
     Start,
 )
+from safebeat.stores.administering import claims_of
 from safebeat.stores.base import Store
 
 #: A run recorded here renews no lease, so its lease lasts until it finishes: this process
@@ -58,8 +59,8 @@ def claim(
     store: Store, namespace: str, entry: str, window: datetime, *, reason: str, task_name: str
 ) -> Claim | None:
     """Claim `window` of `entry`; return the claim, or None if another process has it."""
-    new = NewClaim(entry, window, task_id_for(namespace, entry, window), task_name)
-    claims = store.claim_extra(namespace, [new], replica=current_replica(), reason=reason)
+    new = WindowRow(entry, window, reason, task_id_for(namespace, entry, window), task_name)
+    claims = claims_of(store.write_windows(namespace, [new], replica=current_replica()))
     return claims[0] if claims else None
 
 

@@ -6,7 +6,7 @@ One start, in order:
    the latest slot at or before this host's clock, within the grace;
 2. the command is looked up first: one that cannot be found or run claims nothing, so a
    host that has it can still win the window;
-3. the window is claimed in the store (`Store.claim_extra`, reason `exec`). If the store
+3. the window is claimed in the store (`Store.write_windows`, reason `exec`). If the store
    cannot be reached, the command is not run (fail closed), unless `fail_open` is set;
 4. if another host already claimed it, nothing runs and the exit status is 0;
 5. the command runs with `SAFEBEAT_ENTRY` and `SAFEBEAT_WINDOW` in its environment; the

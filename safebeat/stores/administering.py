@@ -3,8 +3,9 @@
 one narrow hook each that a backend fills with its I/O.
 
 The rules kept here: a resume stores no end and no note; a read of `limit` < 1 rows, or a
-claim of no windows, asks the backend nothing; an audit row and an extra claim become their
-records (`AuditRecord`, `Claim` with `attempts` 1) here, from what the backend wrote.
+write of no windows, asks the backend nothing; an audit row and a written window become
+their records (`AuditRecord`, `WrittenRow`) here, from what the backend wrote, and an extra
+claim is a written window claimed (`claim_extra` over `write_windows`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from safebeat.facts import WindowRow, WrittenRow
 from safebeat.identity import Replica
 from safebeat.records import AuditEvent, AuditRecord, Claim, DispatchRecord, NewClaim, Pause
-
-#: A window `claim_extra` inserted: its row id, entry, window and task id.
-ClaimedRow = tuple[int, str, datetime, str]
 
 
 class _AdminHooks(Protocol):
@@ -38,17 +37,19 @@ class _AdminHooks(Protocol):
         """Append `event` at store now; return the new record's id and instant."""
         ...
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[NewClaim], replica: Replica, reason: str
-    ) -> Iterable[ClaimedRow]:
-        """Insert a `claimed` row per claim (never empty) whose window has none; return
-        the rows inserted, in the order of `claims`."""
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> Iterable[int | None]:
+        """Insert a row per window of `rows` (never empty) that has none, claimed or
+        skipped (`WindowRow`), claimed at store now by `replica`; return, in the order of
+        `rows`, each one's new row id, or None where its window had a row (or an earlier
+        row of `rows` took it)."""
         ...
 
 
 class AdminAdapter:
-    """`AdminStore.set_paused`, `history`, `audit`, `record_audit` and `claim_extra` (see
-    `stores/base.py`) for a store that provides their hooks."""
+    """`AdminStore.set_paused`, `history`, `audit`, `record_audit`, `write_windows` and
+    `claim_extra` (see `stores/base.py`) for a store that provides their hooks."""
 
     def set_paused(self: _AdminHooks, namespace: str, entry: str, pause: Pause) -> bool:
         return self._store_pause(namespace, entry, pause if pause.paused else Pause(False))
@@ -67,6 +68,14 @@ class AdminAdapter:
         row_id, at = self._append_audit(namespace, event)
         return AuditRecord.of(row_id, at, event)
 
+    def write_windows(
+        self: _AdminHooks, namespace: str, rows: Sequence[WindowRow], *, replica: Replica
+    ) -> list[WrittenRow]:
+        if not rows:
+            return []
+        ids = self._write_windows(namespace, rows, replica)
+        return [WrittenRow(i, row) for i, row in zip(ids, rows, strict=True) if i is not None]
+
     def claim_extra(
         self: _AdminHooks,
         namespace: str,
@@ -75,7 +84,14 @@ class AdminAdapter:
         replica: Replica,
         reason: str,
     ) -> list[Claim]:
-        if not claims:
-            return []
-        rows = self._claim_extra(namespace, claims, replica, reason)
-        return [Claim(row_id, entry, window, task_id, 1) for row_id, entry, window, task_id in rows]
+        rows = [WindowRow(c.entry, c.window, reason, c.task_id, c.task_name) for c in claims]
+        return claims_of(AdminAdapter.write_windows(self, namespace, rows, replica=replica))
+
+
+def claims_of(written: Iterable[WrittenRow]) -> list[Claim]:
+    """The claims among `written` (`attempts` 1: nothing published them yet)."""
+    return [
+        Claim(w.id, w.row.entry, w.row.window, w.row.task_id, 1)
+        for w in written
+        if w.row.task_id is not None
+    ]

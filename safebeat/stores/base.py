@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from safebeat.facts import WindowRow, WrittenRow
 from safebeat.identity import Replica
 from safebeat.record_rules import decide_start, take_over_page
 
@@ -416,19 +417,29 @@ class AdminStore(StoreConnection, Protocol):
         """
         ...
 
+    def write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], *, replica: Replica
+    ) -> list[WrittenRow]:
+        """Write windows outside the schedule's tick, each claimed (a row with a task id: a
+        run triggered by hand, past windows backfilled, a window run here) or skipped (no
+        task id: a window passed over on purpose), with its reason recorded.
+
+        Inserts a row per window, claimed at store now, under the same unique key
+        (namespace, entry, window) as a tick: a window that already has a row (sent,
+        skipped or claimed), or that an earlier row of `rows` took, is left alone and not
+        returned. A skipped row is a span of its one window. Does not take the tick lock,
+        is not fenced and does not change `last_window`. Returns the rows written, in the
+        order of `rows`, with their ids; the caller publishes the claimed ones and calls
+        record_publish, and a claim it leaves unsent is taken over by a tick's reclaim like
+        any other.
+        """
+        ...
+
     def claim_extra(
         self, namespace: str, claims: Sequence[NewClaim], *, replica: Replica, reason: str
     ) -> list[Claim]:
-        """Claim windows outside the schedule's tick: a run triggered by hand
-        (`reason="trigger"`) or past windows backfilled (`reason="backfill"`).
-
-        Inserts a `claimed` row per claim, with `reason` recorded, under the same unique
-        key (namespace, entry, window) as a tick: a window that already has a row (sent,
-        skipped or claimed) is left alone and not returned. Does not take the tick lock and
-        does not change `last_window`. Returns the committed claims (`attempts` 1); the
-        caller publishes them and calls record_publish, and a claim it leaves unsent is
-        taken over by a tick's reclaim like any other.
-        """
+        """`write_windows` of `claims`, each claimed with `reason` (`trigger`, `backfill`);
+        returns the committed claims (`attempts` 1)."""
         ...
 
     def schema_version(self) -> int:

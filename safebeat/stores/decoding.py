@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from safebeat.errors import shorten
+from safebeat.facts import Dispatched, LiveRun
 from safebeat.records import AuditAction, AuditRecord, DispatchRecord, EntryState, Status
 
 #: What a state or record that cannot be read holds in place of its instants.
@@ -34,8 +35,26 @@ PLACEHOLDER = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: What decoding a stored value raises when the value is not what safebeat wrote: a number
 #: of microseconds beyond a datetime, text where a number belongs, JSON that is not a pause.
 DECODE_ERRORS = (ValueError, OverflowError, TypeError, KeyError, AttributeError, IndexError)
-#: The fields of an EntryState, in the order the SQL stores select them.
-STATE_FIELDS = tuple(f.name for f in fields(EntryState))
+#: The columns the SQL stores select for an entry state, in order (`state_of_columns`):
+#: the entry's own, then its facts (`safebeat.facts`) as read from its dispatch rows.
+STATE_COLUMNS = (
+    "name",
+    "anchor",
+    "defined_at",
+    "last_window",
+    "digest",
+    "schedule",
+    "paused",
+    "paused_until",
+    "pause_note",
+    "run_window",
+    "run_started_at",
+    "run_lease_until",
+    "run_task_id",
+    "dispatched_window",
+    "dispatched_claimed_at",
+    "dispatched_started_at",
+)
 #: The fields of a DispatchRecord, in the order the SQL stores select them.
 RECORD_FIELDS = tuple(f.name for f in fields(DispatchRecord))
 
@@ -67,14 +86,53 @@ def state_of(name: str, decode: Callable[[], EntryState]) -> EntryState:
 
 
 def state_of_row(row: Sequence[Any]) -> EntryState:
-    """The state of a row holding EntryState's fields in order (as PostgreSQL selects them),
-    or `unreadable_state` if the driver could not convert one of its values."""
-    problem = unconverted(STATE_FIELDS, row)
-    return EntryState(*row) if problem is None else unreadable_state(str(row[0]), problem)
+    """The state of a row of `STATE_COLUMNS` whose instants the driver converted (as
+    PostgreSQL selects them), or `unreadable_state` if it could not convert one."""
+    problem = unconverted(STATE_COLUMNS, row)
+    if problem is not None:
+        return unreadable_state(str(row[0]), problem)
+    # Built here, not through `state_of_columns`: a claim round builds thousands.
+    run = None if row[10] is None else LiveRun(row[9], row[10], row[11], row[12])
+    newest = None if row[13] is None else Dispatched(row[13], row[14], row[15])
+    return EntryState(
+        row[0], row[1], row[2], row[3], row[4], row[5], run, row[6], row[7], row[8], newest
+    )
+
+
+def state_of_columns(row: Sequence[Any], instant: Callable[[Any], datetime]) -> EntryState:
+    """The state of a row of `STATE_COLUMNS`, its instants read through `instant` (None
+    stays None): the entry's values, and the facts its dispatch rows gave."""
+    name, anchor, defined_at, last_window, digest, schedule, paused, until, note = row[:9]
+    run_window, run_started, lease_until, task_id, window, claimed_at, started_at = row[9:16]
+    run = None
+    if run_started is not None:
+        run = LiveRun(instant(run_window), instant(run_started), instant(lease_until), task_id)
+    dispatched = None
+    if window is not None:
+        dispatched = Dispatched(instant(window), instant(claimed_at), _maybe(instant, started_at))
+    return EntryState(
+        name,
+        instant(anchor),
+        instant(defined_at),
+        _maybe(instant, last_window),
+        digest,
+        schedule,
+        run,
+        bool(paused),
+        _maybe(instant, until),
+        note,
+        dispatched,
+    )
+
+
+def _maybe(instant: Callable[[Any], datetime], value: Any) -> datetime | None:
+    return None if value is None else instant(value)
 
 
 def unconverted(columns: Sequence[str], row: Sequence[Any]) -> str | None:
     """What the first `Unreadable` value of `row` (whose values are `columns`) says, or None."""
+    if Unreadable not in map(type, row):  # the common case, once per row of every read
+        return None
     for column, value in zip(columns, row, strict=False):
         if type(value) is Unreadable:
             return f"its {column} holds {shorten(value.text)}, which Python cannot read"

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TypeAlias
 
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica, format_window
 from safebeat.records import AuditEvent, StaleMark, TickPlan
 
@@ -55,6 +56,28 @@ def dispatch_rows(plan: TickPlan) -> list[DispatchRow]:
         (s.entry, s.window, "skipped", None, None, s.reason, s.first, s.count) for s in plan.skips
     )
     return rows
+
+
+def window_rows(rows: Iterable[WindowRow]) -> list[DispatchRow]:
+    """The dispatch rows of `rows` (see DISPATCH_COLUMNS): claimed with a task id, else
+    skipped, a span of its one window."""
+    return [
+        (r.entry, r.window, "claimed", r.task_id, r.task_name, r.reason, None, None)
+        if r.task_id is not None
+        else (r.entry, r.window, "skipped", None, None, r.reason, r.window, 1)
+        for r in rows
+    ]
+
+
+def ids_in_order(
+    rows: Iterable[WindowRow], inserted: dict[tuple[str, datetime], int]
+) -> list[int | None]:
+    """The id of each of `rows` in `inserted` (by entry and window), None for a row not
+    inserted or whose window an earlier row of `rows` took."""
+    ids: list[int | None] = []
+    for row in rows:
+        ids.append(inserted.pop((row.entry, row.window), None))
+    return ids
 
 
 def as_columns(rows: list[DispatchRow]) -> dict[str, list[object]]:

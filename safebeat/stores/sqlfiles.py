@@ -8,18 +8,22 @@ from dataclasses import dataclass
 from importlib import resources
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"^--\s*include:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _MIGRATION = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
 def load_queries(package: str, filename: str = "queries.sql") -> dict[str, str]:
-    """Return the `-- name: x` blocks of a package's SQL file as {name: sql}."""
+    """Return the `-- name: x` blocks of a package's SQL file as {name: sql}.
+
+    A line `-- include: y` in a block stands for the block named `y`, written above it: a
+    part two queries share (a join, a condition) is written once."""
     text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
         if name in queries:
             raise ValueError(f"{package}/{filename}: query {name!r} is defined twice")
-        queries[name] = body.strip().rstrip(";")
+        queries[name] = _INCLUDE.sub(lambda m: queries[m.group(1)], body.strip().rstrip(";"))
     return queries
 
 

@@ -12,7 +12,16 @@ sequence of each rule), `counting`, `decide` (`due`) and `overlap` (rules applie
 from safebeat.windows.answer import Due, SkippedSpan, SkipReason
 from safebeat.windows.counting import MAX_COUNTED_DAYS, MAX_COUNTED_SKIPS, count_windows
 from safebeat.windows.decide import due
-from safebeat.windows.overlap import forbid_overlap, paused, skip_if_queued
+from safebeat.windows.overlap import (
+    OVERLAP_RULES,
+    EntryFacts,
+    apply_overlap,
+    forbid_overlap,
+    paused,
+    queued_since,
+    running_since,
+    skip_if_queued,
+)
 from safebeat.windows.policy import (
     SKIP_DEFAULT_GRACE,
     Calendar,
@@ -40,6 +49,7 @@ __all__ = [
     "MAX_COUNTED_DAYS",
     "MAX_COUNTED_SKIPS",
     "MAX_CRONTAB_SEARCH_DAYS",
+    "OVERLAP_RULES",
     "SKIP_DEFAULT_GRACE",
     "SOLAR_EVENTS",
     "UTC",
@@ -48,6 +58,7 @@ __all__ = [
     "ClockedRule",
     "CrontabRule",
     "Due",
+    "EntryFacts",
     "FilteredRule",
     "IntervalRule",
     "Jitter",
@@ -59,12 +70,15 @@ __all__ = [
     "SkippedSpan",
     "SolarRule",
     "YearlyDays",
+    "apply_overlap",
     "count_windows",
     "due",
     "forbid_overlap",
     "latest_window",
     "next_window",
     "paused",
+    "queued_since",
+    "running_since",
     "skip_if_queued",
     "typical_period",
     "wall_to_instant",

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.facts import Dispatched, LiveRun
 from safebeat.record_rules import decide_start, lease_alive, states_after, take_over_page
 from safebeat.records import (
     Claim,
@@ -209,11 +210,11 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
         "last_window": NOW - 7 * S,
         "digest": "d",
         "schedule": "every 5s",
-        "running_since": NOW - 6 * S,
+        "live_run": LiveRun(NOW - 7 * S, NOW - 6 * S, NOW + 30 * S, "t"),
         "paused": True,
         "paused_until": NOW + S,
         "pause_note": "maintenance",
-        "queued_since": NOW - 5 * S,
+        "newest_dispatched": Dispatched(NOW - 7 * S, NOW - 5 * S),
         "unreadable": "a test of every field",
     }
     assert {f.name for f in fields(EntryState)} == set(values), "new field: add it here"

@@ -15,7 +15,7 @@ Transactions follow Django's rules, as the ORM path's do:
   messages, as `postgresql://` does, so the server arms `idle_in_transaction_session_
   timeout` while the lock is held; whatever happens, no transaction is left open (it is
   rolled back, or the connection closed) and Django still finds it in autocommit.
-  One-statement writes commit themselves; `register`, `claim_extra` and `prune` run in
+  One-statement writes commit themselves; `register`, `write_windows` and `prune` run in
   `transaction.atomic`.
 - Inside a transaction the caller holds (`atomic`, `ATOMIC_REQUESTS`, autocommit off),
   every write is a savepoint of it and commits with it; the tick lock is held until then.

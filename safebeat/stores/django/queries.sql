@@ -18,7 +18,7 @@ SELECT set_config('idle_in_transaction_session_timeout', %s, true),
        set_config('statement_timeout', '60s', true);
 
 -- name: postgres_write_limits
--- Bounds a write transaction safebeat opens (register, claim_extra, prune, ...), as a
+-- Bounds a write transaction safebeat opens (register, write_windows, prune, ...), as a
 -- tick is bounded: a replica frozen inside it loses its session after the idle timeout,
 -- and it waits for another's row locks at most the lock timeout. Parameters: idle, lock.
 SELECT set_config('idle_in_transaction_session_timeout', %s, true),

@@ -8,8 +8,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from safebeat import records
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica
-from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.administering import AdminAdapter
 from safebeat.stores.memory.state import MemoryState
 
 
@@ -81,13 +82,13 @@ class MemoryAdmin(AdminAdapter, MemoryState):
         with self._mutex:
             return self._ns(namespace).entries.pop(entry, None) is not None
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
-    ) -> list[ClaimedRow]:
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> list[int | None]:
         with self._mutex:
             ns, now = self._ns(namespace), self.clock()
-            rows = [self._claim_row(ns, replica, now, claim, reason) for claim in claims]
-        return [(c.id, c.entry, c.window, c.task_id) for c in rows if c is not None]
+            written = [self._window_row(ns, replica, now, row) for row in rows]
+        return [None if record is None else record.id for record in written]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         with self._mutex:

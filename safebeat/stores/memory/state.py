@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from safebeat.facts import Dispatched, LiveRun, WindowRow
 from safebeat.identity import Replica
 from safebeat.record_rules import lease_alive
 from safebeat.records import (
@@ -62,32 +63,28 @@ class MemoryState:
     def _with_running(
         self, ns: _Namespace, states: Mapping[str, EntryState]
     ) -> dict[str, EntryState]:
-        """`states` with `running_since` (the newest start of an unfinished execution whose
-        lease is alive) and `queued_since` (the claim time of the newest dispatched window,
-        if not started)."""
-        running: dict[str, datetime] = {}
+        """`states` with their facts: `live_run` (the newest started, unfinished run whose
+        lease is alive) and `newest_dispatched` (the row of the newest window claimed or
+        sent)."""
+        running: dict[str, DispatchRecord] = {}
         newest: dict[str, DispatchRecord] = {}
         now = self.clock()
         for record in ns.dispatches.values():
-            if (
-                record.started_at is not None
-                and record.finished_at is None
-                and lease_alive(record.lease_until, now)
-            ):
+            started = record.started_at
+            if started and record.finished_at is None and lease_alive(record.lease_until, now):
                 previous = running.get(record.entry)
-                if previous is None or record.started_at > previous:
-                    running[record.entry] = record.started_at
+                if previous is None or started > (previous.started_at or started):
+                    running[record.entry] = record
             if record.status in {Status.CLAIMED, Status.SENT}:
                 latest = newest.get(record.entry)
                 if latest is None or record.window > latest.window:
                     newest[record.entry] = record
-        queued = {
-            entry: record.claimed_at
-            for entry, record in newest.items()
-            if record.started_at is None
-        }
         return {
-            n: replace(s, running_since=running.get(n), queued_since=queued.get(n))
+            n: replace(
+                s,
+                live_run=_live_run(running.get(n)),
+                newest_dispatched=_dispatched(newest.get(n)),
+            )
             for n, s in states.items()
         }
 
@@ -137,7 +134,6 @@ class MemoryState:
         replica: Replica,
         now: datetime,
         claim: NewClaim,
-        reason: str | None = None,
     ) -> Claim | None:
         """Insert the `claimed` row of `claim` (see `_new_row`); None if its window has one."""
         record = self._new_row(
@@ -149,11 +145,44 @@ class MemoryState:
             status=Status.CLAIMED,
             task_id=claim.task_id,
             task_name=claim.task_name,
-            reason=reason,
         )
         if record is None:
             return None
         return Claim(record.id, claim.entry, claim.window, claim.task_id, 1)
 
+    def _window_row(
+        self, ns: _Namespace, replica: Replica, now: datetime, row: WindowRow
+    ) -> DispatchRecord | None:
+        """Insert `row`, claimed or skipped (see `_new_row`); None if its window has one."""
+        if row.task_id is None:
+            status, first, count = Status.SKIPPED, row.window, 1
+        else:
+            status, first, count = Status.CLAIMED, None, None
+        return self._new_row(
+            ns,
+            replica,
+            now,
+            entry=row.entry,
+            window=row.window,
+            status=status,
+            task_id=row.task_id,
+            task_name=row.task_name,
+            reason=row.reason,
+            skipped_from=first,
+            skipped_count=count,
+        )
+
     def close(self) -> None:
         """Nothing to release: the data lives as long as the process."""
+
+
+def _live_run(record: DispatchRecord | None) -> LiveRun | None:
+    if record is None or record.started_at is None or record.lease_until is None:
+        return None
+    return LiveRun(record.window, record.started_at, record.lease_until, record.task_id)
+
+
+def _dispatched(record: DispatchRecord | None) -> Dispatched | None:
+    if record is None:
+        return None
+    return Dispatched(record.window, record.claimed_at, record.started_at)

@@ -1,6 +1,6 @@
 """The PostgreSQL statements of the operator tools: states, history, pauses, the audit
-trail, extra claims, entries added at run time. `claim_extra` and the stored entries'
-changes run in a transaction the cursor source opens; the others are one statement."""
+trail, windows written by hand, entries added at run time. `write_windows` and the stored
+entries' changes run in a transaction the cursor source opens; the others are one statement."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ from datetime import datetime
 from typing import Any
 
 from safebeat import records
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica
-from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.administering import AdminAdapter
 from safebeat.stores.decoding import audit_record, record_of_row, state_of_row
 from safebeat.stores.postgres.cursors import Q, Statements, now_of
 from safebeat.stores.sql_common import (
-    DispatchRow,
     array_literal,
     as_columns,
     audit_columns,
+    ids_in_order,
     replica_columns,
+    window_rows,
 )
 
 
@@ -109,36 +111,23 @@ class AdminStatements(AdminAdapter, Statements):
             cursor.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
-    ) -> list[ClaimedRow]:
-        """Claim windows outside a tick (trigger, backfill); inside the caller's transaction."""
-        with self._cursors.transaction("claim windows") as cursor:
-            rows: list[DispatchRow] = [
-                (
-                    c.entry,
-                    c.window,
-                    records.Status.CLAIMED.value,
-                    c.task_id,
-                    c.task_name,
-                    reason,
-                    None,
-                    None,
-                )
-                for c in claims
-            ]
-            now = now_of(cursor)
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> list[int | None]:
+        """Write windows outside a tick (trigger, backfill); inside the caller's transaction."""
+        with self._cursors.transaction("write windows") as cursor:
             cursor.execute(
                 Q["insert_dispatches"],
                 {
                     "namespace": namespace,
-                    "now": now,
-                    "fenced": False,  # past windows, claimed on purpose
+                    "now": now_of(cursor),
+                    "fenced": False,  # past windows, written on purpose
                     **replica_columns(replica),
-                    **as_columns(rows),
+                    **as_columns(window_rows(rows)),
                 },
             )
-            return [(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
+            inserted = {(row[1], row[2]): row[0] for row in cursor.fetchall()}
+        return ids_in_order(rows, inserted)
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]

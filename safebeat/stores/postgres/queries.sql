@@ -47,21 +47,37 @@ SELECT set_config('idle_in_transaction_session_timeout', %(idle)s, true),
 -- name: try_tick_lock
 SELECT pg_try_advisory_xact_lock(%(key)s), clock_timestamp();
 
+-- name: entry_facts
+-- The facts of an entry `e`'s dispatch rows (safebeat.facts), joined by load_states and
+-- all_states; the stores decide nothing from them.
+-- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
+-- whose condition this WHERE repeats.
+LEFT JOIN LATERAL (
+    SELECT d.window_at, d.started_at, d.lease_until, d.task_id
+    FROM safebeat_dispatch AS d
+    WHERE d.namespace = e.namespace AND d.entry = e.name
+      AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+      AND d.lease_until > clock_timestamp()
+    ORDER BY d.started_at DESC LIMIT 1
+) AS r ON true
+-- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
+-- condition this WHERE repeats, past any number of newer skipped or failed rows.
+LEFT JOIN LATERAL (
+    SELECT q.window_at, q.claimed_at, q.started_at
+    FROM safebeat_dispatch AS q
+    WHERE q.namespace = e.namespace AND q.entry = e.name
+      AND q.status IN ('claimed', 'sent')
+    ORDER BY q.window_at DESC LIMIT 1
+) AS q ON true
+
 -- name: load_states
-SELECT e.name, anchor, defined_at, last_window, digest, schedule,
-       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
-        WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-          AND d.lease_until > clock_timestamp()) AS running_since,
-       paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it: one
-       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
-       -- any number of newer skipped or failed rows.
-       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
-        FROM safebeat_dispatch AS q
-        WHERE q.namespace = e.namespace AND q.entry = e.name
-          AND q.status IN ('claimed', 'sent')
-        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
+-- The entry's values, then the facts of its dispatch rows (safebeat.facts; the stores
+-- decide nothing from them): its newest run holding a live lease, and its newest
+-- dispatched window (STATE_COLUMNS in safebeat.stores.decoding).
+SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
+       e.paused, e.paused_until, e.pause_note,
+       r.window_at, r.started_at, r.lease_until, r.task_id,
+       q.window_at, q.claimed_at, q.started_at
 -- One primary-key probe per name. With `name = ANY(...)` of thousands of names (a claim
 -- round asks for up to 5,000) the planner scans the whole namespace instead, rating that
 -- cheaper than as many probes: at 1,000,000 entries each round read all of them. The
@@ -72,25 +88,18 @@ CROSS JOIN LATERAL (
     SELECT * FROM safebeat_entry AS e
     WHERE e.namespace = %(namespace)s AND e.name = n.name
     LIMIT 1
-) AS e;
+) AS e
+-- include: entry_facts
+;
 
 -- name: all_states
-SELECT name, anchor, defined_at, last_window, digest, schedule,
-       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
-        WHERE d.namespace = e.namespace AND d.entry = e.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-          AND d.lease_until > clock_timestamp()) AS running_since,
-       paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it: one
-       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
-       -- any number of newer skipped or failed rows.
-       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
-        FROM safebeat_dispatch AS q
-        WHERE q.namespace = e.namespace AND q.entry = e.name
-          AND q.status IN ('claimed', 'sent')
-        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
+SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
+       e.paused, e.paused_until, e.pause_note,
+       r.window_at, r.started_at, r.lease_until, r.task_id,
+       q.window_at, q.claimed_at, q.started_at
 FROM safebeat_entry AS e
-WHERE namespace = %(namespace)s;
+-- include: entry_facts
+WHERE e.namespace = %(namespace)s;
 
 -- name: registered_digests
 -- One primary-key probe per name, as in load_states: with `name = ANY(...)` a restart of
@@ -136,7 +145,7 @@ ON CONFLICT (namespace, name) DO NOTHING;
 -- The fence (safebeat.records.fenced), on a tick's rows (`fenced`): a window at or
 -- before the entry's last window as stored now, when the row is written, was decided by
 -- some replica after this plan was made, and is neither claimed nor recorded as skipped.
--- claim_extra (trigger, backfill) claims past windows on purpose: not fenced.
+-- write_windows (trigger, backfill) writes past windows on purpose: not fenced.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)

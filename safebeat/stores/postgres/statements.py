@@ -7,7 +7,7 @@ psycopg 3. Each operation sends the statements of one store operation and turns 
 into safebeat's records; the source owns the connection, maps driver errors, and decides
 where a transaction begins and ends: the tick sends its own `BEGIN` and `COMMIT` inside
 its two messages unless the source holds a transaction already; `register`,
-`claim_extra` and `prune` run inside one the source opens; every other operation is one
+`write_windows` and `prune` run inside one the source opens; every other operation is one
 statement (two for `record_publish` with both outcomes) that needs none.
 
 The statements are kept by client: beat's in `tick.py`, the worker hook's and

@@ -154,8 +154,9 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
 
     def _migrate_dispatched(self, client: Client, prefix: str) -> None:
         """Once per namespace, outside any tick: the claimed and sent rows an earlier
-        release wrote go to P:dispatched:<entry>, which queued_since reads. Each script
-        reads the whole history of `HISTORY_SLICE` entries, so slices are small."""
+        release wrote go to P:dispatched:<entry>, where states read the newest dispatched
+        window. Each script reads the whole history of `HISTORY_SLICE` entries, so slices
+        are small."""
         if client.exists(f"{prefix}:dispatched:migrated"):
             return
         names = sorted(client.hkeys(f"{prefix}:digest"))

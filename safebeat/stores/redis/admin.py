@@ -9,8 +9,9 @@ from datetime import datetime
 from typing import cast
 
 from safebeat import records
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica
-from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.administering import AdminAdapter
 from safebeat.stores.decoding import DECODE_ERRORS, audit_record
 from safebeat.stores.redis.base import (
     NAMESPACE_PATTERN,
@@ -138,16 +139,16 @@ class RedisAdmin(AdminAdapter, RedisBase):
             done = self._run("forget_entry", [f"{prefix}:digest"], [prefix, entry])
         return bool(done)
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
-    ) -> list[ClaimedRow]:
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> list[int | None]:
         prefix = key_prefix(namespace)
-        args: list[object] = [prefix, replica.id, replica.host, replica.pid, reason]
-        for claim in claims:
-            args += [claim.entry, _us(claim.window), claim.task_id, claim.task_name]
-        with self._boundary("claim windows"):
-            rows = self._run("claim_extra", [f"{prefix}:seq"], args)
-        return [(int(row[0]), row[1], _instant(row[2]), row[3]) for row in rows]
+        args: list[object] = [prefix, replica.id, replica.host, replica.pid]
+        for row in rows:
+            args += [row.entry, _us(row.window), row.task_id or "", row.task_name or "", row.reason]
+        with self._boundary("write windows"):
+            ids = self._run("write_windows", [f"{prefix}:seq"], args)
+        return [None if i is None else int(i) for i in ids]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         prefix = key_prefix(namespace)

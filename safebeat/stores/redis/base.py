@@ -17,6 +17,7 @@ import redis.exceptions
 
 from safebeat.config import RedisEviction
 from safebeat.errors import ConfigError, StoreError, StoreUnavailable
+from safebeat.facts import Dispatched, LiveRun
 from safebeat.records import (
     DispatchRecord,
     EntryState,
@@ -91,8 +92,9 @@ def key_prefix(namespace: str) -> str:
 
 def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> dict[str, EntryState]:
     """Build states from the scripts' columns: anchor, defined, last, digest, schedule,
-    running_since, paused and queued_since."""
-    anchors, defined, lasts, digests, schedules, running, paused, queued = columns
+    paused, then the facts (the live run's window, start, lease end and task id, the newest
+    dispatched window, its claim and start: see `load_states` in scripts.lua)."""
+    anchors, defined, lasts, digests, schedules, paused, *facts = columns
     states = {}
     share = Sharing().shared
     for i, name in enumerate(names):
@@ -107,13 +109,27 @@ def _states(names: Sequence[str], columns: Sequence[Sequence[str | None]]) -> di
                 last_window=share(_maybe_instant(lasts[i])),
                 digest=digest,
                 schedule=share(schedules[i] or ""),
-                running_since=_maybe_instant(running[i]),
                 **_pause(paused[i]),
-                queued_since=_maybe_instant(queued[i]),
+                **_facts([column[i] for column in facts]),
             )
         except DECODE_ERRORS as exc:  # a value not as safebeat writes it: this entry only
             states[name] = unreadable_state(name, problem_of(exc))
     return states
+
+
+def _facts(values: Sequence[str | None]) -> dict[str, Any]:
+    """The facts of an EntryState from one entry's fact columns (see `_states`)."""
+    run_window, run_started, lease_until, task_id, window, claimed_at, started_at = values
+    facts: dict[str, Any] = {}
+    if run_started:
+        facts["live_run"] = LiveRun(
+            _instant(run_window or ""), _instant(run_started), _instant(lease_until or ""), task_id
+        )
+    if window:
+        facts["newest_dispatched"] = Dispatched(
+            _instant(window), _instant(claimed_at or ""), _maybe_instant(started_at)
+        )
+    return facts
 
 
 def _pause(value: str | None) -> dict[str, Any]:

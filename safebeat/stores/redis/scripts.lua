@@ -21,7 +21,8 @@
 --   P:history              zset row id -> window
 --   P:history:<entry>      zset row id -> window, one entry's rows
 --   P:dispatched:<entry>   zset row id -> window, one entry's rows claimed or sent (what
---                          queued_since reads, past any number of skipped rows)
+--                          the newest dispatched window is read by, past any number
+--                          of skipped rows)
 --   P:dispatched:migrated  set once the rows written before P:dispatched:<entry> existed
 --                          are in it (migrate_dispatched)
 --   P:paused               hash entry -> 1, or JSON {"until": us or null, "note": text or
@@ -74,20 +75,27 @@ local function now_us()
     return t[1] .. string.format('%06d', tonumber(t[2]))
 end
 
--- The newest started_at (text) of `entry`'s unfinished executions whose lease is alive at
--- `now` (a number), leaving out row `except_id`; false if there is none.
-local function alive_since(p, entry, now, except_id)
-    local newest, newest_text = nil, false
+-- The id and started_at (text) of `entry`'s newest unfinished execution whose lease is
+-- alive at `now` (a number), leaving out row `except_id`; false, false if there is none.
+local function newest_alive(p, entry, now, except_id)
+    local newest, newest_id, newest_text = nil, false, false
     for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. ':running:' .. entry, '-inf', '+inf')) do
         if id ~= except_id then
             local f = redis.call('HMGET', p .. ':row:' .. id, 'started_at', 'lease_until')
             if f[1] and f[2] and tonumber(f[2]) > now
                     and (newest == nil or tonumber(f[1]) > newest) then
-                newest, newest_text = tonumber(f[1]), f[1]
+                newest, newest_id, newest_text = tonumber(f[1]), id, f[1]
             end
         end
     end
-    return newest_text
+    return newest_id, newest_text
+end
+
+-- The newest started_at (text) of `entry`'s unfinished executions whose lease is alive at
+-- `now` (a number), leaving out row `except_id`; false if there is none.
+local function alive_since(p, entry, now, except_id)
+    local _, since = newest_alive(p, entry, now, except_id)
+    return since
 end
 
 -- Whether row `id` is for the take-over at `now`: unsent and claimed before
@@ -182,15 +190,31 @@ local function stale_claims(p, now, stale_before, after_at, after_id, page)
     return first
 end
 
--- The claim time of an entry's newest dispatched (claimed or sent) window while no worker
--- started it, else false: one row, however many skipped rows came after it.
-local function queued_since(p, name)
-    local ids = redis.call('ZREVRANGE', p .. ':dispatched:' .. name, 0, 0)
-    if not ids[1] then
-        return false
+-- The id of an entry's newest dispatched (claimed or sent) window, else false: one row,
+-- however many skipped rows came after it.
+local function newest_dispatched(p, name)
+    return redis.call('ZREVRANGE', p .. ':dispatched:' .. name, 0, 0)[1] or false
+end
+
+-- Append to `result` one column per field of `fields`: that field of the row each id of
+-- `ids` names (false for an id that is false, or a field the row lacks).
+local function row_columns(p, ids, fields, result)
+    local columns = {}
+    for j = 1, #fields do
+        columns[j] = {}
     end
-    local row = redis.call('HMGET', p .. ':row:' .. ids[1], 'started_at', 'claimed_at')
-    return not row[1] and row[2] or false
+    for i, id in ipairs(ids) do
+        local f = {}
+        if id then
+            f = redis.call('HMGET', p .. ':row:' .. id, unpack(fields))
+        end
+        for j = 1, #fields do
+            columns[j][i] = f[j] or false
+        end
+    end
+    for j = 1, #fields do
+        result[#result + 1] = columns[j]
+    end
 end
 
 -- The rows of the newest `limit` ids of the sorted set `index`, newest first: what
@@ -225,22 +249,24 @@ local function prune_before(index, before, batch, forget)
 end
 
 -- Append the state columns of `names` to `result` and return it: anchors, defined,
--- lasts, digests, schedules (false where missing), running_since (the newest start of an
--- unfinished execution whose lease is alive, or false), paused (the P:paused value, or
--- false) and queued_since (see above).
+-- lasts, digests, schedules (false where missing), paused (the P:paused value, or false),
+-- then the facts of their rows (safebeat.facts; nothing is decided from them here): the
+-- window, started_at, lease_until and task_id of the newest run whose lease is alive,
+-- and the window, claimed_at and started_at of the newest dispatched window (false where
+-- there is none).
 local function load_states(p, names, result)
     for _, field in ipairs({'anchor', 'defined', 'last', 'digest', 'schedule'}) do
         result[#result + 1] = in_slices('HMGET', {p .. ':' .. field}, names)
     end
-    local running, queued = {}, {}
-    local now = tonumber(now_us())
-    for _, name in ipairs(names) do
-        running[#running + 1] = alive_since(p, name, now, false)
-        queued[#queued + 1] = queued_since(p, name)
-    end
-    result[#result + 1] = running
     result[#result + 1] = in_slices('HMGET', {p .. ':paused'}, names)
-    result[#result + 1] = queued
+    local running, dispatched = {}, {}
+    local now = tonumber(now_us())
+    for i, name in ipairs(names) do
+        running[i] = (newest_alive(p, name, now, false))
+        dispatched[i] = newest_dispatched(p, name)
+    end
+    row_columns(p, running, {'window', 'started_at', 'lease_until', 'task_id'}, result)
+    row_columns(p, dispatched, {'window', 'claimed_at', 'started_at'}, result)
     return result
 end
 
@@ -291,8 +317,7 @@ return load_states(p, names, {})
 -- name: begin_tick
 -- KEYS[1]: P:lock. ARGV: prefix, token, ttl_ms, then entry names.
 -- Takes the tick lock (SET NX PX) or returns false. Otherwise returns {now,
--- namespace_known (0/1), anchors, defined, lasts, digests, schedules, running_since,
--- paused, queued_since} for the names (the state columns: see load_states).
+-- namespace_known (0/1), then the state columns of the names (see load_states)}.
 local p = ARGV[1]
 if not redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3]) then
     return false
@@ -678,32 +703,41 @@ for _, field in ipairs({'anchor', 'defined', 'last', 'schedule', 'paused'}) do
 end
 return 1
 
--- name: claim_extra
--- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, reason, then claims (entry, window,
--- task_id, task_name). Inserts a claimed row per window whose claim key is new, with
--- the reason, and leaves last windows alone. Returns the new claims {id, entry, window,
--- task_id}.
-local p, replica, host, pid, reason = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- name: write_windows
+-- KEYS[1]: P:seq. ARGV: prefix, replica, host, pid, then rows (entry, window, task_id, task_name,
+-- reason): claimed, or skipped where task_id is ''. Inserts a row per window whose claim
+-- key is new, with its reason, and leaves last windows alone. Returns, per row, its new id,
+-- or false where its window had a row.
+local p, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now = now_us()
-local claimed = {}
-for i = 6, #ARGV, 4 do
+local ids = {}
+for i = 5, #ARGV, 5 do
     local entry, window, task_id, task_name = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     local marker = p .. ':claim:' .. window .. ':' .. entry
+    local written = false
     if redis.call('EXISTS', marker) == 0 then
         local id = redis.call('INCR', KEYS[1])
         redis.call('SET', marker, id)
         redis.call('HSET', p .. ':row:' .. id, 'entry', entry, 'window', window,
             'replica', replica, 'host', host, 'pid', pid, 'claimed_at', now, 'attempts', '1',
-            'status', 'claimed', 'task_id', task_id, 'task_name', task_name, 'reason', reason)
+            'reason', ARGV[i + 4])
+        if task_id == '' then
+            redis.call('HSET', p .. ':row:' .. id, 'status', 'skipped', 'skipped_from', window,
+                'skipped_count', '1')
+        else
+            redis.call('HSET', p .. ':row:' .. id, 'status', 'claimed', 'task_id', task_id,
+                'task_name', task_name)
+            redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
+            redis.call('ZADD', p .. ':unsent', now, id)
+        end
         redis.call('ZADD', p .. ':age', now, id)
         redis.call('ZADD', p .. ':history', window, id)
         redis.call('ZADD', p .. ':history:' .. entry, window, id)
-        redis.call('ZADD', p .. ':dispatched:' .. entry, window, id)
-        redis.call('ZADD', p .. ':unsent', now, id)
-        claimed[#claimed + 1] = {id, entry, window, task_id}
+        written = id
     end
+    ids[#ids + 1] = written
 end
-return claimed
+return ids
 
 -- name: record_audit
 -- KEYS[1]: P:audit. ARGV: prefix, entry ('' for none), the record as JSON.

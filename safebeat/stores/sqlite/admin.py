@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from safebeat import records
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica
-from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.administering import AdminAdapter
 from safebeat.stores.decoding import DECODE_ERRORS, audit_record
-from safebeat.stores.sql_common import audit_columns, replica_columns
+from safebeat.stores.sql_common import audit_columns, replica_columns, window_rows
 from safebeat.stores.sqlite.connection import (
     Q,
     SqliteConnection,
@@ -103,20 +104,17 @@ class SqliteAdmin(AdminAdapter, SqliteConnection):
             cursor = conn.execute(Q["forget_entry"], {"namespace": namespace, "name": entry})
             return cursor.rowcount == 1
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
-    ) -> list[ClaimedRow]:
-        inserted: list[ClaimedRow] = []
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> list[int | None]:
         who = replica_columns(replica)
-        with self._write("claim windows") as conn:
+        with self._write("write windows") as conn:
             now = self.clock()
-            for c in claims:
-                row = (c.entry, c.window, "claimed", c.task_id, c.task_name, reason, None, None)
-                # Not fenced: past windows, claimed on purpose.
-                row_id = insert_dispatch(conn, namespace, row, now, who, fenced=False)
-                if row_id is not None:
-                    inserted.append((row_id, c.entry, c.window, c.task_id))
-        return inserted
+            # Not fenced: past windows, written on purpose.
+            return [
+                insert_dispatch(conn, namespace, row, now, who, fenced=False)
+                for row in window_rows(rows)
+            ]
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         query = Q["replace_runtime_entry"] if replace else Q["add_runtime_entry"]

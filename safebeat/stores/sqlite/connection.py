@@ -23,7 +23,7 @@ from safebeat.records import (
     Status,
     system_clock,
 )
-from safebeat.stores.decoding import record_of, state_of
+from safebeat.stores.decoding import record_of, state_of, state_of_columns
 from safebeat.stores.sql_common import DispatchRow
 from safebeat.stores.sqlfiles import load_queries
 from safebeat.urls import redact
@@ -51,25 +51,7 @@ def _maybe_instant(micros: int | None) -> datetime | None:
 
 def _state(row: Sequence[Any]) -> EntryState:
     """The state of a row, or an unreadable one if a value is not what safebeat writes."""
-    return state_of(row[0], lambda: _decoded_state(row))
-
-
-def _decoded_state(row: Sequence[Any]) -> EntryState:
-    name, anchor, defined_at, last_window, digest, schedule, running_since, paused = row[:8]
-    paused_until, pause_note, queued = row[8:11]
-    return EntryState(
-        name,
-        _instant(anchor),
-        _instant(defined_at),
-        _maybe_instant(last_window),
-        digest,
-        schedule,
-        _maybe_instant(running_since),
-        bool(paused),
-        _maybe_instant(paused_until),
-        pause_note,
-        _maybe_instant(queued),
-    )
+    return state_of(row[0], lambda: state_of_columns(row, _instant))
 
 
 def _record(r: Sequence[Any]) -> DispatchRecord:

@@ -13,41 +13,45 @@ SELECT coalesce(max(version), 0) FROM safebeat_schema_version;
 -- name: record_migration
 INSERT INTO safebeat_schema_version (version, name, applied_at) VALUES (:version, :name, :now);
 
+-- name: entry_facts
+-- The facts of an entry `e`'s dispatch rows (safebeat.facts), joined by load_states and
+-- all_states; the stores decide nothing from them.
+-- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
+-- whose condition this WHERE repeats, then its row by id.
+LEFT JOIN safebeat_dispatch AS r ON r.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = e.namespace AND d.entry = e.name
+      AND d.started_at IS NOT NULL AND d.finished_at IS NULL
+      AND d.lease_until > :now
+    ORDER BY d.started_at DESC LIMIT 1)
+-- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
+-- condition this WHERE repeats, past any number of newer skipped or failed rows.
+LEFT JOIN safebeat_dispatch AS q ON q.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = e.namespace AND d.entry = e.name
+      AND d.status IN ('claimed', 'sent')
+    ORDER BY d.window_at DESC LIMIT 1)
+
 -- name: load_states
-SELECT name, anchor, defined_at, last_window, digest, schedule,
-       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
-        WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-          AND d.lease_until > :now) AS running_since,
-       paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it: one
-       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
-       -- any number of newer skipped or failed rows.
-       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
-        FROM safebeat_dispatch AS q
-        WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
-          AND q.status IN ('claimed', 'sent')
-        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
-FROM safebeat_entry
-WHERE namespace = :namespace AND name IN (SELECT value FROM json_each(:names));
+-- The entry's values, then the facts of its dispatch rows (safebeat.facts; the stores
+-- decide nothing from them): its newest run holding a live lease, and its newest
+-- dispatched window (STATE_COLUMNS in safebeat.stores.decoding).
+SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
+       e.paused, e.paused_until, e.pause_note,
+       r.window_at, r.started_at, r.lease_until, r.task_id,
+       q.window_at, q.claimed_at, q.started_at
+FROM safebeat_entry AS e
+-- include: entry_facts
+WHERE e.namespace = :namespace AND e.name IN (SELECT value FROM json_each(:names));
 
 -- name: all_states
-SELECT name, anchor, defined_at, last_window, digest, schedule,
-       (SELECT max(d.started_at) FROM safebeat_dispatch AS d
-        WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
-          AND d.started_at IS NOT NULL AND d.finished_at IS NULL
-          AND d.lease_until > :now) AS running_since,
-       paused, paused_until, pause_note,
-       -- The newest dispatched window's claim time while no worker started it: one
-       -- probe of safebeat_dispatch_dispatched, whose condition this WHERE repeats, past
-       -- any number of newer skipped or failed rows.
-       (SELECT CASE WHEN q.started_at IS NULL THEN q.claimed_at END
-        FROM safebeat_dispatch AS q
-        WHERE q.namespace = safebeat_entry.namespace AND q.entry = safebeat_entry.name
-          AND q.status IN ('claimed', 'sent')
-        ORDER BY q.window_at DESC LIMIT 1) AS queued_since
-FROM safebeat_entry
-WHERE namespace = :namespace;
+SELECT e.name, e.anchor, e.defined_at, e.last_window, e.digest, e.schedule,
+       e.paused, e.paused_until, e.pause_note,
+       r.window_at, r.started_at, r.lease_until, r.task_id,
+       q.window_at, q.claimed_at, q.started_at
+FROM safebeat_entry AS e
+-- include: entry_facts
+WHERE e.namespace = :namespace;
 
 -- name: registered_digests
 SELECT name, digest FROM safebeat_entry
@@ -68,8 +72,8 @@ ON CONFLICT (namespace, name) DO UPDATE
 -- name: insert_dispatch
 -- The fence (safebeat.records.fenced), on a tick's rows (:fenced): a window at or before
 -- the entry's last window as stored when the row is written was decided by some replica
--- after this plan was made, and is neither claimed nor recorded as skipped. claim_extra
--- (trigger, backfill) claims past windows on purpose: not fenced.
+-- after this plan was made, and is neither claimed nor recorded as skipped.
+-- write_windows (trigger, backfill) writes past windows on purpose: not fenced.
 INSERT INTO safebeat_dispatch
     (namespace, entry, window_at, status, task_id, task_name, reason,
      skipped_from, skipped_count, replica, host, pid, claimed_at)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica, task_id_for
 from safebeat.stores.base import EntryState, NewClaim, NewSkip, Status, Store, TickPlan
 from safebeat.testing.stores.support import (
@@ -220,6 +221,50 @@ class ClaimCases:
         row = next(r for r in store.history(namespace, "a") if r.window == second)
         assert row.status is Status.SENT
         assert store.claim_extra(namespace, [], replica=OTHER, reason="trigger") == []
+
+    def test_windows_written_by_hand_are_claimed_or_skipped_with_their_reason(
+        self, store: Store, namespace: str
+    ) -> None:
+        """write_windows inserts, under the tick's unique key, a claimed row per window with a
+        task id and a skipped row (a span of its one window) per window without, each with
+        its reason; a window with a row, or taken by an earlier row of the call, is left
+        alone and not returned. No state moves, and a skipped row is not dispatched."""
+        state = registered(store, namespace, definitions("a"), REPLICA)["a"]
+        first, second, third = (window_after(state, n) for n in (1, 2, 3))
+        store.tick(
+            namespace, ["a"], lambda now, s: claim_plan("a", namespace, first), replica=REPLICA
+        )
+        task = task_id_for(namespace, "a", third)
+        rows = [
+            WindowRow("a", first, "trigger", task_id_for(namespace, "a", first), "tasks.run"),
+            WindowRow("a", second, "skipped by hand"),
+            WindowRow("a", third, "backfill", task, "tasks.run"),
+            WindowRow("a", third, "trigger", "another", "tasks.run"),
+        ]
+        written = store.write_windows(namespace, rows, replica=OTHER)
+        assert [w.row for w in written] == [rows[1], rows[2]]
+        assert len({w.id for w in written}) == 2
+        history = {r.window: r for r in store.history(namespace, "a")}
+        skipped, claimed = history[second], history[third]
+        assert (skipped.id, skipped.status, skipped.reason) == (
+            written[0].id,
+            Status.SKIPPED,
+            "skipped by hand",
+        )
+        assert (skipped.skipped_from, skipped.skipped_count, skipped.task_id) == (second, 1, None)
+        assert (claimed.id, claimed.status, claimed.reason, claimed.task_id) == (
+            written[1].id,
+            Status.CLAIMED,
+            "backfill",
+            task,
+        )
+        assert claimed.replica == OTHER.id
+        assert history[first].reason is None  # the tick's row, untouched
+        after = store.states(namespace)["a"]
+        assert after.last_window == first
+        assert after.newest_dispatched is not None
+        assert after.newest_dispatched.window == third
+        assert store.write_windows(namespace, [], replica=OTHER) == []
 
     def test_entry_names_differing_by_case_accent_or_trailing_space_are_distinct(
         self, store: Store, namespace: str

@@ -1,10 +1,14 @@
-"""Leases of running executions: running since, renewing, exclusive starts, queued since."""
+"""Leases of running executions: running since, renewing, exclusive starts, queued since, and
+the facts the overlap rules read (the live run, the newest dispatched window)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
-from safebeat.stores.base import LeasedRun, NewSkip, Outcome, Start, Store, TickPlan
+from safebeat.facts import Dispatched, LiveRun
+from safebeat.identity import task_id_for
+from safebeat.stores.base import EntryState, LeasedRun, NewSkip, Outcome, Start, Store, TickPlan
 from safebeat.testing.stores.support import (
     HOUR,
     REPLICA,
@@ -139,3 +143,46 @@ class LeaseCases:
         assert result is not None
         assert result.states["a"].queued_since == claimed
         assert store.states(namespace)["a"].queued_since == claimed
+
+    def test_states_carry_the_live_run_and_the_newest_dispatched_window_as_read(
+        self, store: Store, namespace: str
+    ) -> None:
+        """Ticks and states give, as the rows hold them, the entry's newest run holding a live
+        lease (its window, start, lease end and task id) and its newest dispatched window
+        (its window, claim time and start): what every overlap rule reads, so that a new
+        policy needs no store change."""
+        first = dispatched(store, namespace, 1)
+        second = dispatched(store, namespace, 2)
+
+        def read() -> EntryState:
+            result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+            assert result is not None
+            state, stored = result.states["a"], store.states(namespace)["a"]
+            assert (stored.live_run, stored.newest_dispatched) == (
+                state.live_run,
+                state.newest_dispatched,
+            )
+            return state
+
+        def row(window: datetime) -> Any:
+            return row_of(store, namespace, window)
+
+        state = read()
+        assert state.live_run is None
+        assert state.newest_dispatched == Dispatched(second, row(second).claimed_at)
+        start(store, namespace, first)
+        state = read()
+        task = task_id_for(namespace, "a", first)
+        assert state.live_run == LiveRun(first, row(first).started_at, row(first).lease_until, task)
+        assert state.newest_dispatched == Dispatched(second, row(second).claimed_at)
+        start(store, namespace, second, worker="w2@host:2")
+        state = read()
+        assert state.newest_dispatched == Dispatched(
+            second, row(second).claimed_at, row(second).started_at
+        )
+        assert state.live_run is not None
+        assert state.live_run.window == second
+        assert state.live_run.task_id == task_id_for(namespace, "a", second)
+        finish(store, namespace, second, worker="w2@host:2")
+        finish(store, namespace, first)
+        assert read().live_run is None

@@ -5,8 +5,8 @@ same on all of them: every window's row is inserted with `bulk_create(ignore_con
 True)` (`ON CONFLICT DO NOTHING`, MySQL's `INSERT IGNORE`) under the unique key
 `(namespace, entry, window_at)`, and the rows this tick inserted are read back by this
 replica's id and the tick's instant. A tick costs the same few round trips however many
-entries are due. `claim_extra` (windows triggered or backfilled by hand) claims the same
-way, without the tick lock.
+entries are due. `write_windows` (windows triggered or backfilled by hand) writes the
+same way, without the tick lock.
 """
 
 from __future__ import annotations

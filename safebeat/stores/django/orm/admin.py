@@ -1,5 +1,5 @@
-"""The ORM store's reads and changes for operators: states, history, pauses, extra claims,
-entries added at run time."""
+"""The ORM store's reads and changes for operators: states, history, pauses, windows written
+by hand, entries added at run time."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from safebeat import records
+from safebeat.facts import WindowRow
 from safebeat.identity import Replica
-from safebeat.stores.administering import AdminAdapter, ClaimedRow
+from safebeat.stores.administering import AdminAdapter
 from safebeat.stores.decoding import DECODE_ERRORS, audit_record
 from safebeat.stores.django import vendors
 from safebeat.stores.django.orm.rows import HISTORY_COLUMNS, DjangoOrmRows, _record, one_by_one
 from safebeat.stores.django.setup import django_models
-from safebeat.stores.sql_common import audit_columns, replica_columns
+from safebeat.stores.sql_common import audit_columns, ids_in_order, replica_columns, window_rows
 
 #: The counter that moves with every change to the entries added at run time.
 RUNTIME_COUNTER = "runtime_entries"
@@ -121,52 +122,46 @@ class DjangoOrmAdmin(AdminAdapter, DjangoOrmRows):
             )
         return bool(deleted)
 
-    def _claim_extra(
-        self, namespace: str, claims: Sequence[records.NewClaim], replica: Replica, reason: str
-    ) -> list[ClaimedRow]:
+    def _write_windows(
+        self, namespace: str, rows: Sequence[WindowRow], replica: Replica
+    ) -> list[int | None]:
         m = django_models(self.alias)
-        self._check_lengths(namespace, [c.entry for c in claims])
+        self._check_lengths(namespace, [r.entry for r in rows])
         who = replica_columns(replica)
-        with self._write("claim windows") as connection:
+        columns = ("entry", "window_at", "status", "task_id", "task_name", "reason")
+        with self._write("write windows") as connection:
             now = vendors.clock(connection)
             dispatches = m.Dispatch.objects.using(self.alias)
             dispatches.bulk_create(
                 [
                     m.Dispatch(
                         namespace=namespace,
-                        entry=c.entry,
-                        window_at=c.window,
-                        status="claimed",
-                        task_id=c.task_id,
-                        task_name=c.task_name,
-                        reason=reason,
+                        **dict(zip(columns, row[:6], strict=True)),
+                        skipped_from=row[6],
+                        skipped_count=row[7],
                         claimed_at=now,
                         **who,
                     )
-                    for c in claims
+                    for row in window_rows(rows)
                 ],
                 ignore_conflicts=True,
                 batch_size=1000,
             )
             # The rows this call inserted, as a tick reads its own back: this replica's id
             # and this call's instant. A window that had a row keeps it and is not returned.
-            ours = {
-                (entry, window): (row_id, task_id)
-                for row_id, entry, window, task_id in dispatches.filter(
-                    namespace=namespace,
-                    status="claimed",
-                    claimed_at=now,
-                    replica=replica.id,
-                    reason=reason,
-                    entry__in=sorted({c.entry for c in claims}),
-                ).values_list("id", "entry", "window_at", "task_id")
-            }
-        inserted: list[ClaimedRow] = []
-        for c in claims:
-            found = ours.pop((c.entry, c.window), None)
-            if found is not None:
-                inserted.append((found[0], c.entry, c.window, found[1]))
-        return inserted
+            found = dispatches.filter(
+                namespace=namespace,
+                claimed_at=now,
+                replica=replica.id,
+                entry__in=sorted({r.entry for r in rows}),
+            ).values_list("id", "entry", "window_at", "task_id", "reason")
+            ours = {(e, w): (i, t, r) for i, e, w, t, r in found}
+        inserted = {
+            (r.entry, r.window): ours[r.entry, r.window][0]
+            for r in rows
+            if ours.get((r.entry, r.window), (None, None, None))[1:] == (r.task_id, r.reason)
+        }
+        return ids_in_order(rows, inserted)
 
     def save_runtime_entry(self, namespace: str, name: str, spec: str, *, replace: bool) -> bool:
         from django.db import IntegrityError, transaction  # noqa: PLC0415

@@ -16,10 +16,12 @@ from safebeat.records import (
 )
 from safebeat.stores.decoding import (
     DECODE_ERRORS,
+    STATE_COLUMNS,
     Unreadable,
     problem_of,
     record_of,
     state_of,
+    state_of_row,
     unconverted,
     unreadable_record,
     unreadable_state,
@@ -28,21 +30,6 @@ from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.django.setup import django_models
 
-#: The values of an EntryState, in its order (`running_since` is computed).
-STATE_COLUMNS = (
-    "name",
-    "anchor",
-    "defined_at",
-    "last_window",
-    "digest",
-    "schedule",
-    "running_since",
-    "paused",
-    "paused_until",
-    "pause_note",
-    "queued_since",
-)
-
 #: Whether the row holds an instant in the nullable instant columns: Django on SQLite reads
 #: text it cannot parse as None, so a row with a value there and None read is unreadable.
 #: The condition of the partial index safebeat_dispatch_dispatched, as its SQL says it.
@@ -50,6 +37,14 @@ DISPATCHED = f"status IN ('{Status.CLAIMED.value}', '{Status.SENT.value}')"
 
 HELD_COLUMNS = ("last_window_held", "paused_until_held")
 LOADED_COLUMNS = (*STATE_COLUMNS, *HELD_COLUMNS)
+#: What the entries' query reads: the entry's own columns, the ids of the rows its facts
+#: are read from (its live run, its newest dispatched window), and the held flags.
+FOUND_COLUMNS = (*STATE_COLUMNS[:9], "run_id", "dispatched_id", *HELD_COLUMNS)
+#: The columns of a dispatch row the facts are made of, and how many ids one query reads.
+FACT_COLUMNS = ("id", "window_at", "claimed_at", "started_at", "lease_until", "task_id")
+FACT_SLICE = 1000
+RUN_FACTS = ("window_at", "started_at", "lease_until", "task_id")
+DISPATCHED_FACTS = ("window_at", "claimed_at", "started_at")
 
 HISTORY_COLUMNS = (
     "id",
@@ -111,12 +106,24 @@ def _state(row: Sequence[Any]) -> EntryState:
             column = held.removesuffix("_held")
             if values.pop(held) and values[column] is None:
                 raise TypeError(f"its {column} holds a value Django cannot read as an instant")
-        return EntryState(**{**values, "paused": bool(values["paused"])})
+        return state_of_row((*row[:6], bool(values["paused"]), *row[7:16]))
 
     problem = unconverted(LOADED_COLUMNS, row)
     if problem is not None:
         return unreadable_state(str(row[0]), problem)
     return state_of(str(row[0]), decode)
+
+
+def _with_facts(found: Sequence[Any], facts: Mapping[int, Mapping[str, Any]]) -> tuple[Any, ...]:
+    """A row of `FOUND_COLUMNS` as one of `LOADED_COLUMNS`: its ids replaced by the fact
+    columns of their rows (None where the entry has no such row)."""
+    run, newest = facts.get(found[9], {}), facts.get(found[10], {})
+    return (
+        *found[:9],
+        *(run.get(column) for column in RUN_FACTS),
+        *(newest.get(column) for column in DISPATCHED_FACTS),
+        *found[11:],
+    )
 
 
 def _require_instants(values: Mapping[str, Any], *names: str) -> None:
@@ -155,59 +162,38 @@ class DjangoOrmRows(DjangoDatabase):
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
         from django.db.models import (  # noqa: PLC0415
             BooleanField,
-            Case,
-            DateTimeField,
             ExpressionWrapper,
-            F,
             OuterRef,
             Q,
             Subquery,
-            When,
         )
         from django.db.models.expressions import RawSQL  # noqa: PLC0415
         from django.db.models.functions import Now  # noqa: PLC0415
 
         m = django_models(self.alias)
-        running = (
-            m.Dispatch.objects.using(self.alias)
-            .filter(
-                namespace=OuterRef("namespace"),
-                entry=OuterRef("name"),
-                started_at__isnull=False,
-                finished_at__isnull=True,
-                lease_until__gt=Now(),
-            )
-            .order_by("-started_at")
-            .values("started_at")[:1]
+        # The facts of the entry's rows (safebeat.facts), found by id, then read by
+        # `_facts`: its newest run holding a live lease (the newest start of
+        # safebeat_dispatch_running), and its newest dispatched window, on SQLite one probe
+        # of safebeat_dispatch_dispatched past any number of newer skipped rows. That
+        # condition is written out, not `status__in`: SQLite matches a partial index only
+        # to literal values, never to bound parameters. (MySQL/MariaDB have no partial
+        # index: there the unique key is walked back past the skipped rows.) One probe each
+        # for an id, not one per column: a column each tripled what a tick read.
+        rows_of = m.Dispatch.objects.using(self.alias).filter(
+            namespace=OuterRef("namespace"), entry=OuterRef("name")
         )
-        # The newest dispatched window's claim time while no worker started it: on SQLite
-        # one probe of safebeat_dispatch_dispatched, past any number of newer skipped rows.
-        # Its condition is written out, not `status__in`: SQLite matches a partial index
-        # only to literal values, never to bound parameters. (MySQL/MariaDB have no
-        # partial index: there the unique key is walked back past the skipped rows.)
-        queued = (
-            m.Dispatch.objects.using(self.alias)
-            .filter(
-                RawSQL(DISPATCHED, (), output_field=BooleanField()),  # noqa: S611  # a constant
-                namespace=OuterRef("namespace"),
-                entry=OuterRef("name"),
-            )
-            .order_by("-window_at")
-            .annotate(
-                queued=Case(
-                    When(started_at__isnull=True, then=F("claimed_at")),
-                    default=None,
-                    output_field=DateTimeField(),
-                )
-            )
-            .values("queued")[:1]
-        )
+        running = rows_of.filter(
+            started_at__isnull=False, finished_at__isnull=True, lease_until__gt=Now()
+        ).order_by("-started_at")
+        dispatched = rows_of.filter(
+            RawSQL(DISPATCHED, (), output_field=BooleanField()),  # noqa: S611  # a constant
+        ).order_by("-window_at")
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
             rows = rows.filter(name__in=list(names))
         annotated = rows.annotate(
-            running_since=Subquery(running),
-            queued_since=Subquery(queued),
+            run_id=Subquery(running.values("id")[:1]),
+            dispatched_id=Subquery(dispatched.values("id")[:1]),
             **{
                 held: ExpressionWrapper(
                     Q(**{f"{held.removesuffix('_held')}__isnull": False}),
@@ -217,10 +203,28 @@ class DjangoOrmRows(DjangoDatabase):
             },
         )
         try:
-            found = list(annotated.values_list(*LOADED_COLUMNS))
+            found = list(annotated.values_list(*FOUND_COLUMNS))
         except DECODE_ERRORS:  # a row Django cannot convert: it alone is unreadable
-            found = list(one_by_one(annotated, "name", LOADED_COLUMNS))
-        return {values[0]: _state(values) for values in found}
+            found = list(one_by_one(annotated, "name", FOUND_COLUMNS))
+        facts = self._facts({i for values in found for i in values[9:11] if type(i) is int})
+        return {values[0]: _state(_with_facts(values, facts)) for values in found}
+
+    def _facts(self, ids: Collection[int]) -> dict[int, dict[str, Any]]:
+        """The fact columns (`FACT_COLUMNS`) of the dispatch rows `ids`, by id, a slice of
+        ids per query; a row Django cannot convert holds `Unreadable` values."""
+        m = django_models(self.alias)
+        ordered = sorted(ids)
+        facts: dict[int, dict[str, Any]] = {}
+        for start in range(0, len(ordered), FACT_SLICE):
+            query = m.Dispatch.objects.using(self.alias).filter(
+                id__in=ordered[start : start + FACT_SLICE]
+            )
+            try:
+                read = list(query.values_list(*FACT_COLUMNS))
+            except DECODE_ERRORS:  # a row Django cannot convert: its entry is unreadable
+                read = list(one_by_one(query, "id", FACT_COLUMNS))
+            facts.update((row[0], dict(zip(FACT_COLUMNS, row, strict=True))) for row in read)
+        return facts
 
     def _check_lengths(self, namespace: str, names: Sequence[str]) -> None:
         """MySQL keys are bounded varchars, and INSERT IGNORE would truncate: refuse instead."""
