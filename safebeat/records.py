@@ -12,6 +12,7 @@ import enum
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from safebeat.facts import Dispatched, LiveRun
 from safebeat.windows.overlap import queued_since, running_since
@@ -399,3 +400,31 @@ def _with_last_window(state: EntryState, window: datetime) -> EntryState:
         state.newest_dispatched,
         state.unreadable,
     )
+
+
+#: The rules 0.1.0 kept here, now in `safebeat.record_rules`: `from safebeat.records import
+#: decide_start` (and the others) still works, for code written against 0.1.0.
+_RULES_MOVED = frozenset(
+    {
+        "take_over_page",
+        "released_age",
+        "lease_alive",
+        "run_alive",
+        "unsent_and_stale",
+        "decide_start",
+        "pause_ends",
+        "fenced",
+        "fence",
+        "states_after",
+        "consecutive_failures",
+    }
+)
+
+if not TYPE_CHECKING:  # at run time only: the type checker points new code to record_rules
+
+    def __getattr__(name: str) -> object:
+        if name in _RULES_MOVED:
+            from safebeat import record_rules  # noqa: PLC0415 - record_rules imports this
+
+            return getattr(record_rules, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,6 +28,7 @@ from safebeat.app_schedule import Schedule
 from safebeat.config import Config, parse_duration
 from safebeat.crontab import crontab
 from safebeat.entries import Entry, compile_entry
+from safebeat.entries.compiling import within_limits
 from safebeat.entries.custom import class_name, stock_class
 from safebeat.errors import ConfigError, EntryError, shown
 from safebeat.limits import (
@@ -35,8 +36,6 @@ from safebeat.limits import (
     LimitError,
     check_depth,
     check_instant,
-    check_name,
-    check_task,
 )
 
 #: The keys of a stored definition.
@@ -153,12 +152,8 @@ def encode(
     """The stored text of one entry; raise EntryError naming `name` for what cannot be stored."""
     if not isinstance(task, str) or not task:
         raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
+    within_limits(name, task)
     try:
-        check_name(name)
-    except LimitError as exc:
-        raise EntryError(name, exc.unnamed) from None
-    try:
-        check_task(task)
         for what, data in (("args", args), ("kwargs", kwargs), ("options", options)):
             check_depth(data, f"'{what}'")
     except LimitError as exc:

@@ -88,16 +88,19 @@ class ClaimRounds:
         (`refused`), and the others' windows are claimed as usual.
         """
 
-        def one(part: Sequence[str], takeover: Container[str] | None) -> TickResult | None:
-            return self._one(
-                part,
-                planner,
-                reclaim=takeover,
-                reclaim_limit=reclaim_limit,
-                reclaim_page=reclaim_page,
-                started=started,
-                retry_after=retry_after,
+        def one(part: Sequence[str], defines: Container[str] | None) -> TickResult | None:
+            takeover = (
+                None
+                if defines is None
+                else Reclaim(
+                    defines,
+                    self._config.claim_timeout,
+                    reclaim_limit,
+                    reclaim_page,
+                    self._reclaim_after,
+                )
             )
+            return self._one(part, planner, takeover, started=started, retry_after=retry_after)
 
         try:
             whole = one(due, reclaim)
@@ -155,23 +158,14 @@ class ClaimRounds:
         self,
         due: Sequence[str],
         planner: Planner,
+        takeover: Reclaim | None,
         *,
-        reclaim: Container[str] | None,
-        reclaim_limit: int,
-        reclaim_page: int,
         started: float,
         retry_after: timedelta,
     ) -> TickResult | None:
-        """One store tick for `due` (see `run`)."""
+        """One store tick for `due`, taking over per `takeover` (see `run`)."""
         store, config = self._store(), self._config
         limit = config.lock_timeout.total_seconds()
-        takeover = (
-            None
-            if reclaim is None
-            else Reclaim(
-                reclaim, config.claim_timeout, reclaim_limit, reclaim_page, self._reclaim_after
-            )
-        )
         planned_once = False
 
         def planning(now: datetime, states: Mapping[str, EntryState]) -> Planned:

@@ -129,7 +129,7 @@ def compile_entry(
     task = raw.get("task")
     if not isinstance(task, str) or not task:
         raise EntryError(name, f"'task' must be a task name, got {shown(task)}")
-    _within_limits(name, task)
+    within_limits(name, task)
     args = raw.get("args") or ()
     if not isinstance(args, list | tuple):
         raise EntryError(name, f"'args' must be a list or tuple, got {type(args).__name__}")
@@ -180,7 +180,7 @@ def compile_entry(
     )
 
 
-def _within_limits(name: str, task: str) -> None:
+def within_limits(name: str, task: str) -> None:
     """Raise EntryError if the entry's name or task breaks a limit of `safebeat.limits`:
     what not every store could hold and read back. (Data nested too deep to serialise is
     refused by the digest, `entry_digest`, at no cost to the entries that are not.)"""

@@ -52,6 +52,15 @@ def sorted_keys(keys: Iterable[object]) -> list[object]:
     return sorted(keys, key=lambda key: (type(key).__name__, shown(key)))
 
 
+def unknown_keys(
+    name: str, where: str, unknown: Iterable[object], known: Iterable[str], note: str = ""
+) -> EntryError:
+    """The error of entry `name` for keys in `where` that are none of `known`."""
+    return EntryError(
+        name, f"unknown {where} key(s) {sorted_keys(unknown)}; known: {sorted(known)}{note}"
+    )
+
+
 def entry_policy(
     name: str, options: object, config: Config, app_timezone: tzinfo
 ) -> tuple[Policy, tzinfo]:
@@ -59,11 +68,7 @@ def entry_policy(
         raise EntryError(name, f"options['safebeat'] must be a dict, got {shown(options)}")
     unknown = set(options) - POLICY_KEYS
     if unknown:
-        raise EntryError(
-            name,
-            f"unknown options['safebeat'] key(s) {sorted_keys(unknown)}; "
-            f"known: {sorted(POLICY_KEYS)}",
-        )
+        raise unknown_keys(name, "options['safebeat']", unknown, POLICY_KEYS)
     try:
         misfire = parse_misfire(options["misfire"], "misfire") if "misfire" in options else None
         grace = (

@@ -4,7 +4,7 @@ registration would leave it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from safebeat.records import EntryState
 from safebeat.stores import Store, open_store
 from safebeat.testing import FakeClock
 from tests.integration.beat import tick_until
+from tests.schedule_changes import Counting, code_entries
 from tests.unit.test_scheduler import drain
 
 QUEUE = "q-runtime-change"
@@ -47,35 +48,9 @@ def make_app(store_url: str, namespace: str) -> Celery:
         result_expires=None,
         safebeat_url=store_url,
         safebeat_namespace=namespace,
-        beat_schedule={
-            f"code-{i}": {"task": "t.code", "schedule": 3600.0, "args": (i,)}
-            for i in range(CODE_ENTRIES)
-        },
+        beat_schedule=code_entries(CODE_ENTRIES),
     )
     return app
-
-
-class Counting:
-    """Definitions registered and states loaded through `store`."""
-
-    def __init__(self, store: Store) -> None:
-        self.registered: list[str] = []
-        self.loaded: list[str] = []
-        register, tick = store.register, store.tick
-
-        def counted_register(namespace: str, definitions: Sequence[Any], replica: Any) -> Any:
-            self.registered.extend(d.name for d in definitions)
-            return register(namespace, definitions, replica)
-
-        def counted_tick(namespace: str, names: Sequence[str], *args: Any, **kw: Any) -> Any:
-            self.loaded.extend(names)
-            return tick(namespace, names, *args, **kw)
-
-        store.register = counted_register  # type: ignore[method-assign]
-        store.tick = counted_tick  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.registered, self.loaded = [], []
 
 
 def sent(app: Celery, entry: str) -> list[dict[str, Any]]:
@@ -100,7 +75,7 @@ def test_one_runtime_entry_among_many_is_registered_planned_and_sent_alone(
 
         safebeat.schedules.add(app, "added", "t.run", 1, store=store)
         tick_until(scheduler, clock, lambda: "added" in scheduler.entries)
-        assert counting.registered == ["added"]
+        assert counting.registered == [["added"]]
         assert set(counting.loaded) == {"added"}
         received: list[dict[str, Any]] = []
         tick_until(scheduler, clock, lambda: bool(received.extend(sent(app, "added")) or received))
@@ -108,7 +83,7 @@ def test_one_runtime_entry_among_many_is_registered_planned_and_sent_alone(
         counting.reset()
         safebeat.schedules.update(app, "added", "t.run", 3, args=[2], store=store)
         tick_until(scheduler, clock, lambda: scheduler.entries["added"].args == (2,))
-        assert counting.registered == ["added"]
+        assert counting.registered == [["added"]]
         edited: list[dict[str, Any]] = []
 
         def two_new_windows() -> bool:

@@ -17,6 +17,7 @@ from safebeat.entries import compile_schedule
 from safebeat.errors import StoreUnavailable
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
+from tests.schedule_changes import Counting, code_entries
 from tests.unit.test_scheduler import START, drain, make_app, run, windows_sent
 
 QUEUE = "q-entry-changes"
@@ -57,36 +58,9 @@ def test_the_diff_names_added_redefined_and_removed_entries_only() -> None:
     assert not entry_changes(before, dict(before))
 
 
-class Counting:
-    """Definitions registered and states loaded on `store`, per call."""
-
-    def __init__(self, store: MemoryStore) -> None:
-        self.registered: list[list[str]] = []
-        self.loaded: list[str] = []
-        register, tick = store.register, store.tick
-
-        def counted_register(namespace: str, definitions: Sequence[Any], replica: Any) -> Any:
-            self.registered.append([d.name for d in definitions])
-            return register(namespace, definitions, replica)
-
-        def counted_tick(namespace: str, names: Sequence[str], *args: Any, **kw: Any) -> Any:
-            self.loaded.extend(names)
-            return tick(namespace, names, *args, **kw)
-
-        store.register = counted_register  # type: ignore[method-assign]
-        store.tick = counted_tick  # type: ignore[method-assign]
-
-    def reset(self) -> None:
-        self.registered, self.loaded = [], []
-
-
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock(START)
-
-
-def many(count: int) -> dict[str, Any]:
-    return {f"code-{i}": {"task": "t.code", "schedule": 3600.0} for i in range(count)}
 
 
 def test_adding_editing_and_removing_one_entry_registers_and_plans_that_one(
@@ -96,7 +70,7 @@ def test_adding_editing_and_removing_one_entry_registers_and_plans_that_one(
     planned, and is sent; edited (its arguments only), it alone is registered again, with
     no warning of a rolling deploy, and its later windows carry the new arguments; removed,
     nothing is registered, nothing planned, and it is sent no more."""
-    app = make_app(QUEUE, many(50))
+    app = make_app(QUEUE, code_entries(50))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     counting = Counting(store)
@@ -139,7 +113,7 @@ def test_a_rename_registers_the_new_name_and_plans_the_old_one_no_more(
 ) -> None:
     """Renaming (a remove and an add) registers only the new name; the old one is sent no
     more, the new one is."""
-    app = make_app(QUEUE, many(10))
+    app = make_app(QUEUE, code_entries(10))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     safebeat.schedules.add(app, "before", "t.run", 2, store=store)
@@ -161,7 +135,7 @@ def test_a_store_failure_while_registering_a_change_falls_back_to_registering_ev
 ) -> None:
     """If the store fails while a changed entry is registered, nothing is claimed until
     every entry is registered again (the start-up path), and the added entry is sent."""
-    app = make_app(QUEUE, many(20))
+    app = make_app(QUEUE, code_entries(20))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     run(scheduler, clock, 2)
@@ -192,7 +166,7 @@ def test_a_store_failure_while_registering_a_change_falls_back_to_registering_ev
 def test_an_entry_whose_state_vanished_is_registered_again_in_full(clock: FakeClock) -> None:
     """The safety net holds after a partial registration: a due entry the store lost is
     reported and every entry is registered again before the next claim."""
-    app = make_app(QUEUE, many(5))
+    app = make_app(QUEUE, code_entries(5))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     safebeat.schedules.add(app, "added", "t.run", 2, store=store)
@@ -211,7 +185,7 @@ def test_a_runtime_change_compiles_the_code_entries_again_only_if_their_items_ch
     """The code's entries are reused while their items are the same; with an item replaced
     in `beat_schedule`, the code is compiled again with the next change, and the replaced
     entry alone is registered, and sent."""
-    app = make_app(QUEUE, many(10))
+    app = make_app(QUEUE, code_entries(10))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     run(scheduler, clock, 2)
@@ -235,7 +209,7 @@ def test_a_replica_that_sees_an_edit_late_never_sends_a_window_twice(clock: Fake
     """Two replicas; one picks up an edit (new schedule, new arguments) at once, the other
     5 s later: every window is sent once, and after both saw it only the new schedule is
     sent, with the new arguments."""
-    app = make_app(QUEUE, many(5))
+    app = make_app(QUEUE, code_entries(5))
     store = MemoryStore(clock=clock.now)
     first, late = memory_scheduler(app, clock, store), memory_scheduler(app, clock, store)
     safebeat.schedules.add(app, "e", "t.run", 2, args=[1], store=store)
@@ -268,7 +242,7 @@ def test_a_change_made_while_the_store_is_down_is_registered_alone_once_it_is_ba
 ) -> None:
     """If the store fails when beat looks at the stored entries, beat backs off, keeps its
     registration, and once the store answers registers the added entry alone, and sends it."""
-    app = make_app(QUEUE, many(10))
+    app = make_app(QUEUE, code_entries(10))
     store = MemoryStore(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
     run(scheduler, clock, 2)

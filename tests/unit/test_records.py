@@ -222,3 +222,14 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
     plan = TickPlan(advances={"e": NOW})
     assert states_after({"e": state}, plan) == {"e": replace(state, last_window=NOW)}
     assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
+
+
+def test_the_rules_import_from_records_as_in_0_1_0() -> None:
+    """The pure rules moved to `safebeat.record_rules`; their 0.1.0 path still imports them."""
+    import safebeat.record_rules
+    import safebeat.records
+
+    for name in ("decide_start", "fenced", "states_after", "take_over_page"):
+        assert getattr(safebeat.records, name) is getattr(safebeat.record_rules, name)
+    with pytest.raises(AttributeError):
+        safebeat.records.no_such_rule  # noqa: B018

@@ -25,6 +25,7 @@ from celery import schedules
 
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry, describe
+from safebeat.entries.options import unknown_keys
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_instant
 from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
@@ -93,10 +94,12 @@ def compile_row(
         raise EntryError(name, f"headers['safebeat'] must be an object, got {policy!r}")
     unknown = set(policy) - _ROW_POLICY_KEYS
     if unknown:
-        raise EntryError(
+        raise unknown_keys(
             name,
-            f"unknown headers['safebeat'] key(s) {sorted(unknown)}; known: "
-            f"{sorted(_ROW_POLICY_KEYS)} (a crontab's time zone is its own field)",
+            "headers['safebeat']",
+            unknown,
+            _ROW_POLICY_KEYS,
+            " (a crontab's time zone is its own field)",
         )
     schedule, zone = _schedule(name, row)
     if zone is not None and row_time_zones:

@@ -144,28 +144,31 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def _migrate_leases(self, client: Client, prefix: str) -> None:
         """Once per namespace, in slices of entries: the leases of runs an earlier release
         started (before the take-over found dead runs through P:leases) go there."""
-        if client.exists(f"{prefix}:leases:migrated"):
-            return
-        names = sorted(client.hkeys(f"{prefix}:digest"))
-        for start in range(0, len(names), SLICE) or [0]:
-            last = int(start + SLICE >= len(names))
-            part = names[start : start + SLICE]
-            self._run("migrate_leases", [f"{prefix}:leases"], [prefix, last, *part])
+        done = f"{prefix}:leases:migrated"
+        self._in_slices(
+            client, prefix, "migrate_leases", [f"{prefix}:leases"], done=done, size=SLICE
+        )
 
     def _migrate_dispatched(self, client: Client, prefix: str) -> None:
         """Once per namespace, outside any tick: the claimed and sent rows an earlier
         release wrote go to P:dispatched:<entry>, where states read the newest dispatched
         window. Each script reads the whole history of `HISTORY_SLICE` entries, so slices
         are small."""
-        if client.exists(f"{prefix}:dispatched:migrated"):
+        done = f"{prefix}:dispatched:migrated"
+        self._in_slices(client, prefix, "migrate_dispatched", [done], done=done, size=HISTORY_SLICE)
+
+    def _in_slices(
+        self, client: Client, prefix: str, script: str, keys: list[str], *, done: str, size: int
+    ) -> None:
+        """Run the migration `script` over the namespace's entries, `size` at a time (the
+        last call told it is the last: it sets `done`), unless `done` is set already."""
+        if client.exists(done):
             return
         names = sorted(client.hkeys(f"{prefix}:digest"))
-        for start in range(0, len(names), HISTORY_SLICE) or [0]:
-            last = int(start + HISTORY_SLICE >= len(names))
-            part = names[start : start + HISTORY_SLICE]
-            self._run(
-                "migrate_dispatched", [f"{prefix}:dispatched:migrated"], [prefix, last, *part]
-            )
+        for start in range(0, len(names), size) or [0]:
+            last = int(start + size >= len(names))
+            part = names[start : start + size]
+            self._run(script, keys, [prefix, last, *part])
 
     def _tick(self, call: TickCall) -> TickResult | None:
         namespace, names, replica, reclaim = call.namespace, call.names, call.replica, call.reclaim

@@ -15,7 +15,6 @@ from safebeat.testing.stores.support import (
     LOOKALIKES,
     OTHER,
     REPLICA,
-    SECOND,
     StoreFactory,
     claim_plan,
     definitions,
@@ -276,8 +275,7 @@ class ClaimCases:
         again = store.register(namespace, definitions(*LOOKALIKES), OTHER)
         assert again.changed == {}
         assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
-        anchor = registration[LOOKALIKES[0]].anchor
-        window = anchor + SECOND
+        window = window_after(registration[LOOKALIKES[0]], 1)
         claims = [NewClaim(n, window, task_id_for(namespace, n, window), "t") for n in LOOKALIKES]
         plan = TickPlan(claims=claims, advances=dict.fromkeys(LOOKALIKES, window))
         result = store.tick(namespace, list(LOOKALIKES), lambda now, states: plan, replica=REPLICA)

@@ -16,6 +16,7 @@ from safebeat.testing.stores.support import (
     finish,
     race,
     registered,
+    retry_taken_over,
     row_of,
     start,
     window_after,
@@ -105,12 +106,7 @@ class ExecutionCases:
         and that delivery takes the run over. A late copy of the retry's message (an acks-late
         redelivery, a deferred copy) is deferred while the take-over lives, leaves the
         take-over's lease its own, and is a duplicate once the take-over finished."""
-        window = dispatched(store, namespace)
-        start(store, namespace, window)
-        finish(store, namespace, window, outcome=Outcome.RETRY)
-        died = start(store, namespace, window, worker="w2@host:2", retries=1, lease=timedelta(0))
-        assert died is Start.RUN
-        assert start(store, namespace, window, worker="w3@host:3") is Start.TAKEOVER
+        window = retry_taken_over(store, namespace)
         assert start(store, namespace, window, worker="w4@host:4", retries=1) is Start.DEFER
         takeover = LeasedRun("a", window, "w3@host:3", 0)
         assert store.renew_executions(namespace, [takeover], lease=HOUR) == 1
@@ -125,12 +121,7 @@ class ExecutionCases:
     ) -> None:
         """The take-over of a dead retry asks for a retry itself: the next attempt runs once,
         whether its own message or a late copy of the dead retry's comes first."""
-        window = dispatched(store, namespace)
-        start(store, namespace, window)
-        finish(store, namespace, window, outcome=Outcome.RETRY)
-        died = start(store, namespace, window, worker="w2@host:2", retries=1, lease=timedelta(0))
-        assert died is Start.RUN
-        assert start(store, namespace, window, worker="w3@host:3") is Start.TAKEOVER
+        window = retry_taken_over(store, namespace)
         finish(store, namespace, window, worker="w3@host:3", outcome=Outcome.RETRY)
         assert start(store, namespace, window, worker="w4@host:4", retries=1) is Start.RUN
         assert start(store, namespace, window, worker="w5@host:5", retries=1) is Start.DEFER

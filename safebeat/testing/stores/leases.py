@@ -18,6 +18,7 @@ from safebeat.testing.stores.support import (
     finish,
     row_of,
     start,
+    tick_and_read,
 )
 
 
@@ -31,10 +32,9 @@ class LeaseCases:
         window = dispatched(store, namespace)
 
         def running_since() -> datetime | None:
-            result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
-            assert result is not None
-            assert store.states(namespace)["a"].running_since == result.states["a"].running_since
-            return result.states["a"].running_since
+            ticked, read = tick_and_read(store, namespace)
+            assert read.running_since == ticked.running_since
+            return ticked.running_since
 
         assert running_since() is None
         start(store, namespace, window)
@@ -103,10 +103,9 @@ class LeaseCases:
         window = dispatched(store, namespace)
 
         def queued_since() -> datetime | None:
-            result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
-            assert result is not None
-            assert store.states(namespace)["a"].queued_since == result.states["a"].queued_since
-            return result.states["a"].queued_since
+            ticked, read = tick_and_read(store, namespace)
+            assert read.queued_since == ticked.queued_since
+            return ticked.queued_since
 
         claimed = row_of(store, namespace, window).claimed_at  # type: ignore[attr-defined]
         assert queued_since() == claimed

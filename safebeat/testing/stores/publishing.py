@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from safebeat.identity import task_id_for
-from safebeat.stores.base import Claim, LeasedRun, Reclaim, Start, Status, Store, TickPlan
+from safebeat.stores.base import Claim, LeasedRun, Start, Status, Store
 from safebeat.testing.stores.support import (
     HOUR,
     OTHER,
@@ -16,6 +16,7 @@ from safebeat.testing.stores.support import (
     registered,
     row_of,
     start,
+    take_over,
     window_after,
 )
 
@@ -42,15 +43,7 @@ class PublishCases:
         assert rows[first.window].sent_at is not None
         assert rows[second.window].status is Status.FAILED
         assert rows[second.window].error == "EncodeError: bad kwargs"
-        again = store.tick(
-            namespace,
-            ["a"],
-            lambda now, s: TickPlan(),
-            replica=OTHER,
-            reclaim=Reclaim(["a"], timedelta(0)),
-        )
-        assert again is not None
-        assert again.reclaimed == []
+        assert take_over(store, namespace, OTHER, timedelta(0)) == []
 
     def test_a_dead_run_is_claimed_again_once_and_its_delivery_takes_it_over(
         self, store: Store, namespace: str
@@ -74,15 +67,7 @@ class PublishCases:
         finish(store, namespace, done)
 
         def reclaimed() -> list[Claim]:
-            after = store.tick(
-                namespace,
-                ["a"],
-                lambda now, s: TickPlan(),
-                replica=OTHER,
-                reclaim=Reclaim(["a"], HOUR),
-            )
-            assert after is not None
-            return list(after.reclaimed)
+            return take_over(store, namespace, OTHER, HOUR)
 
         [taken] = reclaimed()
         assert (taken.window, taken.attempts) == (dead, 2)
@@ -114,15 +99,7 @@ class PublishCases:
         start(store, namespace, live, lease=HOUR)  # recording the publish failed: still claimed
 
         def reclaimed() -> list[datetime]:
-            after = store.tick(
-                namespace,
-                ["a"],
-                lambda now, s: TickPlan(),
-                replica=OTHER,
-                reclaim=Reclaim(["a"], timedelta(0)),
-            )
-            assert after is not None
-            return [claim.window for claim in after.reclaimed]
+            return [claim.window for claim in take_over(store, namespace, OTHER, timedelta(0))]
 
         assert reclaimed() == [never]
         row = row_of(store, namespace, live)

@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from safebeat.stores.base import Store
-from safebeat.testing.stores.support import (
-    REPLICA,
-    StoreFactory,
-    claim_plan,
-    definitions,
-    race,
-    registered,
-    window_after,
-)
+from safebeat.testing.stores.support import StoreFactory, claimed, race
 
 
 class RuntimeEntryCases:
@@ -47,11 +39,8 @@ class RuntimeEntryCases:
         """Deleting an entry added at run time keeps its registered state and its dispatch rows,
         so a window it decided is never claimed again if it is added back."""
         store.save_runtime_entry(namespace, "a", "{}", replace=False)
-        state = registered(store, namespace, definitions("a"), REPLICA)["a"]
-        window = window_after(state, 1)
-        store.tick(
-            namespace, ["a"], lambda now, s: claim_plan("a", namespace, window), replica=REPLICA
-        )
+        [claim] = claimed(store, namespace, "a", 1)
+        window = claim.window
         assert store.delete_runtime_entry(namespace, "a")
         assert "a" in store.states(namespace)
         assert [r.window for r in store.history(namespace, "a")] == [window]

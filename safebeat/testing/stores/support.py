@@ -161,16 +161,37 @@ def finish(
     store: Store,
     namespace: str,
     window: datetime,
+    outcome: Outcome = Outcome.SUCCESS,
     *,
     worker: str = "w1@host:1",
     retries: int = 0,
-    outcome: Outcome = Outcome.SUCCESS,
     runtime: timedelta = timedelta(seconds=1),
     detail: str | None = None,
 ) -> None:
     """Record the end of entry "a"'s execution of `window` (worker w1, first try, success)."""
     run = LeasedRun("a", window, worker, retries)
     store.finish_execution(namespace, run, RunEnd(outcome, runtime, detail))
+
+
+def retry_taken_over(store: Store, namespace: str) -> datetime:
+    """Dispatch entry "a"'s window; its run (w1) ends asking for a retry, the retry (w2,
+    retries 1) runs and dies at once, and beat's re-published delivery (w3, retries 0)
+    takes it over. The window."""
+    window = dispatched(store, namespace)
+    start(store, namespace, window)
+    finish(store, namespace, window, outcome=Outcome.RETRY)
+    died = start(store, namespace, window, worker="w2@host:2", retries=1, lease=timedelta(0))
+    assert died is Start.RUN
+    assert start(store, namespace, window, worker="w3@host:3") is Start.TAKEOVER
+    return window
+
+
+def tick_and_read(store: Store, namespace: str) -> tuple[EntryState, EntryState]:
+    """Entry "a"'s state as a tick of REPLICA that plans nothing sees it, and as `states`
+    reads it afterwards."""
+    result = store.tick(namespace, ["a"], lambda now, s: TickPlan(), replica=REPLICA)
+    assert result is not None
+    return result.states["a"], store.states(namespace)["a"]
 
 
 def row_of(store: Store, namespace: str, window: datetime) -> object:
