@@ -6,6 +6,7 @@ Everything the tests create on a server they did not start carries the run's tag
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Iterator
 
@@ -64,6 +65,21 @@ def _celery_current_app() -> Iterator[None]:
     yield
     _state._tls.current_app = current
     _state.set_default_app(default)
+
+
+@pytest.fixture(autouse=True)
+def _root_logger() -> Iterator[None]:
+    """Every test ends with the root logger's level and handlers it started with.
+
+    Celery's `start_worker` sets up logging for its worker: the root logger at ERROR with a
+    handler of its own. Left so, every later test in the process that reads a warning
+    from `caplog` read nothing.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    yield
+    root.setLevel(level)
+    root.handlers[:] = handlers
 
 
 @pytest.fixture(scope="session")
