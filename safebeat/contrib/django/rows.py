@@ -19,16 +19,20 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from celery import schedules
 
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry, describe
+from safebeat.entries.compiling import Timings
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_instant
 from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
 
+#: A JSON string, as `json.dumps` writes it.
+_quoted = json.encoder.encode_basestring_ascii
 #: The values of a row that decide its entry (`crontab_tz` is the raw time zone text).
 ROW_FIELDS = (
     "id",
@@ -61,8 +65,28 @@ ROW_FIELDS = (
     "solar__longitude",
     "clocked__clocked_time",
 )
+#: The values of a row that decide its schedule (`_schedule`), as one tuple.
+_schedule_key = itemgetter(
+    *(f for f in ROW_FIELDS if f.startswith(("interval__", "crontab", "solar__", "clocked__")))
+)
+#: JSON texts most rows hold, read without the parser (a new object each time).
+_EMPTY = {"{}": dict, "[]": list}
 _PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 _ROW_POLICY_KEYS = frozenset({"misfire", "grace", "catchup_limit", "overlap"})
+
+
+class RowCache:
+    """What one read of many rows works out once and its rows share: each distinct
+    schedule's Celery object, each timing (`safebeat.entries.compile_entry`'s), and
+    whether each crontab rule still matches. Rows of one schedule then compile their
+    own fields only. For one read: `now` is the read's."""
+
+    __slots__ = ("matches", "schedules", "timings")
+
+    def __init__(self) -> None:
+        self.schedules: dict[tuple[Any, ...], tuple[object, str | None]] = {}
+        self.timings: Timings = {}
+        self.matches: dict[int, tuple[CrontabRule, bool]] = {}
 
 
 def compile_row(
@@ -72,12 +96,13 @@ def compile_row(
     config: Config,
     now: datetime,
     row_time_zones: bool = True,
+    cache: RowCache | None = None,
 ) -> Entry:
     """Compile one enabled row into an entry; raise EntryError naming the row.
 
     `now` is when the row is read (to tell a crontab that can never match).
     `row_time_zones` False ignores crontab time zones, as django-celery-beat does with
-    `DJANGO_CELERY_BEAT_TZ_AWARE = False`.
+    `DJANGO_CELERY_BEAT_TZ_AWARE = False`. `cache`: shared by the rows of one read.
     """
     name = str(row["name"])
     task = row["task"]
@@ -98,7 +123,7 @@ def compile_row(
             f"unknown headers['safebeat'] key(s) {sorted(unknown)}; known: "
             f"{sorted(_ROW_POLICY_KEYS)} (a crontab's time zone is its own field)",
         )
-    schedule, zone = _schedule(name, row)
+    schedule, zone = _known_schedule(name, row, cache)
     if zone is not None and row_time_zones:
         policy["timezone"] = zone
     options: dict[str, Any] = {"safebeat": policy}
@@ -118,11 +143,15 @@ def compile_row(
         "kwargs": _json(name, "kwargs", row["kwargs"] or "{}", dict),
         "options": options,
     }
-    entry = compile_entry(name, item, app_timezone=app.timezone, config=config)
-    return _with_row_fields(entry, row, now)
+    timings = None if cache is None else cache.timings
+    entry = compile_entry(name, item, app_timezone=app.timezone, config=config, timings=timings)
+    return _with_row_fields(entry, row, now, cache)
 
 
 def _json(name: str, field: str, text: str, kind: type) -> Any:
+    empty = _EMPTY.get(text)
+    if empty is kind:
+        return empty()
     try:
         value = json.loads(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
@@ -131,6 +160,19 @@ def _json(name: str, field: str, text: str, kind: type) -> Any:
         expected = "a JSON array" if kind is list else "a JSON object"
         raise EntryError(name, f"{field} must be {expected}, got {text[:80]!r}")
     return value
+
+
+def _known_schedule(
+    name: str, row: Mapping[str, Any], cache: RowCache | None
+) -> tuple[object, str | None]:
+    """The row's schedule, the one object for every row of the same schedule in `cache`."""
+    if cache is None:
+        return _schedule(name, row)
+    key = _schedule_key(row)
+    known = cache.schedules.get(key)
+    if known is None:
+        known = cache.schedules[key] = _schedule(name, row)
+    return known
 
 
 def _schedule(name: str, row: Mapping[str, Any]) -> tuple[object, str | None]:
@@ -167,7 +209,18 @@ def _schedule(name: str, row: Mapping[str, Any]) -> tuple[object, str | None]:
     raise EntryError(name, "no schedule: set one of interval, crontab, solar or clocked")
 
 
-def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Entry:
+def _never_matches(rule: CrontabRule, now: datetime, cache: RowCache | None) -> bool:
+    if cache is None:
+        return next_window(rule, now) is None
+    known = cache.matches.get(id(rule))  # rules are shared: one per distinct crontab
+    if known is None:
+        known = cache.matches[id(rule)] = (rule, next_window(rule, now) is None)
+    return known[1]
+
+
+def _with_row_fields(
+    entry: Entry, row: Mapping[str, Any], now: datetime, cache: RowCache | None
+) -> Entry:
     """Apply start_time, the re-enable rule and one_off to a compiled entry."""
     rule = entry.rule
     start_time: datetime | None = row["start_time"]
@@ -178,7 +231,7 @@ def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Ent
             raise EntryError(entry.name, str(exc)) from None
     if isinstance(rule, IntervalRule) and start_time is not None:
         rule = IntervalRule(rule.every, anchor=start_time)
-    if isinstance(rule, CrontabRule) and next_window(rule, now) is None:
+    if isinstance(rule, CrontabRule) and _never_matches(rule, now, cache):
         raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
     # Windows missed before the row's last edit (a re-enable, say) are not caught up,
     # as with django-celery-beat's own scheduler; windows after it are the row's. A
@@ -186,10 +239,18 @@ def _with_row_fields(entry: Entry, row: Mapping[str, Any], now: datetime) -> Ent
     # before the edit that saved it.
     changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
     not_before = max((f for f in (start_time, changed) if f is not None), default=None)
-    extra = {"not_before": str(not_before), "one_off": bool(row["one_off"])}
-    digest = hashlib.sha256(
-        json.dumps([entry.digest, describe(rule), extra], sort_keys=True).encode()
-    ).hexdigest()[:16]
-    return replace(
-        entry, rule=rule, schedule_text=describe(rule), digest=digest, not_before=not_before
+    text = entry.schedule_text if rule is entry.rule else describe(rule)
+    digest = row_digest(entry.digest, text, not_before, bool(row["one_off"]))
+    return replace(entry, rule=rule, schedule_text=text, digest=digest, not_before=not_before)
+
+
+def row_digest(digest: str, text: str, not_before: datetime | None, one_off: bool) -> str:
+    """The digest of a row's entry: its item's, with the row's own fields. The text is
+    `json.dumps([digest, text, {"not_before": str(not_before), "one_off": one_off}],
+    sort_keys=True)`, written out (a test holds the two equal): it was made that way
+    first, and a digest that changed would register every row again."""
+    extra = (
+        f'{{"not_before": {_quoted(str(not_before))}, "one_off": {"true" if one_off else "false"}}}'
     )
+    payload = f"[{_quoted(digest)}, {_quoted(text)}, {extra}]"
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
