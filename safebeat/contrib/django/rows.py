@@ -13,13 +13,13 @@ per-entry policy sits in the row's headers, under `"safebeat"`, exactly as in
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from celery import schedules
@@ -68,6 +68,12 @@ ROW_FIELDS = (
 #: The values of a row that decide its schedule (`_schedule`), as one tuple.
 _schedule_key = itemgetter(
     *(f for f in ROW_FIELDS if f.startswith(("interval__", "crontab", "solar__", "clocked__")))
+)
+#: An entry's fields in order, and where `_with_row_fields` sets its own.
+_ENTRY_FIELDS = tuple(field.name for field in dataclasses.fields(Entry))
+_entry_fields = attrgetter(*_ENTRY_FIELDS)
+_RULE, _TEXT, _DIGEST, _NOT_BEFORE = map(
+    _ENTRY_FIELDS.index, ("rule", "schedule_text", "digest", "not_before")
 )
 #: JSON texts most rows hold, read without the parser (a new object each time).
 _EMPTY = {"{}": dict, "[]": list}
@@ -241,7 +247,14 @@ def _with_row_fields(
     not_before = max((f for f in (start_time, changed) if f is not None), default=None)
     text = entry.schedule_text if rule is entry.rule else describe(rule)
     digest = row_digest(entry.digest, text, not_before, bool(row["one_off"]))
-    return replace(entry, rule=rule, schedule_text=text, digest=digest, not_before=not_before)
+    fields = list(_entry_fields(entry))  # `dataclasses.replace`, in a fraction of its time
+    fields[_RULE], fields[_TEXT], fields[_DIGEST], fields[_NOT_BEFORE] = (
+        rule,
+        text,
+        digest,
+        not_before,
+    )
+    return Entry(*fields)
 
 
 def row_digest(digest: str, text: str, not_before: datetime | None, one_off: bool) -> str:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from safebeat.config import Config
 from safebeat.contrib.django.rows import ROW_FIELDS, RowCache, compile_row
@@ -47,9 +46,9 @@ FETCH_CHUNK = 500
 READ_CHUNK = 2_000
 
 
-@dataclass(frozen=True)
-class Row:
-    """What the source knows of one row: its name, and its entry, error, or neither."""
+class Row(NamedTuple):
+    """What the source knows of one row: its name, and its entry, error, or neither (a
+    tuple: one of 100,000 is made in a fraction of a frozen dataclass's time)."""
 
     name: str
     stamp: tuple[Any, ...]
