@@ -4,7 +4,8 @@ Every tick reads one value, `PeriodicTasks.last_update`, the marker django-celer
 moves whenever a `PeriodicTask` or a schedule is saved or deleted (admin, `save()`,
 `PeriodicTasks.update_changed()`). Only when it moved does the source list the rows'
 change stamps (`date_changed`, `enabled`, which schedule) and the schedules' values, and
-load and compile the rows whose stamp differs from the one it compiled. Edits made with
+load and compile the rows whose stamp differs from the one it compiled: by key when they
+are few, else (and at the first load) in one read of every row. Edits made with
 `QuerySet.update()` move no marker; call `PeriodicTasks.update_changed()` after them, as
 django-celery-beat asks too.
 """
