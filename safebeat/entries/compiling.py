@@ -242,7 +242,7 @@ def _plain(value: object) -> object:
         return (dict, tuple(sorted(items)))
     if isinstance(value, list | tuple):
         known_items = tuple(_plain(item) for item in value)
-        return None if None in known_items else (list, known_items)
+        return None if None in known_items else (type(value), known_items)
     if value is None or type(value) in _PLAIN:
         return (type(value), value)
     return None
