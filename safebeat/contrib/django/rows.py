@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from decimal import Decimal
 from operator import attrgetter, itemgetter
 from typing import Any
@@ -87,12 +87,22 @@ class RowCache:
     whether each crontab rule still matches. Rows of one schedule then compile their
     own fields only. For one read: `now` is the read's."""
 
-    __slots__ = ("matches", "schedules", "timings")
+    __slots__ = ("app", "matches", "schedules", "timings")
 
     def __init__(self) -> None:
         self.schedules: dict[tuple[Any, ...], tuple[object, str | None]] = {}
         self.timings: Timings = {}
         self.matches: dict[int, tuple[CrontabRule, bool]] = {}
+        self.app: tuple[Any, tzinfo] | None = None  # the app's tasks and time zone
+
+
+def _app_parts(app: Any, cache: RowCache | None) -> tuple[Any, tzinfo]:
+    """The app's task registry and time zone (two properties, read once per read)."""
+    if cache is None:
+        return app.tasks, app.timezone
+    if cache.app is None:
+        cache.app = (app.tasks, app.timezone)
+    return cache.app
 
 
 def compile_row(
@@ -112,7 +122,8 @@ def compile_row(
     """
     name = str(row["name"])
     task = row["task"]
-    if task not in app.tasks:
+    tasks, app_timezone = _app_parts(app, cache)
+    if task not in tasks:
         raise EntryError(
             name,
             f"unknown task {task!r}: beat does not know it (a typo, or its module is not "
@@ -150,7 +161,7 @@ def compile_row(
         "options": options,
     }
     timings = None if cache is None else cache.timings
-    entry = compile_entry(name, item, app_timezone=app.timezone, config=config, timings=timings)
+    entry = compile_entry(name, item, app_timezone=app_timezone, config=config, timings=timings)
     return _with_row_fields(entry, row, now, cache)
 
 
