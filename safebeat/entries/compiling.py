@@ -46,12 +46,14 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 #: Schedules equal by value (`3600.0`, `timedelta(hours=1)`) give equal timings; any other
 #: schedule object is known by its identity.
 _BY_VALUE = frozenset({int, float, str, timedelta})
+#: The types of plain data a timing may be looked up by (see `_plain`).
+_PLAIN = frozenset({str, int, float, bool})
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
     """When an entry's windows fall: what its schedule and safebeat options compile to,
-    the same for every entry of one schedule object and no safebeat option."""
+    the same for every entry of one schedule object and the same safebeat options."""
 
     rule: Rule
     policy: Policy  # with its calendar, without a jitter (the jitter is the entry's own)
@@ -85,7 +87,7 @@ def compile_schedule(
     beat_schedule: Mapping[str, Any], *, app_timezone: tzinfo, config: Config
 ) -> tuple[dict[str, Entry], dict[str, EntryError]]:
     """Compile every entry; return (good entries, errors of the bad ones) by name. Entries
-    with one schedule and no safebeat option compile their timing once."""
+    with one schedule and the same plain safebeat options compile their timing once."""
     entries: dict[str, Entry] = {}
     errors: dict[str, EntryError] = {}
     timings: Timings = {}
@@ -203,20 +205,47 @@ def _known_timing(
     *,
     timings: Timings | None,
 ) -> Timing:
-    """Entry `name`'s timing: one in `timings` if an entry of the same schedule (and no
-    safebeat option) compiled it already, else compiled here (and added to `timings`)."""
+    """Entry `name`'s timing: one in `timings` if an entry of the same schedule and the
+    same plain safebeat options compiled it already, else compiled here (and added to
+    `timings`)."""
     schedule, relative = raw["schedule"], raw.get("relative")
-    if timings is None or options or not (relative is None or isinstance(relative, bool)):
+    settings = _plain(options) if options else ()
+    if timings is None or settings is None or not (relative is None or isinstance(relative, bool)):
         return _timing(name, raw, options, app_timezone, config)
     # By value for a plain value; else by identity, valid while the object lives (the
     # `timings` hold it).
-    key = (type(schedule), schedule if type(schedule) in _BY_VALUE else id(schedule), relative)
+    key = (
+        type(schedule),
+        schedule if type(schedule) in _BY_VALUE else id(schedule),
+        relative,
+        settings,
+    )
     known = timings.get(key)
     if known is None:
         timing = _timing(name, raw, options, app_timezone, config)
         timings[key] = (schedule, timing)
         return timing
     return known[1]
+
+
+def _plain(value: object) -> object:
+    """`value` as a key, when it is made of plain data (text, numbers, lists and dicts of
+    them: a django-celery-beat row's safebeat headers, say), each value with its type so
+    that `1` and `True` differ; None for anything else (its timing is compiled alone)."""
+    if isinstance(value, Mapping):
+        items = []
+        for key, item in value.items():
+            known = _plain(item)
+            if known is None or not isinstance(key, str):
+                return None
+            items.append((key, known))
+        return (dict, tuple(sorted(items)))
+    if isinstance(value, list | tuple):
+        known_items = tuple(_plain(item) for item in value)
+        return None if None in known_items else (type(value), known_items)
+    if value is None or type(value) in _PLAIN:
+        return (type(value), value)
+    return None
 
 
 def _timing(

@@ -7,6 +7,7 @@ kombu's memory broker, so every window can be counted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -201,6 +202,78 @@ def test_a_row_added_edited_or_deleted_is_the_only_one_registered_and_planned(
     assert registered == []
     assert "added" not in beat.entries
     assert not [m for m in drain(app) if m["safebeat_entry"] == "added"]
+
+
+def test_a_schedule_many_rows_share_edited_compiles_those_rows_from_one_read(
+    beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More changed rows than a load reads by primary key: it reads every row once, and
+    compiles again only the changed ones; a row deleted meanwhile is gone."""
+    from django_celery_beat.models import IntervalSchedule
+
+    from safebeat.contrib.django import source
+
+    monkeypatch.setattr(source, "FETCH_ALL", 2)
+    monkeypatch.setattr(source, "FETCH_CHUNK", 2)  # several IN lists for the schedules
+    shared = IntervalSchedule.objects.create(every=10, period="seconds")
+    for i in range(5):
+        interval_task(f"shared-{i}", 10)
+    rows = {i: interval_task(f"own-{i}", 7 + i) for i in range(3)}
+    beat = scheduler(app, clock, MemoryStore(clock=clock.now))
+    run([beat], clock, 1)
+    assert beat.entries["shared-0"].schedule_text == "every 10s"
+    kept = beat.entries["own-0"]
+    shared.every = 4
+    shared.save()  # moves the marker: five rows changed, by their schedule's values
+    rows[1].delete()
+    run([beat], clock, 1)
+    assert {beat.entries[f"shared-{i}"].schedule_text for i in range(5)} == {"every 4s"}
+    assert beat.entries["own-0"] is kept
+    assert "own-1" not in beat.entries
+    assert beat.entries["own-2"].schedule_text == "every 9s"
+
+
+def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """Rows sharing schedules and headers share their compiled parts (`RowCache`); each
+    entry is still the one its row compiles to alone, digest included."""
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    from safebeat.config import config_from_app
+    from safebeat.contrib.django.rows import compile_row, row_digest
+    from safebeat.contrib.django.source import PeriodicTaskSource
+
+    tokyo = CrontabSchedule.objects.create(minute="5", hour="*", timezone="Asia/Tokyo")
+    policy = json.dumps({"safebeat": {"misfire": "skip"}, "tenant": "acme"})
+    for i in range(3):
+        PeriodicTask.objects.create(
+            name=f"tokyo-{i}", task="billing.charge", crontab=tokyo, args=f"[{i}]", headers=policy
+        )
+        interval_task(f"hourly-{i}", 3600, kwargs=json.dumps({"n": i}), queue="q" if i else "")
+    interval_task("late", 60, start_time=clock.now() + timedelta(hours=1))
+    config = config_from_app(app)
+    source = PeriodicTaskSource(app, config, clock.now)
+    compiled = {row.name: row.entry for row in source.load()}
+    assert len(compiled) == 7
+    from django.db.models import F, TextField
+    from django.db.models.functions import Cast
+
+    from safebeat.contrib.django.rows import ROW_FIELDS
+
+    for values in PeriodicTask.objects.annotate(
+        crontab_tz=Cast(F("crontab__timezone"), TextField())
+    ).values(*ROW_FIELDS):
+        alone = compile_row(values, app=app, config=config, now=clock.now())
+        assert compiled[values["name"]] == alone
+    assert compiled["tokyo-0"].rule is compiled["tokyo-2"].rule
+    not_before = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
+    for when, one_off in ((None, False), (not_before, True)):
+        text = 'crontab 5 * * * * in Asia/Tokyo "é'
+        payload = [compiled["tokyo-0"].digest, text, {"not_before": str(when), "one_off": one_off}]
+        written = json.dumps(payload, sort_keys=True).encode()
+        expected = hashlib.sha256(written).hexdigest()[:16]
+        assert row_digest(compiled["tokyo-0"].digest, text, when, one_off) == expected
 
 
 def test_runs_are_written_back_without_overwriting_admin_edits(

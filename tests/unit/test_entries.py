@@ -254,8 +254,8 @@ def test_a_schedule_compiles_each_timing_once_and_every_entry_as_if_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """1,000,000 entries on a few schedules: the rule, policy and text of a schedule (one
-    object, or one plain value) with no safebeat option are worked out once, and every
-    entry is the one `compile_entry` gives for it alone."""
+    object, or one plain value) with the same plain safebeat options (or none) are worked
+    out once, and every entry is the one `compile_entry` gives for it alone."""
     rules: list[object] = []
     compile_rule = entries_module.compile_rule
 
@@ -277,10 +277,25 @@ def test_a_schedule_compiles_each_timing_once_and_every_entry_as_if_alone(
         "i": {"task": "t", "schedule": hourly, "options": {"safebeat": {"timezone": "Asia/Tokyo"}}},
         "j": {"task": "t", "schedule": crontab(minute=0)},  # equal, another object
         "k": {"task": "t", "schedule": hourly, "relative": "yes"},  # an error, not a timing
+        # the same plain safebeat options as i: i's timing (django-celery-beat's crontab rows)
+        "l": {"task": "u", "schedule": hourly, "options": {"safebeat": {"timezone": "Asia/Tokyo"}}},
+        "m": {"task": "t", "schedule": hourly, "options": {"safebeat": {"grace": 1}}},
+        "n": {"task": "t", "schedule": hourly, "options": {"safebeat": {"grace": True}}},  # not 1
+        # not plain data: compiled alone
+        "o": {
+            "task": "t",
+            "schedule": hourly,
+            "options": {"safebeat": {"grace": timedelta(seconds=5)}},
+        },
+        "p": {
+            "task": "t",
+            "schedule": hourly,
+            "options": {"safebeat": {"grace": timedelta(seconds=5)}},
+        },
     }
     entries, errors = compile_schedule(schedule, app_timezone=UTC, config=CONFIG)
-    assert set(errors) == {"k"}
-    assert len(rules) == 8  # a+b, c, d, e, f+g, h, i, j, and none for k
+    assert set(errors) == {"k", "n"}
+    assert len(rules) == 11  # a+b, c, d, e, f+g, h, i+l, j, m, o, p; none for k and n
     for name, entry in entries.items():
         assert entry == compile_entry(name, schedule[name], app_timezone=UTC, config=CONFIG)
     assert entries["h"].policy.jitter is not None

@@ -4,7 +4,8 @@ Every tick reads one value, `PeriodicTasks.last_update`, the marker django-celer
 moves whenever a `PeriodicTask` or a schedule is saved or deleted (admin, `save()`,
 `PeriodicTasks.update_changed()`). Only when it moved does the source list the rows'
 change stamps (`date_changed`, `enabled`, which schedule) and the schedules' values, and
-load and compile the rows whose stamp differs from the one it compiled. Edits made with
+load and compile the rows whose stamp differs from the one it compiled: by key when they
+are few, else (and at the first load) in one read of every row. Edits made with
 `QuerySet.update()` move no marker; call `PeriodicTasks.update_changed()` after them, as
 django-celery-beat asks too.
 """
@@ -12,13 +13,12 @@ django-celery-beat asks too.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 from safebeat.config import Config
-from safebeat.contrib.django.rows import ROW_FIELDS, compile_row
+from safebeat.contrib.django.rows import ROW_FIELDS, RowCache, compile_row
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 
@@ -34,9 +34,22 @@ _SCHEDULES = {
 }
 
 
-@dataclass(frozen=True)
-class Row:
-    """What the source knows of one row: its name, and its entry, error, or neither."""
+#: The names `_stamp` reads a row's schedule values by (the fields of `_SCHEDULES`).
+_ROW_SCHEDULES = {
+    kind: tuple("crontab_tz" if field == "tz" else f"{kind}__{field}" for field in fields)
+    for kind, fields in _SCHEDULES.items()
+}
+#: Rows a load compiles again one by one at most (`IN` lists of `FETCH_CHUNK`); more, and
+#: it reads every row, as at the first load.
+FETCH_ALL = 2_000
+FETCH_CHUNK = 500
+#: Rows fetched at a time when every row is read.
+READ_CHUNK = 2_000
+
+
+class Row(NamedTuple):
+    """What the source knows of one row: its name, and its entry, error, or neither (a
+    tuple: one of 100,000 is made in a fraction of a frozen dataclass's time)."""
 
     name: str
     stamp: tuple[Any, ...]
@@ -69,8 +82,13 @@ class PeriodicTaskSource:
 
         marker = PeriodicTasks.objects.filter(ident=1).values_list("last_update", flat=True)
         self._marker = marker.first()  # read first: a change during the load shows next time
+        if not self._rows:  # nothing to compare with: every row in one read
+            self._compile(_values(PeriodicTask.objects.all()), everything=True)
+            return self._known()
         listing = list(
-            PeriodicTask.objects.values_list("pk", "date_changed", "enabled", *_foreign_keys())
+            PeriodicTask.objects.annotate(changed=_text("date_changed")).values_list(
+                "pk", "changed", "enabled", *_foreign_keys()
+            )
         )
         schedules = self._schedule_values(listing)
         stamps = {
@@ -78,71 +96,84 @@ class PeriodicTaskSource:
             for pk, changed_at, enabled, *fks in listing
         }
         stale = [
-            pk for pk, stamp in stamps.items() if self._rows.get(pk, Row("", ())).stamp != stamp
+            pk
+            for pk, stamp in stamps.items()
+            if (row := self._rows.get(pk)) is None or row.stamp != stamp
         ]
         self._rows = {pk: row for pk, row in self._rows.items() if pk in stamps}
-        if stale:
-            self._compile(PeriodicTask, stale, stamps)
+        if len(stale) > FETCH_ALL:  # many rows (a shared schedule edited): read them all
+            self._compile(_values(PeriodicTask.objects.all()), everything=True)
+        else:
+            for chunk in _chunks(stale):
+                self._compile(_values(PeriodicTask.objects.filter(pk__in=chunk)))
+        return self._known()
+
+    def _known(self) -> list[Row]:
         return [row for row in self._rows.values() if row.entry or row.error]
 
     def _schedule_values(
         self, listing: list[tuple[Any, ...]]
     ) -> dict[tuple[str, int], tuple[Any, ...]]:
-        from django.db.models import F, TextField  # noqa: PLC0415
-        from django.db.models.functions import Cast  # noqa: PLC0415
         from django_celery_beat import models  # noqa: PLC0415
 
         values: dict[tuple[str, int], tuple[Any, ...]] = {}
         for index, (kind, fields) in enumerate(_SCHEDULES.items()):
-            ids = {row[3 + index] for row in listing if row[3 + index] is not None}
-            if not ids:
-                continue
+            ids = sorted({row[3 + index] for row in listing if row[3 + index] is not None})
             model = getattr(models, f"{kind.capitalize()}Schedule")
-            rows = model.objects.filter(pk__in=ids)
-            if kind == "crontab":
-                rows = rows.annotate(tz=Cast(F("timezone"), TextField()))
-            for pk, *fields_values in rows.values_list("pk", *fields):
-                values[(kind, pk)] = tuple(fields_values)
+            for chunk in _chunks(ids):
+                rows = model.objects.filter(pk__in=chunk)
+                if kind == "crontab":
+                    rows = rows.annotate(tz=_text("timezone"))
+                for pk, *fields_values in rows.values_list("pk", *fields):
+                    values[(kind, pk)] = tuple(fields_values)
         return values
 
-    def _compile(self, model: Any, pks: list[int], stamps: dict[int, tuple[Any, ...]]) -> None:
-        from django.db.models import F, TextField  # noqa: PLC0415
-        from django.db.models.functions import Cast  # noqa: PLC0415
-
+    def _compile(self, rows: Iterable[dict[str, Any]], *, everything: bool = False) -> None:
+        """Compile the rows read whose stamp is not the one compiled; with `everything`,
+        `rows` are all the rows, and a row not among them is gone."""
         now = self._clock()
-        rows = (
-            model.objects.filter(pk__in=pks)
-            .annotate(crontab_tz=Cast(F("crontab__timezone"), TextField()))
-            .values(*ROW_FIELDS)
-        )
         tz_aware = _tz_aware()
+        cache = RowCache()
+        known, self._rows = self._rows, {} if everything else self._rows
         for values in rows:
-            pk, name = values["id"], str(values["name"])
-            row = Row(name, stamps[pk])
-            if values["enabled"] and not (values["one_off"] and values["total_run_count"]):
-                try:
-                    entry = compile_row(
-                        values, app=self.app, config=self.config, now=now, row_time_zones=tz_aware
-                    )
-                except EntryError as error:
-                    row = Row(name, stamps[pk], error=error)
-                except Exception as exc:  # noqa: BLE001 - one row's surprise must not stop the rest
-                    detail = " ".join(str(exc).split())
-                    surprise = EntryError(
-                        name,
-                        f"cannot be compiled ({type(exc).__name__}: {detail}); "
-                        "fix or disable the row",
-                    )
-                    row = Row(name, stamps[pk], error=surprise)
-                else:
-                    row = Row(
-                        name,
-                        stamps[pk],
-                        entry=entry,
-                        expires=values["expires"],
-                        one_off=bool(values["one_off"]),
-                    )
+            pk, stamp = values["id"], _stamp(values)
+            row = known.get(pk)
+            if row is None or row.stamp != stamp:
+                row = self._row(values, stamp, now, tz_aware, cache)
             self._rows[pk] = row
+
+    def _row(
+        self,
+        values: dict[str, Any],
+        stamp: tuple[Any, ...],
+        now: datetime,
+        tz_aware: bool,
+        cache: RowCache,
+    ) -> Row:
+        name = str(values["name"])
+        if not values["enabled"] or (values["one_off"] and values["total_run_count"]):
+            return Row(name, stamp)
+        try:
+            entry = compile_row(
+                values,
+                app=self.app,
+                config=self.config,
+                now=now,
+                row_time_zones=tz_aware,
+                cache=cache,
+            )
+        except EntryError as error:
+            return Row(name, stamp, error=error)
+        except Exception as exc:  # noqa: BLE001 - one row's surprise must not stop the rest
+            detail = " ".join(str(exc).split())
+            surprise = EntryError(
+                name,
+                f"cannot be compiled ({type(exc).__name__}: {detail}); fix or disable the row",
+            )
+            return Row(name, stamp, error=surprise)
+        return Row(
+            name, stamp, entry=entry, expires=values["expires"], one_off=bool(values["one_off"])
+        )
 
     def row_ids(self) -> dict[str, int]:
         """The primary key of each row the source knows, by name."""
@@ -151,6 +182,41 @@ class PeriodicTaskSource:
 
 def _foreign_keys() -> list[str]:
     return [f"{kind}_id" for kind in _SCHEDULES]
+
+
+def _text(field: str) -> Any:
+    """The column `field` as text: a time zone as its name, a time as the database writes
+    it (a stamp to compare, not a datetime parsed for each of 100,000 rows)."""
+    from django.db.models import F, TextField  # noqa: PLC0415
+    from django.db.models.functions import Cast  # noqa: PLC0415
+
+    return Cast(F(field), TextField())
+
+
+def _values(rows: Any) -> Iterable[dict[str, Any]]:
+    """What `compile_row` reads of each row (`ROW_FIELDS`), and the row's stamp's fields."""
+    values: Iterable[dict[str, Any]] = (
+        rows.annotate(crontab_tz=_text("crontab__timezone"), changed=_text("date_changed"))
+        .values(*ROW_FIELDS, "changed", *_foreign_keys())
+        .iterator(chunk_size=READ_CHUNK)  # not 100,000 dicts at once
+    )
+    return values
+
+
+def _stamp(values: dict[str, Any]) -> tuple[Any, ...]:
+    """A row's stamp from its values, as `load` lists it: when it was last saved, whether
+    it is enabled, which schedule it uses and that schedule's values."""
+    for kind, fields in _ROW_SCHEDULES.items():
+        fk = values[f"{kind}_id"]
+        if fk is not None:
+            return (values["changed"], values["enabled"], kind, fk, tuple(map(values.get, fields)))
+    return (values["changed"], values["enabled"])
+
+
+def _chunks(pks: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    """`pks` in lists short enough for one `IN (...)` on every database (SQLite's)."""
+    for start in range(0, len(pks), FETCH_CHUNK):
+        yield pks[start : start + FETCH_CHUNK]
 
 
 def _used(values: dict[tuple[str, int], tuple[Any, ...]], fks: list[Any]) -> tuple[Any, ...]:
