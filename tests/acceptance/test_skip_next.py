@@ -13,9 +13,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from tests.acceptance.harness import (
     verify,
     wait_registered,
 )
+from tests.acceptance.test_runtime_entries import wait_until
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]
 
@@ -47,13 +47,6 @@ def queue(redis_url: str) -> Iterator[str]:
     name = runscope.unique("skipnext")
     yield name
     redis.Redis.from_url(redis_url).delete(name)
-
-
-def _wait_until(store: Store, instant: datetime, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while store.clock() < instant:
-        assert time.monotonic() < deadline, f"the store clock did not reach {instant}"
-        time.sleep(0.2)
 
 
 def _skip_next(beats: Cluster, note: str) -> str:
@@ -113,12 +106,12 @@ def test_skipped_windows_are_not_sent_and_the_later_ones_are(
     try:
         beats.wait_started()
         wait_registered(store, namespace, SCHEDULE)
-        _wait_until(store, store.clock() + timedelta(seconds=3))
+        wait_until(store, store.clock() + timedelta(seconds=3))
         said = [_skip_next(beats, "holiday"), _skip_next(beats, "and the day after")]
         audited = store.audit(namespace, "every-2s")
         skipped = sorted(w for record in audited for w in record.windows)
         end = skipped[-1] + timedelta(seconds=10)
-        _wait_until(store, end)
+        wait_until(store, end)
     finally:
         beats.stop()
     messages = list(safebeat_messages(redis_messages(redis_url, queue)))
