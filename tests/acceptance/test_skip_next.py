@@ -1,4 +1,4 @@
-"""`safebeat skip-next` under two real `celery beat` replicas, on PostgreSQL and Redis.
+"""`safebeat skip-next` under two real `celery beat` replicas, on PostgreSQL, Redis, SQLite.
 
 While the replicas run an entry every 2 s, `safebeat -A ... skip-next` runs twice as a
 real process: the entry's next window, then the next one free when the second process
@@ -21,9 +21,8 @@ import pytest
 import redis
 
 from safebeat.records import AuditAction
-from safebeat.stores.base import Status, Store
-from safebeat.stores.postgres import PostgresStore
-from safebeat.stores.redis import RedisStore
+from safebeat.stores import open_store
+from safebeat.stores.base import Status
 from tests import runscope
 from tests.acceptance.harness import (
     ROOT,
@@ -82,16 +81,17 @@ def _skip_next(beats: Cluster, note: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(params=["postgres", "redis"])
-def store_url(request: pytest.FixtureRequest, pg_url: str, redis_url: str) -> str:
-    return pg_url if request.param == "postgres" else redis_url
+@pytest.fixture(params=["postgres", "redis", "sqlite"])
+def store_url(request: pytest.FixtureRequest, pg_url: str, redis_url: str, tmp_path: Path) -> str:
+    urls = {"postgres": pg_url, "redis": redis_url, "sqlite": f"sqlite:///{tmp_path}/sb.sqlite3"}
+    return urls[request.param]
 
 
 def test_skipped_windows_are_not_sent_and_the_later_ones_are(
     tmp_path: Path, store_url: str, redis_url: str, queue: str, namespace: str
 ) -> None:
     url = store_url
-    store: Store = PostgresStore(url) if url.startswith("postgres") else RedisStore(url)
+    store = open_store(url)
     beats = safebeat_cluster(
         tmp_path,
         broker_url=redis_url,
