@@ -14,6 +14,7 @@ from safebeat.entries import compile_entry
 from safebeat.identity import Replica
 from safebeat.ops import actions
 from safebeat.ops.operations import OperationError
+from safebeat.ops.overview import entry_status
 from safebeat.records import AuditAction, Definition, Pause
 from safebeat.stores.base import Status
 from safebeat.stores.memory import MemoryStore
@@ -75,3 +76,14 @@ def test_skip_next_refuses_an_entry_not_registered() -> None:
     store = MemoryStore(clock=FakeClock(START).now)
     with pytest.raises(OperationError, match="no entry 'report' is registered"):
         SKIP.run(_target(store), SKIP.values({}))
+
+
+def test_status_shows_the_window_after_the_skipped_one_as_next() -> None:
+    store = _store()
+    state = store.states("unit")["report"]
+    before = entry_status(state, store.history("unit", "report"), ENTRY, START).next_window
+    SKIP.run(_target(store), SKIP.values({}))
+    [row] = store.history("unit", "report")
+    after = entry_status(state, store.history("unit", "report"), ENTRY, START).next_window
+    assert row.window == before
+    assert after == before + timedelta(seconds=60)
