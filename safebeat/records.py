@@ -342,6 +342,7 @@ class AuditAction(str, enum.Enum):
     RESUME = "resume"
     TRIGGER = "trigger"
     BACKFILL = "backfill"
+    SKIP = "skip"
     PRUNE = "prune"
     MIGRATE = "migrate"
 

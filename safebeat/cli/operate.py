@@ -1,4 +1,4 @@
-"""`safebeat pause`, `resume`, `trigger` and `backfill`: an operator acting on an entry.
+"""`safebeat pause`, `resume`, `trigger`, `backfill`, ...: an operator acting on an entry.
 
 One command per action of `safebeat.ops.actions.ACTIONS`, made from its declaration: its
 options from its fields, its help, and its result printed a line each (a window that
@@ -62,8 +62,8 @@ def command(action: Action) -> click.Command:
             values = action.values(typed)
         except BadField as exc:
             raise click.BadParameter(str(exc), param_hint=exc.field.option) from None
-        if action.publishes:
-            require_app(options, action.name)
+        if action.needs_app:
+            require_app(options, action.name, action.needs_app)
         with opened(options) as (config, store):
             target = Target(
                 store,

@@ -1,16 +1,15 @@
-"""The operator's actions on one entry, each declared once: pause, resume, trigger, backfill.
+"""The operator's actions on one entry, each declared once: pause, resume, trigger, backfill,
+skip-next.
 
 `ACTIONS` is the table the three surfaces render and run: the CLI makes a command of each
 (`safebeat.cli.operate`), the web console a form on the entry's page and a POST route
 (`safebeat.web.routes`, a template `web/templates/actions/<name>.html` each), the Django
 admin an action of its entries page (`safebeat.contrib.django.admin`). An `Action` holds
-
-- its fields (`Field`: the option, the form field, how the text is read),
-- what it records in the audit trail (`AuditAction`; the operation records it once it
-  has done its work),
-- how it runs (`run`, calling `safebeat.ops.operations`, which checks every value against
-  `safebeat.limits` before anything is stored),
-- its words: the admin's label, the console's heading, the CLI's help, and its result.
+its fields (`Field`: the option, the form field, how the text is read), what it records
+in the audit trail (`AuditAction`; the operation records it once it has done its work),
+how it runs (`run`, calling `safebeat.ops.operations`, which checks every value against
+`safebeat.limits` before anything is stored), and its words: the admin's label, the
+console's heading, the CLI's help, and its result.
 
 Every action returns a `Result`: a subject (`triggered 'report'`), a summary line and a
 line per window worth naming (each window when there are several, and every window not
@@ -22,84 +21,38 @@ listed for `makemessages` in `safebeat.contrib.django.words`).
 from __future__ import annotations
 
 import enum
-import gettext
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from safebeat.display import parse_instant
 from safebeat.entries import Entry
 from safebeat.identity import format_window
 from safebeat.limits import NOTE_CHARS
 from safebeat.ops import operations
+from safebeat.ops.results import ENGLISH, Level, Result, Said, Words
 from safebeat.records import AuditAction, Pause
 from safebeat.stores.base import Store
 
-
-class Level(enum.Enum):
-    """How a line of a result reads: done, worth a look, or failed."""
-
-    OK = "ok"
-    WARNING = "warning"
-    ERROR = "error"
-
-
-class Words(Protocol):
-    """A translation: `gettext.NullTranslations` (English), or Django's in the admin."""
-
-    def gettext(self, message: str, /) -> str: ...
-
-    def ngettext(self, singular: str, plural: str, n: int, /) -> str: ...
-
-
-#: The texts as written: what the CLI and the console show.
-ENGLISH: Words = gettext.NullTranslations()
-
-
-@dataclass(frozen=True)
-class Said:
-    """One line of a result: a message id (with its plural and count, if it has one) and
-    its arguments, rendered by `render` in the surface's language."""
-
-    level: Level
-    text: str
-    args: Mapping[str, object] = field(default_factory=dict)
-    plural: str | None = None
-    count: int = 1
-
-    def render(self, words: Words = ENGLISH) -> str:
-        if self.plural is None:
-            return words.gettext(self.text) % self.args
-        return words.ngettext(self.text, self.plural, self.count) % self.args
-
-
-@dataclass(frozen=True)
-class Result:
-    """What an action did: `subject` (`backfilled 'report'`), `summary` (the whole of it)
-    and `lines` (the windows worth naming, each at its level)."""
-
-    subject: Said
-    summary: Said
-    lines: Sequence[Said] = ()
-
-    @property
-    def failed(self) -> bool:
-        """Whether a window could not be sent (the CLI exits 1)."""
-        return any(line.level is Level.ERROR for line in self.lines)
-
-    def headline(self, words: Words = ENGLISH) -> str:
-        """`triggered 'report': window 2026-03-01T06:00:00.5Z sent (task id ...)`."""
-        return self.line(self.summary, words)
-
-    def line(self, said: Said, words: Words = ENGLISH) -> str:
-        """One line of the result, after its subject."""
-        return f"{self.subject.render(words)}: {said.render(words)}"
-
-    def said(self, words: Words = ENGLISH) -> list[tuple[Level, str]]:
-        """Every line, the summary first, each after the subject."""
-        summary = (self.summary.level, self.headline(words))
-        return [summary, *((said.level, self.line(said, words)) for said in self.lines)]
+# What a result says lives in `safebeat.ops.results`; its names stay importable here.
+__all__ = [
+    "ACTIONS",
+    "ENGLISH",
+    "NOTE",
+    "Action",
+    "BadField",
+    "Field",
+    "Kind",
+    "Level",
+    "Preview",
+    "Result",
+    "Run",
+    "Said",
+    "Target",
+    "Words",
+    "published",
+]
 
 
 class Kind(enum.Enum):
@@ -201,6 +154,8 @@ class Action:
     refused: str
     #: Whether it publishes the task (needs the Celery app: -A).
     publishes: bool = False
+    #: Why it needs the Celery app though it does not publish (see `needs_app`), or None.
+    uses_app: str | None = None
     #: The windows it would cover, shown for confirmation first (console, admin).
     preview: Preview | None = None
     #: Whether the console's entry page offers it, given whether the entry is paused.
@@ -209,6 +164,11 @@ class Action:
     #: key of that page's message, from the values, and the message of each key.
     done: Callable[[Mapping[str, Any]], str] | None = None
     done_words: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def needs_app(self) -> str | None:
+        """Why it needs the Celery app (-A), or None: it publishes, or it compiles the entry."""
+        return "publishes the task" if self.publishes else self.uses_app
 
     @property
     def form_fields(self) -> tuple[Field, ...]:
@@ -370,6 +330,21 @@ def _backfill_preview(target: Target, values: Mapping[str, Any]) -> list[datetim
     )
 
 
+def _skip_next(target: Target, values: Mapping[str, Any]) -> Result:
+    entry, note = target.entry(), values.get("note")
+    window = operations.skip_next(
+        target.store, target.namespace, entry, actor=target.actor, note=note
+    )
+    return Result(
+        Said(Level.OK, "skipped the next window of %(name)r", target.args),
+        Said(
+            Level.OK,
+            "window %(window)s is recorded as skipped (reason operator)",
+            {"window": format_window(window)},
+        ),
+    )
+
+
 _UNTIL = Field(
     "until",
     "--until",
@@ -469,6 +444,22 @@ ACTIONS: dict[str, Action] = {
             refused="could not backfill %(name)r: %(error)s",
             publishes=True,
             preview=_backfill_preview,
+        ),
+        Action(
+            name="skip-next",
+            label="Skip the next window of selected entries",
+            title="Skip the next window",
+            done_title="Skipped",
+            help="Skip ENTRY's next window (the one `status` shows): it is recorded as skipped "
+            "(reason `operator`), not sent; the later ones are sent as usual. Needs -A.",
+            fields=(NOTE,),
+            audit=AuditAction.SKIP,
+            run=_skip_next,
+            refused="could not skip the next window of %(name)r: %(error)s",
+            uses_app="computes the entry's next window",
+            offered=lambda paused: not paused,
+            done=lambda values: "skipped",
+            done_words={"skipped": "Skipped: its next window is recorded as skipped."},
         ),
     )
 }

@@ -1,5 +1,5 @@
-"""What an operator does to a running schedule: pause, resume, trigger, backfill, prune
-and migrate, each recorded in the store's audit trail.
+"""What an operator does to a running schedule: pause, resume, trigger, backfill, skip the
+next window, prune and migrate, each recorded in the store's audit trail.
 
 Used by the `safebeat` CLI, the Django admin and the web console, through the table of
 actions (`safebeat.ops.actions`), which each pass who acts (`actor`: the signed-in user,
@@ -40,6 +40,8 @@ from safebeat.stores.per_process import config_of
 
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000
+#: Most upcoming windows skip_next looks at for one without a row (earlier skips have them).
+SKIP_SEARCH = 1000
 _MICROSECOND = timedelta(microseconds=1)
 
 
@@ -266,6 +268,47 @@ def backfill_windows(
     if not found:
         raise OperationError(f"entry {entry.name!r} has no window in that range")
     return found
+
+
+def skip_next(
+    store: Store, namespace: str, entry: Entry, *, actor: str, note: str | None = None
+) -> datetime:
+    """Record `entry`'s next window as skipped (reason `operator`) and return it.
+
+    The next window is the one `safebeat status` shows: the first of the entry's schedule
+    after the store's now and after every window already decided, that has no row yet (so
+    skipping twice skips the two next windows). Its row is written under the window's
+    unique key, like a tick's: when beat plans that window, its claim meets the row and
+    leaves it, so the task is not sent, and the windows after it are sent as usual.
+    Refused (OperationError) for an entry not registered, paused (its windows are skipped
+    anyway), or with no window left (a `once` entry that ran, a bounded one past its end).
+    """
+    _check_action(namespace, entry.name, actor, note)
+    state = _require_registered(store, namespace, entry.name)
+    if state.unreadable is not None:
+        raise UnreadableState(entry.name, state.unreadable)
+    now = store.clock()
+    if state.paused_at(now):
+        raise OperationError(
+            f"entry {entry.name!r} is paused: its windows are skipped (reason paused) until "
+            "it is resumed; resume it first"
+        )
+    after, replica = max(now, state.decided_until), _operator(actor)
+    for _ in range(SKIP_SEARCH):
+        window = windows.next_window(entry.rule, after, state.anchor)
+        if window is None:
+            raise OperationError(
+                f"entry {entry.name!r} has no window after {after.isoformat()}: nothing to skip"
+            )
+        row = WindowRow(entry.name, window, windows.SkipReason.OPERATOR.value)
+        if store.write_windows(namespace, [row], replica=replica):
+            event = AuditEvent(actor, AuditAction.SKIP, entry.name, (window,), note or None)
+            store.record_audit(namespace, event)
+            return window
+        after = window
+    raise OperationError(
+        f"entry {entry.name!r}: its next {SKIP_SEARCH} windows already have a row; nothing skipped"
+    )
 
 
 def scheduled_entry(schedule: Schedule, name: str, namespace: str) -> Entry:

@@ -129,6 +129,9 @@ def entry_status(
         after = max(now, state.decided_until)
         try:
             upcoming = windows.next_window(entry.rule, after, state.anchor)
+            ahead = {r.window for r in rows if r.status is Status.SKIPPED and r.window > after}
+            while upcoming is not None and upcoming in ahead:  # skipped ahead: skip-next
+                upcoming = windows.next_window(entry.rule, upcoming, state.anchor)
             first = windows.next_window(entry.rule, state.decided_until, state.anchor)
         except SearchUnfinished:  # a custom class refusing window after window: not known
             searching = True

@@ -187,7 +187,10 @@ class Console:
         self, schedule: Schedule | None, name: str, config: Config
     ) -> tuple[Entry | None, str | None]:
         if schedule is None:
-            return None, "triggering and backfilling publish the task: start the console with -A"
+            return (
+                None,
+                "trigger, backfill and skip-next need the Celery app: start the console with -A",
+            )
         try:
             return operations.scheduled_entry(schedule, name, config.namespace), None
         except SafebeatError as exc:  # a broken entry, or one the app lacks: shown as why
@@ -246,7 +249,7 @@ class Console:
         schedule = self.schedule(config, store)
         if schedule is None:
             raise operations.OperationError(
-                "triggering and backfilling publish the task: start the console with -A"
+                "trigger, backfill and skip-next need the Celery app: start the console with -A"
             )
         return operations.scheduled_entry(schedule, name, config.namespace)
 

@@ -17,6 +17,7 @@ class SkipReason(str, enum.Enum):
     OVERLAP = "overlap"  # the entry's previous run was still running (overlap="forbid")
     PAUSED = "paused"  # the entry was paused (safebeat pause)
     QUEUED = "queued"  # the entry's previous window still waited in the queue (skip_if_queued)
+    OPERATOR = "operator"  # an operator skipped it ahead of time (safebeat skip-next)
 
 
 @dataclass(frozen=True)

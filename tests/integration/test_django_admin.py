@@ -202,6 +202,23 @@ def test_entries_are_paused_resumed_and_triggered_from_the_admin(
     assert (args, kwargs) == ([], {"plan": "pro"})
 
 
+def test_the_next_window_is_skipped_from_the_admin(
+    client: Any, safebeat_db: str, celery_app: Celery, namespace: str
+) -> None:
+    """Skip-next records the next window skipped (reason operator), sends nothing."""
+    from safebeat.stores.django import DjangoStore
+
+    store = DjangoStore(f"django://{safebeat_db}")
+    store.register(namespace, [settings_definition(celery_app)], REPLICA)
+    page = post(client, "skip-next", (namespace, "nightly-report"))
+    [row] = store.history(namespace, "nightly-report")
+    assert (row.status, row.reason, row.task_id) == (Status.SKIPPED, "operator", None)
+    window = row.window.isoformat().replace("+00:00", "Z")
+    expected = f"Skipped the next window of 'nightly-report': window {window} is recorded"
+    assert expected in page
+    assert drain(celery_app) == []
+
+
 def test_trigger_sends_the_definition_beat_registered(
     client: Any, celery_app: Celery, namespace: str
 ) -> None:

@@ -431,6 +431,25 @@ def test_trigger_is_audited_with_its_window(signed_in: TestClient, filled: Fille
     assert (record.actor, record.action.value, record.windows) == ("ops", "trigger", (row.window,))
 
 
+def test_skip_next_records_the_next_window_skipped_and_audits_it(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """Skipping from the console: the next window is a skipped row (reason operator), sent
+    by no one, and the audit names the user, the window and the note."""
+    form = {"csrf_token": csrf_token(signed_in), "note": "holiday"}
+    page = signed_in.post(f"/entries/{ENTRY}/skip-next", data=form).text
+    assert "Skipped: its next window is recorded as skipped." in html.unescape(page)
+    [row] = [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"]
+    assert (row.status.value, row.task_id) == ("skipped", None)
+    [record] = filled.store.audit(filled.namespace)
+    assert (record.actor, record.action, record.windows, record.note) == (
+        "ops",
+        AuditAction.SKIP,
+        (row.window,),
+        "holiday",
+    )
+
+
 def test_backfill_is_audited_with_its_windows_and_its_preview_is_not(
     signed_in: TestClient, filled: Filled
 ) -> None:

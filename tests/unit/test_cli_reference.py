@@ -19,6 +19,7 @@ COMMANDS = [
     "resume",
     "trigger",
     "backfill",
+    "skip-next",
     "audit",
     "schedule",
     "migrate",
@@ -77,8 +78,15 @@ sent again, and every extra run is recorded with reason `trigger` or `backfill`.
 entry can still be triggered: that is an explicit run. `trigger` and `backfill` find the
 entry in the schedule beat runs, django-celery-beat rows included.
 
-Every `pause`, `resume`, `trigger`, `backfill`, `prune` and `migrate` that changes the
-schema, from this command, the Django admin or the web console, is recorded in the
+`skip-next` records the entry's next window (the one `status` shows; a holiday, say) as
+skipped with reason `operator`, under the same unique key: beat's claim of that window
+meets the row and leaves it, so it is not sent, and the windows after it are sent as
+usual. Run it again to skip the window after. It needs `-A` to compute the window, and
+refuses a paused entry (its windows are skipped anyway) and one with no window left (a
+`once` entry that ran).
+
+Every `pause`, `resume`, `trigger`, `backfill`, `skip-next`, `prune` and `migrate` that
+changes the schema, from this command, the Django admin or the web console, is recorded in the
 store's audit trail: who (here
 the OS user at the host, `alice@ops-1`; there the signed-in user), when (the store's
 clock), what, the entry and its windows (the windows claimed; a pause's end), and the

@@ -238,7 +238,7 @@ class DispatchAdmin(admin.ModelAdmin):  # type: ignore[misc]  # Django is untype
 
         # The database this page reads the entries from is the one the actions write to.
         store = open_django_store(f"django://{router.db_for_write(Entry)}")
-        app = self.get_celery_app() if ACTIONS[action].publishes else None
+        app = self.get_celery_app() if ACTIONS[action].needs_app else None
         found: list[actions.Message] = []
         for namespace, name in selected:
             found += actions.run(

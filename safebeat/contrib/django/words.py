@@ -16,6 +16,7 @@ WORDS = (
     gettext_noop("Resume selected entries"),
     gettext_noop("Trigger selected entries now"),
     gettext_noop("Backfill the selected entry..."),
+    gettext_noop("Skip the next window of selected entries"),
     # The fields' labels.
     gettext_noop("Paused until"),
     gettext_noop("Note"),
@@ -26,6 +27,7 @@ WORDS = (
     gettext_noop("could not resume %(name)r: %(error)s"),
     gettext_noop("could not trigger %(name)r: %(error)s"),
     gettext_noop("could not backfill %(name)r: %(error)s"),
+    gettext_noop("could not skip the next window of %(name)r: %(error)s"),
     # Pause and resume.
     gettext_noop("paused %(name)r (namespace %(namespace)r)"),
     gettext_noop("every replica skips its windows (reason paused) until it is resumed"),
@@ -55,4 +57,7 @@ WORDS = (
         "%(count)d windows already had a row; left alone",
         "count",
     ),
+    # Skip-next.
+    gettext_noop("skipped the next window of %(name)r"),
+    gettext_noop("window %(window)s is recorded as skipped (reason operator)"),
 )
