@@ -204,6 +204,35 @@ def test_a_row_added_edited_or_deleted_is_the_only_one_registered_and_planned(
     assert not [m for m in drain(app) if m["safebeat_entry"] == "added"]
 
 
+def test_set_up_again_it_runs_the_rows_and_the_first_change_registers_that_row_alone(
+    beat_db: str, app: Celery, clock: FakeClock
+) -> None:
+    """Set up again (Celery sets a scheduler up when it is built; an embedding may call
+    `setup_schedule` once more), a replica keeps running the rows, not the settings alone:
+    the first row added after that registers that row only, not every row again."""
+    app.conf.beat_schedule = {"from-settings": {"task": "billing.charge", "schedule": 60.0}}
+    for i in range(20):
+        interval_task(f"row-{i}", 3600)
+    store = MemoryStore(clock=clock.now)
+    beat = scheduler(app, clock, store)
+    run([beat], clock, 1)
+    beat.setup_schedule()
+    run([beat], clock, 1)
+    assert set(beat.entries) == {"from-settings", *(f"row-{i}" for i in range(20))}
+    registered: list[str] = []
+    register = store.register
+
+    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
+        registered.extend(d.name for d in definitions)
+        return register(namespace, definitions, replica)
+
+    store.register = counted_register  # type: ignore[method-assign]
+    interval_task("added", 2)
+    run([beat], clock, 1)
+    assert registered == ["added"]
+    beat.close()
+
+
 def test_a_schedule_many_rows_share_edited_compiles_those_rows_from_one_read(
     beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -456,6 +485,36 @@ def test_a_replica_registers_the_rows_from_its_start_not_the_settings_they_shado
             beat.close()
     assert store.states(app.conf.safebeat_namespace)["report"].schedule == "every 7s"
     assert not [r for r in caplog.records if "differs from the one registered" in r.getMessage()]
+
+
+def test_a_read_of_the_rows_that_fails_at_the_start_is_retried_before_registering(
+    beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows' first read fails after the change marker was read: the next tick reads
+    them again (the marker has not moved since), and the replica registers the row, not
+    the setting it shadows, nor the settings alone until a row next changes."""
+    from django.db import DatabaseError
+
+    from safebeat.contrib.django.source import PeriodicTaskSource
+
+    app.conf.beat_schedule = {"report": {"task": "billing.charge", "schedule": 60.0}}
+    interval_task("report", 7)
+    compile_rows = PeriodicTaskSource._compile
+    failures = [DatabaseError("connection lost")]
+
+    def failing_compile(self: PeriodicTaskSource, *args: Any, **kwargs: Any) -> None:
+        if failures:
+            raise failures.pop()
+        compile_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(PeriodicTaskSource, "_compile", failing_compile)
+    store = MemoryStore(clock=clock.now)
+    beat = scheduler(app, clock, store)
+    run([beat], clock, 5)
+    assert not failures
+    assert beat.entries["report"].schedule_text == "every 7s"
+    assert store.states(app.conf.safebeat_namespace)["report"].schedule == "every 7s"
+    beat.close()
 
 
 def test_a_row_copied_from_a_custom_schedule_class_does_not_run_it_as_a_plain_one(

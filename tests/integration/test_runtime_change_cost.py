@@ -107,6 +107,34 @@ def test_one_runtime_entry_among_many_is_registered_planned_and_sent_alone(
         scheduler.close()
 
 
+def test_set_up_again_the_first_runtime_change_registers_that_entry_alone(
+    store: Store, store_url: str, namespace: str
+) -> None:
+    """Set up a second time (Celery sets a scheduler up when it builds it), a replica
+    still runs the entries added at run time, and the first one added after that is the
+    only one registered."""
+    app = make_app(store_url, namespace)
+    clock = FakeClock()
+    safebeat.schedules.add(app, "early", "t.run", 60, store=store)
+    scheduler = Scheduler(app, store=store, monotonic=clock.monotonic)
+    try:
+        tick_until(
+            scheduler, clock, lambda: len(scheduler.engine.pacing.due(clock.monotonic(), 1)) == 0
+        )
+        scheduler.setup_schedule()
+        tick_until(
+            scheduler, clock, lambda: len(scheduler.engine.pacing.due(clock.monotonic(), 1)) == 0
+        )
+        assert len(scheduler.entries) == CODE_ENTRIES + 1
+        counting = Counting(store)
+        safebeat.schedules.add(app, "added", "t.run", 60, store=store)
+        tick_until(scheduler, clock, lambda: "added" in scheduler.entries)
+        assert counting.registered == [["added"]]
+        assert set(counting.loaded) == {"added"}
+    finally:
+        scheduler.close()
+
+
 def comparable(states: dict[str, EntryState]) -> dict[str, tuple[object, ...]]:
     return {
         name: (s.digest, s.schedule, s.anchor, s.defined_at, s.last_window, s.paused)

@@ -50,6 +50,10 @@ class DatabaseScheduler(Scheduler):
         self._next_look = 0.0
         self._source: PeriodicTaskSource | None = None
         self._shadowed: set[str] = set()
+        # Whether the engine runs entries other than the settings' and rows' merged by the
+        # last `_apply`: at the start, and after each `setup_schedule` (which gives the
+        # engine the settings' entries alone); the next refresh applies the rows then.
+        self._unapplied = True
         super().__init__(app, *args, **kwargs)
 
     @property
@@ -59,10 +63,17 @@ class DatabaseScheduler(Scheduler):
             self._source = PeriodicTaskSource(self.app, self.safebeat_config, self.clock)
         return self._source
 
+    def setup_schedule(self) -> None:
+        """Compile the entries and try to reach the store. Set up again (Celery sets a
+        scheduler up when it builds it), it runs the rows it has read, not the settings
+        alone until the rows next change, which then registered every row again."""
+        self._unapplied = True
+        super().setup_schedule()
+
     def refresh_entries(self) -> None:
         """Pick up edits of the rows, and rows whose `expires` has passed."""
         now = time.monotonic()
-        if now < self._next_look:
+        if now < self._next_look and not self._unapplied:
             if self._expired():
                 self._apply()
             return
@@ -74,7 +85,7 @@ class DatabaseScheduler(Scheduler):
                 self._rows = self.source.load()
                 self._row_ids = self.source.row_ids()
             self._apply()
-        elif self._expired():
+        elif self._unapplied or self._expired():
             self._apply()
 
     def _expired(self) -> bool:
@@ -119,6 +130,7 @@ class DatabaseScheduler(Scheduler):
                 entries[row.name] = row.entry
             elif row.error is not None:
                 broken[row.name] = row.error
+        self._unapplied = False
         if _same(entries, self.entries) and broken.keys() == self.broken_entries.keys():
             return
         logger.info(

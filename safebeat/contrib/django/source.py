@@ -78,10 +78,19 @@ class PeriodicTaskSource:
 
     def load(self) -> list[Row]:
         """Bring every row up to date; return the rows of enabled tasks (good and bad)."""
-        from django_celery_beat.models import PeriodicTask, PeriodicTasks  # noqa: PLC0415
+        from django_celery_beat.models import PeriodicTasks  # noqa: PLC0415
 
         marker = PeriodicTasks.objects.filter(ident=1).values_list("last_update", flat=True)
         self._marker = marker.first()  # read first: a change during the load shows next time
+        try:
+            return self._load()
+        except BaseException:
+            self._marker = _UNSEEN  # not brought up to date: the next look loads again
+            raise
+
+    def _load(self) -> list[Row]:
+        from django_celery_beat.models import PeriodicTask  # noqa: PLC0415
+
         if not self._rows:  # nothing to compare with: every row in one read
             self._compile(_values(PeriodicTask.objects.all()), everything=True)
             return self._known()
