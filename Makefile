@@ -47,7 +47,7 @@ weekly-report: $(STAMP)
 
 ## test: lint, types, strict docs build and the whole test suite (what CI runs)
 test: lint typecheck docs
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
