@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from safebeat.errors import ConfigError, shown
 from safebeat.limits import MAX_DURATION, MIN_TIMEOUT, check_namespace
-from safebeat.urls import backend_of, django_alias
+from safebeat.store_urls import backend_of, django_alias
 from safebeat.windows import Misfire, Overlap, Policy
 
 _Choice = TypeVar("_Choice", Misfire, Overlap)

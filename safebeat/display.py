@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from safebeat.identity import format_window
-from safebeat.stores.base import DispatchRecord, Status
+from safebeat.stores.protocols import DispatchRecord, Status
 
 
 class BadInstant(ValueError):

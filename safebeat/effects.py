@@ -32,8 +32,8 @@ from safebeat.config import parse_duration
 from safebeat.current import running_config
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.stores.base import EffectStore
 from safebeat.stores.per_process import store_for, store_of
+from safebeat.stores.protocols import EffectStore
 
 logger = logging.getLogger("safebeat.effects")
 

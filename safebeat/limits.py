@@ -5,7 +5,8 @@ Every value that comes from outside (settings, `beat_schedule`, django-celery-be
 anything is stored, so a value one store would refuse, or store and then fail to read back,
 is refused in every store, with a `LimitError` naming the value and the limit. The checks
 sit where every surface passes: entry compilation (`safebeat.entries`), the settings
-(`safebeat.config`), the stored entries (`safebeat.runtime`) and the operator actions
+(`safebeat.config`), the stored entries (`safebeat.entries.runtime_definitions`) and the operator
+actions
 (`safebeat.ops.operations`). docs/limits.md lists them for users; keep the two in step.
 
 Why these numbers:
@@ -54,7 +55,7 @@ MIN_TIMEOUT = timedelta(milliseconds=1)
 #: enough that `now ± duration` stays a valid datetime.
 MAX_DURATION = timedelta(days=36500)
 #: Deepest nesting of lists and dicts in the args, kwargs and options of an entry added at
-#: run time (`safebeat.runtime.encode`, the CLI's JSON options).
+#: run time (`safebeat.entries.runtime_definitions.encode`, the CLI's JSON options).
 MAX_DEPTH = 100
 #: Where the limits are written down for users.
 DOCS = "docs/limits.md"

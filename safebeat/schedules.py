@@ -21,12 +21,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from safebeat.app_schedule import beat_schedule
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
+from safebeat.entries.app_entries import beat_schedule
+from safebeat.entries.runtime_definitions import compile_runtime, encode
 from safebeat.errors import EntryError
 from safebeat.limits import check_name
-from safebeat.runtime import compile_runtime, encode
 from safebeat.stores import Store, store_from_config
 
 __all__ = ["StoredEntry", "add", "get", "list", "remove", "save", "update"]
@@ -118,7 +118,8 @@ def list(app: Any, *, store: Store | None = None) -> dict[str, StoredEntry]:
 def save(
     app: Any, config: Config, store: Store, name: str, spec: str, *, replace: bool
 ) -> StoredEntry:
-    """Store `spec` (from `safebeat.runtime.encode`) as entry `name` in `config`'s namespace:
+    """Store `spec` (from `safebeat.entries.runtime_definitions.encode`) as entry `name` in
+    `config`'s namespace:
     what add and update do, for callers that chose the config and store (the CLI)."""
     code = beat_schedule(app, config)
     if code.find(name) is not None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from safebeat.urls import redact
+from safebeat.store_urls import redact
 from tests import pgconn, runscope
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from safebeat.stores.base import Store
 from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Store
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import djangosite

@@ -22,8 +22,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from safebeat.errors import ConfigError
+from safebeat.store_urls import redact
 from safebeat.stores.sqlite import SqliteStore
-from safebeat.urls import redact
 
 SCHEME = "examplesqlite"
 
@@ -31,7 +31,7 @@ SCHEME = "examplesqlite"
 class ExampleStore(SqliteStore):
     """The SQLite store, opened from an `examplesqlite://` URL.
 
-    A store implements `safebeat.stores.base.Store` (every method of `TickStore`,
+    A store implements `safebeat.stores.protocols.Store` (every method of `TickStore`,
     `ExecutionStore`, `EffectStore`, `AdminStore` and `RuntimeEntryStore`, with the
     guarantees their docstrings state) and is built as a `safebeat.stores.StoreOpener` is
     called: `(url, *, lock_timeout)`. Subclassing a built-in store is the short way; a

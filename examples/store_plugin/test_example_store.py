@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from safebeat import stores
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from safebeat.testing.stores import StoreContract, StoreFactory
 
 

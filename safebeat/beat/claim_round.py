@@ -268,7 +268,7 @@ def _plan_of(
         return result.plan
     logger.error(
         "safebeat: store %s returned a tick result without the plan its planner made "
-        "(TickResult.plan, see safebeat.stores.base.TickStore.tick); its entries are "
+        "(TickResult.plan, see safebeat.stores.protocols.TickStore.tick); its entries are "
         "looked at every %.0fs instead",
         store_url,
         retry_after.total_seconds(),

@@ -29,7 +29,7 @@ from safebeat.entries import Entry
 from safebeat.errors import StoreError
 from safebeat.identity import Replica, format_window
 from safebeat.records import Claim
-from safebeat.stores.base import TickStore
+from safebeat.stores.protocols import TickStore
 
 # Beat's log lines, under the logger docs/operations.md names for them.
 logger = logging.getLogger("safebeat.scheduler")

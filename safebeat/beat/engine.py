@@ -41,8 +41,8 @@ from safebeat.config import Config
 from safebeat.entries import Entry
 from safebeat.errors import EntryError
 from safebeat.identity import Replica
+from safebeat.store_urls import redact
 from safebeat.stores import Store, store_from_config
-from safebeat.urls import redact
 
 __all__ = ["BrokerLink", "EngineHooks", "TickEngine"]
 

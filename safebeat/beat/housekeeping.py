@@ -17,7 +17,7 @@ from safebeat.entries import Entry
 from safebeat.errors import EntryError, StoreError, StoreUnavailable
 from safebeat.identity import Replica
 from safebeat.records import Definition
-from safebeat.stores.base import Store, TickStore
+from safebeat.stores.protocols import Store, TickStore
 
 logger = logging.getLogger("safebeat.scheduler")
 

@@ -18,7 +18,6 @@ from typing import Any
 
 from celery import beat
 
-from safebeat.app_schedule import settings_source
 from safebeat.beat.dispatch import Dispatcher
 from safebeat.beat.engine import EngineHooks, TickEngine
 from safebeat.beat.metrics import BeatMetrics
@@ -27,11 +26,12 @@ from safebeat.beat.publishing import Publisher
 from safebeat.beat.tuning import Tuning
 from safebeat.config import Config, config_from_app, url_origin
 from safebeat.entries import Entry
+from safebeat.entries.app_entries import settings_source
 from safebeat.errors import EntryError
 from safebeat.identity import current_replica
 from safebeat.records import Claim
+from safebeat.store_urls import redact
 from safebeat.stores import Store
-from safebeat.urls import redact
 
 logger = logging.getLogger("safebeat.scheduler")
 

@@ -18,11 +18,11 @@ from safebeat.beat.housekeeping import Housekeeper
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.pacing import Pacing
 from safebeat.beat.probes import ProbeState, default_liveness_timeout
-from safebeat.beat.runtime_watch import RuntimeWatch
+from safebeat.beat.runtime_entry_watch import RuntimeWatch
 from safebeat.config import Config, url_origin
 from safebeat.identity import Replica
+from safebeat.store_urls import redact
 from safebeat.stores import Store
-from safebeat.urls import redact
 
 
 @dataclass(frozen=True)

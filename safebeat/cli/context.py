@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from safebeat.app_schedule import Schedule, beat_schedule
 from safebeat.cli.app import load_app
 from safebeat.config import Config, config_from_app, load_config
+from safebeat.entries.app_entries import Schedule, beat_schedule
+from safebeat.entries.runtime_definitions import with_runtime_entries
 from safebeat.errors import SafebeatError
 from safebeat.limits import check_namespace
 from safebeat.ops.overview import listed
-from safebeat.runtime import with_runtime_entries
+from safebeat.store_urls import backend_of
 from safebeat.stores import Store, store_from_config
-from safebeat.urls import backend_of
 
 
 class NoStore(SafebeatError):

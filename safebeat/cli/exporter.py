@@ -10,14 +10,14 @@ from typing import Any
 
 import click
 
-from safebeat.app_schedule import beat_schedule
 from safebeat.cli.context import Options
 from safebeat.cli.options import opened, require_app, store_options
 from safebeat.config import parse_duration
+from safebeat.entries.app_entries import beat_schedule
+from safebeat.entries.runtime_definitions import with_runtime_entries
 from safebeat.errors import ConfigError
 from safebeat.ops.exporter import ScheduleHealthCollector, serve
 from safebeat.ops.schedule_health import DueWindows, NamespaceHealth, namespace_health
-from safebeat.runtime import with_runtime_entries
 
 
 def _duration(value: str, name: str) -> timedelta:

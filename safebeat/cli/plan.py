@@ -14,11 +14,11 @@ from safebeat.cli.options import opened, require_app, store_options
 from safebeat.cli.output import emit_json
 from safebeat.config import Config
 from safebeat.display import printable
-from safebeat.ops import deploy_preview as planning
+from safebeat.ops import deploy_preview
 from safebeat.ops.deploy_preview import Change, Kind, describe_windows
 from safebeat.ops.overview import replica_statuses
+from safebeat.store_urls import redact
 from safebeat.stores import Store
-from safebeat.urls import redact
 
 
 def changes_in(options: Options, config: Config, store: Store) -> list[Change]:
@@ -26,7 +26,7 @@ def changes_in(options: Options, config: Config, store: Store) -> list[Change]:
     store has registered."""
     schedule = options.schedule(config, store)
     assert schedule is not None  # noqa: S101 - require_app ran first
-    return planning.plan(
+    return deploy_preview.plan(
         store.states(config.namespace),
         schedule,
         replica_statuses(store, config.namespace),
@@ -51,7 +51,7 @@ def plan_command(options: Options, as_json: bool) -> None:
         schedule = options.schedule(config)
         assert schedule is not None  # noqa: S101 - require_app ran first
         display_url = redact(config.url)
-        changes = planning.plan({}, schedule, [], datetime.now(timezone.utc))
+        changes = deploy_preview.plan({}, schedule, [], datetime.now(timezone.utc))
     else:
         with opened(options) as (config, store):
             changes = changes_in(options, config, store)

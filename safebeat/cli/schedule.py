@@ -22,9 +22,9 @@ from safebeat.cli.context import Options
 from safebeat.cli.errors import UsageProblem
 from safebeat.cli.options import opened, require_app, store_options
 from safebeat.cli.output import emit_json, table
+from safebeat.entries.runtime_definitions import describe_spec, encode
 from safebeat.errors import shorten
 from safebeat.limits import MAX_DEPTH, check_name
-from safebeat.runtime import describe_spec, encode
 
 
 @click.group("schedule")

@@ -9,12 +9,12 @@ from typing import Any
 
 import click
 
-from safebeat.app_schedule import Schedule
 from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_json, fields, table
 from safebeat.config import parse_duration
 from safebeat.display import printable, span, when
+from safebeat.entries.app_entries import Schedule
 from safebeat.errors import ConfigError, EntryError, UnreadableState
 from safebeat.ops.deploy_preview import RUN_OUTSIDE_CELERY
 from safebeat.ops.overview import (

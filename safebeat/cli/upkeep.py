@@ -7,16 +7,15 @@ import sys
 
 import click
 
-from safebeat.app_schedule import Schedule
 from safebeat.cli.context import Options, choose_namespace, missing_store, open_store
 from safebeat.cli.options import opened, require_app, say, store_options
 from safebeat.cli.output import emit_json
 from safebeat.cli.plan import changes_in
 from safebeat.config import Config, parse_duration
 from safebeat.display import printable, span
+from safebeat.entries.app_entries import Schedule
 from safebeat.errors import SafebeatError
-from safebeat.ops import deploy_preview as planning
-from safebeat.ops import doctor, operations
+from safebeat.ops import deploy_preview, doctor, operations
 from safebeat.ops.deploy_preview import Kind
 from safebeat.stores import Store, store_from_config
 
@@ -132,7 +131,7 @@ def _prune_orphans(options: Options) -> None:
         changes = changes_in(options, config, store)
         forgotten = [
             c.name
-            for c in planning.orphans(changes)
+            for c in deploy_preview.orphans(changes)
             if operations.forget_entry(store, config.namespace, c.name, actor=actor)
         ]
     for name in forgotten:

@@ -67,8 +67,8 @@ from safebeat.identity import format_window
 from safebeat.limits import LimitError, check_name
 from safebeat.records import Claim, Outcome, RunEnd
 from safebeat.runners import direct as local_runs
-from safebeat.stores.base import Store
 from safebeat.stores.per_process import store_for
+from safebeat.stores.protocols import Store
 
 logger = logging.getLogger("safebeat.apscheduler")
 

@@ -1,5 +1,5 @@
 """The canonical text of a rule (`describe`: equal text, equal windows), the one the store
-keeps as an entry's definition; `safebeat.schedule_text` reads it back."""
+keeps as an entry's definition; `safebeat.entries.text_reader` reads it back."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from safebeat.limits import NOTE_CHARS
 from safebeat.ops import operations
 from safebeat.ops.results import ENGLISH, Level, Result, Said, Words
 from safebeat.records import AuditAction, Pause
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 
 # What a result says lives in `safebeat.ops.results`; its names stay importable here.
 __all__ = [

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from safebeat import windows
-from safebeat.app_schedule import Schedule
+from safebeat.entries.app_entries import Schedule
+from safebeat.entries.text_reader import rule_from_text
 from safebeat.identity import format_window
 from safebeat.ops.overview import STATUS_SEARCH_SECONDS, ReplicaStatus
-from safebeat.schedule_text import rule_from_text
-from safebeat.stores.base import EntryState
+from safebeat.stores.protocols import EntryState
 from safebeat.windows import Rule
 from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 

@@ -21,8 +21,8 @@ from safebeat.errors import EntryError, SafebeatError
 from safebeat.liveness import LIVE_WITHIN, is_live
 from safebeat.ops.overview import empty_namespace
 from safebeat.records import Status
-from safebeat.stores.base import AdminStore
-from safebeat.urls import plugin_schemes, redact
+from safebeat.store_urls import plugin_schemes, redact
+from safebeat.stores.protocols import AdminStore
 
 #: A replica whose heartbeat is older than this counts as gone (safebeat.liveness).
 ALIVE_FOR = LIVE_WITHIN

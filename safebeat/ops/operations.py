@@ -24,19 +24,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from safebeat import windows
-from safebeat.app_schedule import Schedule
 from safebeat.beat.broker import app_connection_errors
 from safebeat.beat.dispatch import Dispatched, Dispatcher
 from safebeat.display import unknown_entry
 from safebeat.entries import Entry
+from safebeat.entries.app_entries import Schedule
 from safebeat.errors import SafebeatError, UnreadableState
 from safebeat.facts import WindowRow
 from safebeat.identity import Replica, current_replica, task_id_for
 from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
 from safebeat.records import AuditAction, AuditEvent, Claim, Pause
 from safebeat.stores.administering import claims_of
-from safebeat.stores.base import Store
 from safebeat.stores.per_process import config_of
+from safebeat.stores.protocols import Store
 
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000

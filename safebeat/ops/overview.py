@@ -23,7 +23,7 @@ from safebeat.records import (
     ReplicaRecord,
     Status,
 )
-from safebeat.stores.base import AdminStore
+from safebeat.stores.protocols import AdminStore
 from safebeat.windows.searches import SearchUnfinished, search_budget, spent_after
 
 #: Seconds that the custom schedules' searches for next windows may take in one look at

@@ -18,7 +18,7 @@ from safebeat import windows
 from safebeat.entries import Entry
 from safebeat.ops.overview import HISTORY_DEPTH
 from safebeat.records import DispatchRecord, EntryState, Outcome, Status
-from safebeat.stores.base import AdminStore
+from safebeat.stores.protocols import AdminStore
 from safebeat.windows.rules import MICROSECOND
 
 

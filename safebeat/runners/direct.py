@@ -35,7 +35,7 @@ from safebeat.records import (
     Start,
 )
 from safebeat.stores.administering import claims_of
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 
 #: A run recorded here renews no lease, so its lease lasts until it finishes: this process
 #: runs the work itself, and no broker holds a copy that could take it over.

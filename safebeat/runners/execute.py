@@ -37,7 +37,7 @@ from safebeat.identity import format_window
 from safebeat.records import Claim, Outcome, RunEnd
 from safebeat.runners import cron
 from safebeat.runners import direct as local_runs
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from safebeat.windows import CrontabRule
 
 #: Exit statuses of safebeat exec itself, as `env` and `timeout` use them.

@@ -9,7 +9,7 @@ store class whose constructor takes these arguments, or a function), for example
     mystore = "mypackage.store:MyStore"
 
 The object is imported when a URL of its scheme is first opened. What it returns
-implements `safebeat.stores.base.Store`; `safebeat.testing.stores.StoreContract` is the
+implements `safebeat.stores.protocols.Store`; `safebeat.testing.stores.StoreContract` is the
 suite that checks it.
 """
 
@@ -22,8 +22,7 @@ from typing import Protocol
 
 from safebeat.config import Config, RedisEviction
 from safebeat.errors import ConfigError
-from safebeat.stores.base import Store
-from safebeat.urls import (
+from safebeat.store_urls import (
     ENTRY_POINT_GROUP,
     PLUGIN,
     backend_of,
@@ -32,6 +31,7 @@ from safebeat.urls import (
     redact,
     scrub,
 )
+from safebeat.stores.protocols import Store
 
 _memory_stores: dict[str, Store] = {}
 _memory_mutex = threading.Lock()
@@ -42,7 +42,7 @@ class StoreOpener(Protocol):
     entry point's name, in any case) and the tick lock timeout, it returns a `Store`
     without connecting (nothing connects until the store is first used). It raises
     `ConfigError` for a URL it cannot read, with its password hidden
-    (`safebeat.urls.redact`)."""
+    (`safebeat.store_urls.redact`)."""
 
     def __call__(self, url: str, *, lock_timeout: timedelta) -> Store: ...
 
@@ -146,7 +146,7 @@ def _open_plugin(url: str, *, lock_timeout: timedelta) -> Store:
     if missing:
         raise ConfigError(
             f"safebeat_url {redact(url)!r}: {where} returned a {type(store).__name__}, "
-            f"which lacks {', '.join(missing)} of safebeat.stores.base.Store"
+            f"which lacks {', '.join(missing)} of safebeat.stores.protocols.Store"
         )
     return store
 

@@ -49,7 +49,7 @@ class _AdminHooks(Protocol):
 
 class AdminAdapter:
     """`AdminStore.set_paused`, `history`, `audit`, `record_audit`, `write_windows` and
-    `claim_extra` (see `stores/base.py`) for a store that provides their hooks."""
+    `claim_extra` (see `stores/protocols.py`) for a store that provides their hooks."""
 
     def set_paused(self: _AdminHooks, namespace: str, entry: str, pause: Pause) -> bool:
         return self._store_pause(namespace, entry, pause if pause.paused else Pause(False))

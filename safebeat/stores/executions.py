@@ -80,7 +80,7 @@ class _ExecutionHooks(Protocol):
 
 
 class ExecutionAdapter:
-    """`ExecutionStore.start_execution` and `renew_executions` (see `stores/base.py`) for a
+    """`ExecutionStore.start_execution` and `renew_executions` (see `stores/protocols.py`) for a
     store that provides `_start_execution` and `_renew_executions`."""
 
     def start_execution(

@@ -94,7 +94,7 @@ class _TickHooks(Protocol):
 
 class TickAdapter:
     """`TickStore.tick`, `record_publish`, `release_claims` and `heartbeat` (see
-    `stores/base.py`) for a store that provides `_tick`, `_record_publish`,
+    `stores/protocols.py`) for a store that provides `_tick`, `_record_publish`,
     `_release_claims` and `_heartbeat`."""
 
     def tick(

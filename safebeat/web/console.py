@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from safebeat.app_schedule import Schedule
 from safebeat.cli.context import Options, choose_namespace, open_store
 from safebeat.config import Config
 from safebeat.display import lag
 from safebeat.entries import Entry
+from safebeat.entries.app_entries import Schedule
 from safebeat.errors import EntryError, SafebeatError, UnreadableState
 from safebeat.ops import actions, doctor, operations
 from safebeat.ops.overview import (
@@ -32,7 +32,7 @@ from safebeat.ops.overview import (
     replica_statuses,
 )
 from safebeat.stores import Store
-from safebeat.stores.base import AuditRecord, DispatchRecord, Outcome, Status
+from safebeat.stores.protocols import AuditRecord, DispatchRecord, Outcome, Status
 from safebeat.web.words import in_words
 
 log = logging.getLogger("safebeat.web")

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 from html import escape
 
 from safebeat.display import lag, note, span, when
-from safebeat.stores.base import DispatchRecord
+from safebeat.stores.protocols import DispatchRecord
 from safebeat.web.console import window_kind
 
 #: The legend of the strip, in the order it is shown.

@@ -34,8 +34,8 @@ from safebeat.identity import (
     task_id_for,
 )
 from safebeat.records import LeasedRun, Outcome, RunEnd, Start
-from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import config_of, store_of
+from safebeat.stores.protocols import ExecutionStore
 from safebeat.worker import announce, failures
 from safebeat.worker.leases import renewal_period, renewer
 from safebeat.worker.metrics import metrics as worker_metrics
@@ -260,7 +260,7 @@ def _leave_to_beat(store: ExecutionStore, namespace: str, run: LeasedRun) -> boo
     another window of a forbid entry runs, takes the run over after). Where the window's
     own run is alive or finished, nothing is written: that run covers it, unless this
     delivery is a Celery retry that came while its previous attempt was still alive
-    (`records.decide_start` defers it): that retry is lost, and logged as an error. Return
+    (`record_rules.decide_start` defers it): that retry is lost, and logged as an error. Return
     whether the store took the decision (False: it could not be reached)."""
     try:
         verdict = store.start_execution(namespace, run, lease=timedelta(0), exclusive=False)

@@ -18,7 +18,7 @@ from typing import Any
 from safebeat.identity import PAUSE_AFTER_FAILURES_HEADER
 from safebeat.record_rules import consecutive_failures
 from safebeat.records import AuditAction, AuditEvent, Pause
-from safebeat.stores.base import AdminStore
+from safebeat.stores.protocols import AdminStore
 
 logger = logging.getLogger("safebeat.worker")
 

@@ -31,8 +31,8 @@ from datetime import timedelta
 from safebeat.config import Config
 from safebeat.errors import SafebeatError
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.base import ExecutionStore
 from safebeat.stores.per_process import store_for
+from safebeat.stores.protocols import ExecutionStore
 from safebeat.worker.metrics import metrics as worker_metrics
 
 logger = logging.getLogger("safebeat.worker")

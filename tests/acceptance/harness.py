@@ -21,7 +21,7 @@ from kombu import Connection, Queue
 
 from safebeat.errors import SafebeatError
 from safebeat.identity import parse_window
-from safebeat.stores.base import Status, Store
+from safebeat.stores.protocols import Status, Store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,7 +16,7 @@ import pytest
 
 from safebeat.identity import format_window, parse_window
 from safebeat.stores import open_store
-from safebeat.stores.base import Outcome, Status
+from safebeat.stores.protocols import Outcome, Status
 from tests.acceptance.harness import ROOT
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.xdist_group("acceptance")]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from safebeat.stores.base import Status
+from safebeat.stores.protocols import Status
 from safebeat.stores.sqlite import SqliteStore
 from safebeat.windows import Jitter
 from tests import runscope

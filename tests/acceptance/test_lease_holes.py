@@ -19,8 +19,8 @@ import pytest
 import redis
 
 from safebeat.identity import task_id_for
-from safebeat.stores.base import Claim, NewClaim, Outcome, Status, TickPlan
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Claim, NewClaim, Outcome, Status, TickPlan
 from tests import runscope
 from tests.acceptance.test_workers import (
     DEAD_REPLICA,

@@ -27,8 +27,8 @@ import redis
 
 from safebeat.errors import StoreError
 from safebeat.identity import parse_window
-from safebeat.stores.base import Outcome, Status
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Outcome, Status
 from tests import runscope, services
 from tests.acceptance.harness import (
     ROOT,

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 import redis
 
-from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Store
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import runscope, services

@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Store
 from safebeat.stores.redis import RedisStore
 from tests import releases, runscope, services
 from tests.acceptance.harness import (

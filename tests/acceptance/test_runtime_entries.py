@@ -21,8 +21,8 @@ import redis
 from celery import Celery
 
 import safebeat.schedules
-from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Store
 from tests import runscope
 from tests.acceptance.harness import redis_messages, safebeat_cluster, safebeat_messages, verify
 

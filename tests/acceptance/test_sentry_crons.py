@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from safebeat.stores.base import Status
+from safebeat.stores.protocols import Status
 from safebeat.stores.sqlite import SqliteStore
 from tests import runscope
 from tests.acceptance.harness import Cluster

@@ -22,7 +22,7 @@ import redis
 
 from safebeat.records import AuditAction
 from safebeat.stores import open_store
-from safebeat.stores.base import Status
+from safebeat.stores.protocols import Status
 from tests import runscope
 from tests.acceptance.harness import (
     ROOT,

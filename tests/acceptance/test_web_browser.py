@@ -30,7 +30,7 @@ import redis
 
 from safebeat.identity import format_window
 from safebeat.stores import open_store
-from safebeat.stores.base import DispatchRecord, Outcome, Store
+from safebeat.stores.protocols import DispatchRecord, Outcome, Store
 from tests import runscope, services
 from tests.acceptance.harness import ROOT, Cluster
 

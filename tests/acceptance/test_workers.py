@@ -24,8 +24,16 @@ from safebeat.beat.message_fields import message_for
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import Claim, DispatchRecord, NewClaim, Outcome, Status, Store, TickPlan
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import (
+    Claim,
+    DispatchRecord,
+    NewClaim,
+    Outcome,
+    Status,
+    Store,
+    TickPlan,
+)
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 from tests import runscope

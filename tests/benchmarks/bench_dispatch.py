@@ -84,11 +84,11 @@ from celery import Celery, signals
 from celery.beat import PersistentScheduler
 
 import safebeat
+from safebeat.store_urls import redact
 from safebeat.stores import open_store
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import SCRIPTS as REDIS_SCRIPTS
 from safebeat.stores.redis import RedisStore
-from safebeat.urls import redact
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the editable install

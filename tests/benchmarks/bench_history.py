@@ -60,9 +60,9 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the
 
 from safebeat.beat.housekeeping import BACKLOG_PRUNE_INTERVAL, PRUNE_BUDGET  # noqa: E402
 from safebeat.identity import Replica  # noqa: E402
-from safebeat.stores.base import Definition, TickPlan  # noqa: E402
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore  # noqa: E402
 from safebeat.stores.postgres.cursors import Q  # noqa: E402
+from safebeat.stores.protocols import Definition, TickPlan  # noqa: E402
 from safebeat.stores.sql_common import array_literal  # noqa: E402
 from tests import services  # noqa: E402
 

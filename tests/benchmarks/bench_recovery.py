@@ -63,8 +63,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the editable install
     sys.path.insert(0, str(ROOT))
 
-from safebeat.stores.base import Store  # noqa: E402
 from safebeat.stores.postgres import PostgresStore  # noqa: E402
+from safebeat.stores.protocols import Store  # noqa: E402
 from tests import services  # noqa: E402 - needs ROOT on sys.path
 from tests.acceptance.harness import Cluster, kill_tree  # noqa: E402
 from tests.acceptance.test_workers import claim_window, publish  # noqa: E402

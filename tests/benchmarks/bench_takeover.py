@@ -42,8 +42,8 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere, not only via the
 
 from safebeat.identity import Replica, task_id_for  # noqa: E402
 from safebeat.records import Definition, NewClaim, Reclaim, TickPlan  # noqa: E402
-from safebeat.stores.base import Store  # noqa: E402
 from safebeat.stores.postgres import PostgresStore  # noqa: E402
+from safebeat.stores.protocols import Store  # noqa: E402
 from safebeat.stores.redis import RedisStore  # noqa: E402
 from safebeat.stores.sqlite import SqliteStore  # noqa: E402
 from tests import services  # noqa: E402 - needs ROOT on sys.path

@@ -54,7 +54,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from safebeat.identity import parse_window
-from safebeat.stores.base import DispatchRecord, EntryState, Status
+from safebeat.stores.protocols import DispatchRecord, EntryState, Status
 from tests.chaos.crontabs import CronSlots
 
 #: An entry's windows: an interval in seconds, or the slots of a crontab.

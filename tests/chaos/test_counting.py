@@ -7,7 +7,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 from safebeat.identity import format_window
-from safebeat.stores.base import DispatchRecord, EntryState, Status
+from safebeat.stores.protocols import DispatchRecord, EntryState, Status
 from tests.chaos.counting import (
     Arrival,
     Tally,

@@ -18,7 +18,7 @@ from safebeat.contrib.apscheduler import Guard, JobRefused, ThreadPoolExecutor, 
 from safebeat.current import CurrentWindow
 from safebeat.errors import ConfigError
 from safebeat.stores import open_store
-from safebeat.stores.base import Outcome, Status
+from safebeat.stores.protocols import Outcome, Status
 from tests import services
 
 UTC = timezone.utc

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from safebeat.cli import main
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition, Status
+from safebeat.stores.protocols import Definition, Status
 from safebeat.stores.sqlite import SqliteStore
 from tests.acceptance.harness import redis_messages, safebeat_messages
 

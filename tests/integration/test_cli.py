@@ -26,7 +26,7 @@ from safebeat.identity import Replica, current_replica
 from safebeat.liveness import LIVE_WITHIN
 from safebeat.ops import operations
 from safebeat.records import AuditAction, AuditEvent
-from safebeat.stores.base import Definition, Status
+from safebeat.stores.protocols import Definition, Status
 from safebeat.stores.sqlite import MIGRATIONS, SqliteStore
 from safebeat.testing import FakeClock
 from tests import services

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from safebeat.cli import main
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition
+from safebeat.stores.protocols import Definition
 from safebeat.stores.sqlite import SqliteStore
 
 REPLICA = Replica("host-a", 1, "aaaaaa")

@@ -14,12 +14,12 @@ import pytest
 from celery import Celery
 from click.testing import CliRunner, Result
 
-from safebeat.app_schedule import settings_schedule
 from safebeat.cli import main
 from safebeat.config import config_from_app
+from safebeat.entries.app_entries import settings_schedule
 from safebeat.identity import Replica
 from safebeat.ops import operations
-from safebeat.stores.base import Definition
+from safebeat.stores.protocols import Definition
 from safebeat.stores.sqlite import SqliteStore
 
 REPLICA = Replica("host-a", 1, "aaaaaa")

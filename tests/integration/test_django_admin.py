@@ -20,7 +20,7 @@ import pytest
 from celery import Celery
 
 from safebeat.identity import Replica, format_window, task_id_for
-from safebeat.stores.base import Definition, NewClaim, Status, TickPlan
+from safebeat.stores.protocols import Definition, NewClaim, Status, TickPlan
 from tests import djangosite
 
 pytestmark = pytest.mark.django
@@ -515,8 +515,8 @@ def test_the_audit_page_lists_actions_and_cannot_change_them(
 ) -> None:
     """The admin's "operator actions" page lists the trail read-only: no add, change or
     delete, even for a superuser."""
-    from safebeat.stores.base import AuditAction, AuditEvent
     from safebeat.stores.django import DjangoStore
+    from safebeat.stores.protocols import AuditAction, AuditEvent
 
     store = DjangoStore("django://default")
     window = datetime(2026, 3, 1, 6, tzinfo=timezone.utc)

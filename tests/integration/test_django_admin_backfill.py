@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from safebeat.identity import format_window, task_id_for
-from safebeat.stores.base import NewClaim, Status
+from safebeat.stores.protocols import NewClaim, Status
 from tests.integration.test_django_admin import ENTRIES, REPLICA, drain, settings_definition
 
 pytestmark = pytest.mark.django

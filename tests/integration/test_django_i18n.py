@@ -81,8 +81,8 @@ def test_history_page_names_its_columns_in_russian(
     from django.test import override_settings
 
     from safebeat.identity import task_id_for
-    from safebeat.stores.base import NewClaim
     from safebeat.stores.django import DjangoStore
+    from safebeat.stores.protocols import NewClaim
 
     store = DjangoStore("django://default")
     store.register(namespace, [settings_definition(celery_app)], REPLICA)

@@ -18,9 +18,9 @@ import pytest
 
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from tests import djangosite, pgconn
 from tests.registering import registered
 

@@ -28,7 +28,7 @@ def proj(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     # Not a Django project: where another test configured Django in this process, the CLI
     # would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     monkeypatch.delitem(sys.modules, "proj", raising=False)  # another test's proj
 
 

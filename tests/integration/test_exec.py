@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from safebeat.cli import main
 from safebeat.identity import format_window
 from safebeat.stores import open_store
-from safebeat.stores.base import Outcome, Status
+from safebeat.stores.protocols import Outcome, Status
 from tests import services
 
 #: A schedule whose latest slot (New Year, midnight UTC) stays put for the whole test,

@@ -20,8 +20,8 @@ import redis
 
 from safebeat import Scheduler
 from safebeat.beat.dispatch import can_batch
-from safebeat.stores.base import DispatchRecord, Status
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import DispatchRecord, Status
 from safebeat.testing import FakeClock
 from tests import pgconn, runscope, services
 from tests.acceptance.harness import redis_messages, safebeat_messages

@@ -19,10 +19,10 @@ import pytest
 
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Definition, NewClaim, TickPlan
-from safebeat.stores.base import Store
 from safebeat.stores.django import DjangoStore
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
+from safebeat.stores.protocols import Store
 from tests import djangosite
 from tests.registering import registered
 

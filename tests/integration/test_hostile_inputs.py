@@ -58,8 +58,8 @@ from safebeat.identity import Replica
 from safebeat.limits import NAME_BYTES, NAMESPACE_BYTES, NOTE_CHARS
 from safebeat.ops import operations
 from safebeat.records import Definition, Pause, Status
-from safebeat.stores.base import Store
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import Store
 from safebeat.stores.sqlite import SqliteStore
 from safebeat.testing import FakeClock
 from tests import storevariants
@@ -391,7 +391,7 @@ def test_hostile_values_in_the_console_forms_are_refused_naming_the_field(
     h = harness
     # Not a Django project: the console would otherwise read django-celery-beat's rows
     # where another test configured Django in this process.
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     statuses: dict[int, int] = {}
     with TestClient(safebeat.web.app(h.app), base_url="http://127.0.0.1:8765") as client:
         page = client.get("/entries/victim")

@@ -22,7 +22,8 @@ import pytest
 from safebeat.errors import StoreError
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Pause
-from safebeat.stores.base import (
+from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import (
     Definition,
     EntryState,
     LeasedRun,
@@ -35,7 +36,6 @@ from safebeat.stores.base import (
     Store,
     TickPlan,
 )
-from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.sqlite import SqliteStore
 

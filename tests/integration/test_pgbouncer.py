@@ -18,8 +18,8 @@ import pytest
 
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import Definition, EntryState, NewClaim, TickPlan
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Definition, EntryState, NewClaim, TickPlan
 from tests import pgconn
 from tests.registering import registered
 from tests.services import PgBouncer

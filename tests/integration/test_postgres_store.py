@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import LeasedRun, Outcome, RunEnd, Start
-from safebeat.stores.base import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.postgres import MIGRATIONS, PostgresStore
 from safebeat.stores.postgres.cursors import Q
+from safebeat.stores.protocols import Definition, EntryState, NewClaim, Reclaim, Status, TickPlan
 from safebeat.stores.sql_common import array_literal
 from tests import runscope, services
 from tests.registering import registered
@@ -268,7 +268,7 @@ REGISTERING_REPLICA = """
 import sys
 from datetime import timedelta
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition
+from safebeat.stores.protocols import Definition
 from safebeat.stores.postgres import PostgresStore
 
 url, namespace, count, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])

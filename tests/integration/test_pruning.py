@@ -10,8 +10,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from safebeat.stores.base import Store
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import Store
 from safebeat.stores.pruning import PRUNE_BATCH
 from safebeat.stores.sqlite import SqliteStore, path_of
 

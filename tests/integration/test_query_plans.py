@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres.cursors import Q
+from safebeat.stores.protocols import Definition
 from safebeat.stores.sql_common import array_literal
 from safebeat.stores.sqlite import SqliteStore, path_of
 from safebeat.stores.sqlite.connection import Q as SQLITE_Q

@@ -19,7 +19,7 @@ import redis
 from safebeat import Scheduler
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition
+from safebeat.stores.protocols import Definition
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.redis.connection import Timeouts, connect
 from safebeat.testing import FakeClock

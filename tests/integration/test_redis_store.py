@@ -22,7 +22,7 @@ import redis
 from safebeat import Scheduler
 from safebeat.errors import StoreError, TickTooLong
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import (
+from safebeat.stores.protocols import (
     Definition,
     EntryState,
     LeasedRun,

@@ -13,7 +13,7 @@ from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
 from safebeat.ops.schedule_health import namespace_health
 from safebeat.records import LeasedRun, NewClaim, Outcome, RunEnd, TickPlan
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from tests import storevariants
 
 REPLICA = Replica("host-a", 101, "aaaaaa")

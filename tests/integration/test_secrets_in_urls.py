@@ -24,9 +24,9 @@ import safebeat.web
 from safebeat import Scheduler
 from safebeat.cli import main
 from safebeat.errors import SafebeatError
+from safebeat.store_urls import redact, scrub
 from safebeat.stores import open_store
 from safebeat.testing import FakeClock
-from safebeat.urls import redact, scrub
 from tests import services
 from tests.integration.beat import make_app
 
@@ -88,7 +88,7 @@ def url(scheme: str, secret: str, pg_url: str, tmp_path: Path) -> str:
 @pytest.fixture
 def no_django_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not a Django project: the console and CLI read no django-celery-beat rows."""
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
 
 
 @pytest.mark.postgres

@@ -18,9 +18,9 @@ from safebeat.beat.planning import plan_tick
 from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.records import Pause
-from safebeat.stores.base import AuditAction, AuditEvent, EntryState, NewClaim, Store, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.postgres import PostgresStore
+from safebeat.stores.protocols import AuditAction, AuditEvent, EntryState, NewClaim, Store, TickPlan
 from safebeat.stores.redis import RedisStore
 from safebeat.stores.redis.base import key_prefix
 from safebeat.stores.sqlite import SqliteStore

@@ -25,9 +25,9 @@ from safebeat.cli import main
 from safebeat.errors import ConfigError
 from safebeat.identity import Replica
 from safebeat.records import Definition, Status
+from safebeat.store_urls import plugin_schemes, redact
 from safebeat.stores import open_store
 from safebeat.stores.sqlite import SqliteStore
-from safebeat.urls import plugin_schemes, redact
 from tests.acceptance.harness import ROOT
 
 EXAMPLE = ROOT / "examples" / "store_plugin"

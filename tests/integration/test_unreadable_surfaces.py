@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 import safebeat.web
 from safebeat.identity import Replica
-from safebeat.stores.base import Definition, NewClaim, Store
+from safebeat.stores.protocols import Definition, NewClaim, Store
 from safebeat.stores.sqlite import SqliteStore
 from tests.integration.test_store_contract import poison
 
@@ -51,7 +51,7 @@ def test_the_console_lists_an_unreadable_entry_as_put_aside_with_its_problem(
 ) -> None:
     """The entries page lists `victim` as unreadable with the store's problem and `other`
     as ok; the entry's page and the audit and doctor pages answer, not a 500."""
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     store = SqliteStore(sqlite_url)
     store.migrate()
     poisoned(store, namespace)

@@ -26,7 +26,7 @@ from safebeat.cli import main
 from safebeat.identity import Replica, current_replica, format_window
 from safebeat.limits import NOTE_CHARS
 from safebeat.stores import Store, open_store
-from safebeat.stores.base import AuditAction, AuditEvent, Definition
+from safebeat.stores.protocols import AuditAction, AuditEvent, Definition
 from safebeat.testing import FakeClock
 from safebeat.web import Credentials
 from tests.acceptance.harness import redis_messages, safebeat_messages
@@ -87,7 +87,7 @@ def filled(
     """A store beat filled with two sent windows (its replica still heartbeating), per backend."""
     # Not a Django project: where another test configured Django in this process, the
     # console would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     url = {"sqlite": sqlite_url, "redis": redis_url}.get(request.param, "")
     if request.param == "postgres":
         url = with_password(request.getfixturevalue("pg_url"))
@@ -526,7 +526,7 @@ def tricky(
 ) -> Iterator[Filled]:
     """A SQLite store where beat registered `victim` and the tricky names (hourly, so no
     window comes due during a test), and the Celery app defining them."""
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     queue = f"web-{namespace}"
     schedule = {name: {"task": "faults.tick", "schedule": 3600.0} for name in (VICTIM, *TRICKY)}
     app = make_app(redis_url, queue, sqlite_url, namespace, beat_schedule=schedule)

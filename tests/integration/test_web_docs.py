@@ -48,7 +48,7 @@ def project(
     monkeypatch.chdir(tmp_path)
     # Not a Django project: where another test configured Django in this process, the
     # console would otherwise read django-celery-beat's rows too (it cannot see beat's -S).
-    monkeypatch.setattr("safebeat.app_schedule.periodic_tasks_reason", lambda app: None)
+    monkeypatch.setattr("safebeat.entries.app_entries.periodic_tasks_reason", lambda app: None)
     for name in ("proj", "proj.celery", "main"):
         sys.modules.pop(name, None)
     from proj.celery import app  # type: ignore[import-not-found]

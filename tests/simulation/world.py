@@ -43,12 +43,12 @@ from unittest import mock
 from celery import Celery
 from celery.exceptions import Ignore, Reject
 
-from safebeat.app_schedule import settings_source
 from safebeat.beat.dispatch import Dispatcher
 from safebeat.beat.engine import EngineHooks, TickEngine
 from safebeat.beat.message_fields import message_for
 from safebeat.beat.tuning import Tuning
 from safebeat.config import config_from_app
+from safebeat.entries.app_entries import settings_source
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, parse_window, task_id_for
 from safebeat.record_rules import lease_alive

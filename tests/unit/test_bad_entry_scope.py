@@ -13,8 +13,8 @@ from celery.schedules import crontab
 import safebeat.schedules
 from safebeat.config import Config
 from safebeat.entries.compiling import compile_schedule
+from safebeat.entries.runtime_definitions import compile_runtime, encode
 from safebeat.errors import EntryError
-from safebeat.runtime import compile_runtime, encode
 from safebeat.stores.memory import MemoryStore
 
 UTC = timezone.utc

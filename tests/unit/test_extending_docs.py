@@ -10,19 +10,19 @@ from pathlib import Path
 import pytest
 
 from safebeat import hooks
-from safebeat.stores import base
+from safebeat.stores import protocols
 from tests.docpages import blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "extending.md").read_text()
 EXAMPLE = ROOT / "examples" / "store_plugin"
 PROTOCOLS = (
-    base.StoreConnection,
-    base.TickStore,
-    base.ExecutionStore,
-    base.EffectStore,
-    base.AdminStore,
-    base.RuntimeEntryStore,
+    protocols.StoreConnection,
+    protocols.TickStore,
+    protocols.ExecutionStore,
+    protocols.EffectStore,
+    protocols.AdminStore,
+    protocols.RuntimeEntryStore,
 )
 
 

@@ -32,11 +32,11 @@ from hypothesis import strategies as st
 from safebeat.config import SETTINGS, Config, load_config
 from safebeat.entries import compile_entry, compile_schedule, describe
 from safebeat.errors import ConfigError, EntryError, SafebeatError, shorten
+from safebeat.store_urls import SCHEMES, backend_of, redact, scrub
 from safebeat.stores import open_store
-from safebeat.stores.base import Status
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import Status
 from safebeat.testing import FakeClock, memory_scheduler
-from safebeat.urls import SCHEMES, backend_of, redact, scrub
 from safebeat.windows import SOLAR_EVENTS
 from tests import services
 

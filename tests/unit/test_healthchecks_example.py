@@ -27,8 +27,8 @@ from safebeat.config import Config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Claim
-from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.per_process import store_of
+from safebeat.stores.protocols import NewClaim, TickPlan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "healthchecks"
 

@@ -24,9 +24,9 @@ from safebeat.contrib import opentelemetry as safebeat_otel
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import Pause
-from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.per_process import store_of
+from safebeat.stores.protocols import NewClaim, TickPlan
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.unit.test_scheduler import START, drain, make_app, run
 

@@ -11,7 +11,7 @@ from safebeat.config import Config, load_config
 from safebeat.entries import compile_entry
 from safebeat.errors import ConfigError
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.base import Outcome, Status
+from safebeat.stores.protocols import Outcome, Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, forbid_overlap
 from tests.unit.test_scheduler import drain, make_app, windows_sent

@@ -18,8 +18,8 @@ from safebeat.errors import ConfigError, EntryError
 from safebeat.identity import format_window
 from safebeat.record_rules import consecutive_failures
 from safebeat.records import AuditAction, Claim, DispatchRecord, EntryState, Outcome, Pause, Status
-from safebeat.stores.base import Definition
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import Definition
 from safebeat.worker.failures import AUDIT_ACTOR, pause_if_failing
 from safebeat.worker.metrics import WorkerTotals
 from tests.unit.test_worker import (  # noqa: F401 - fixtures used by name

@@ -29,7 +29,7 @@ from safebeat.beat.publishing import Publisher
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import task_id_for
-from safebeat.stores.base import Claim
+from safebeat.stores.protocols import Claim
 
 WINDOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -10,8 +10,8 @@ import pytest
 from safebeat.beat.pacing import takeover_period
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import LeasedRun, Start
-from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import NewClaim, TickPlan
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.worker.leases import next_round, renewal_period
 from tests.unit.test_scheduler import drain, make_app, run

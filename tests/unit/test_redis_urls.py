@@ -7,9 +7,9 @@ import redis
 import redis.cluster
 
 from safebeat.errors import ConfigError
+from safebeat.store_urls import backend_of, redact
 from safebeat.stores.redis.checks import eviction_hazard
 from safebeat.stores.redis.connection import Timeouts, connect
-from safebeat.urls import backend_of, redact
 
 TIMEOUTS = Timeouts(connect=1, reply=1)
 

@@ -12,8 +12,8 @@ from celery.schedules import crontab
 
 import safebeat.schedules
 from safebeat.crontab import crontab as crontab_with_seconds
+from safebeat.entries.runtime_definitions import OneOff, decode, encode
 from safebeat.errors import EntryError
-from safebeat.runtime import OneOff, decode, encode
 from safebeat.stores.memory import MemoryStore
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.unit.test_scheduler import START, drain, make_app, run, windows_sent

@@ -19,7 +19,7 @@ from safebeat import windows
 from safebeat.config import Config
 from safebeat.crontab import crontab as seconds_crontab
 from safebeat.entries import compile_entry, describe
-from safebeat.schedule_text import rule_from_text
+from safebeat.entries.text_reader import rule_from_text
 from tests.unit.test_windows_properties import ZONES, crontabs
 
 UTC = timezone.utc

@@ -18,8 +18,8 @@ from safebeat.beat.dispatch import retry_policy
 from safebeat.errors import ConfigError, StoreUnavailable
 from safebeat.identity import format_window, task_id_for
 from safebeat.records import Pause
-from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import NewClaim, Status, TickPlan
 from safebeat.stores.ticking import Heartbeat
 from safebeat.testing import FakeClock, memory_scheduler
 

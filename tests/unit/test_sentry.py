@@ -21,9 +21,9 @@ from safebeat.config import Config
 from safebeat.contrib.sentry import monitor_config
 from safebeat.entries import compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import NewClaim, TickPlan
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.per_process import store_of
+from safebeat.stores.protocols import NewClaim, TickPlan
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.sentrycapture import DSN, CheckIns
 from tests.unit.test_scheduler import START, drain, make_app, run

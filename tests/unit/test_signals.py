@@ -14,8 +14,8 @@ import pytest
 from safebeat import signals
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Pause
-from safebeat.stores.base import NewClaim, Status, TickPlan
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import NewClaim, Status, TickPlan
 from safebeat.testing import FakeClock, memory_scheduler
 from tests.unit.test_scheduler import START, FlakyStore, drain, make_app, run
 

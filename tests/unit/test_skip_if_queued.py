@@ -12,7 +12,7 @@ from safebeat.beat.planning import queue_timeouts
 from safebeat.config import load_config
 from safebeat.entries import Entry, compile_entry
 from safebeat.records import LeasedRun
-from safebeat.stores.base import Status
+from safebeat.stores.protocols import Status
 from safebeat.testing import FakeClock, memory_scheduler
 from safebeat.windows import Due, Overlap, SkippedSpan, SkipReason, skip_if_queued
 from tests.unit.test_scheduler import drain, make_app, windows_sent

@@ -16,8 +16,8 @@ from safebeat.ops import actions
 from safebeat.ops.operations import OperationError
 from safebeat.ops.overview import entry_status
 from safebeat.records import AuditAction, Definition, Pause
-from safebeat.stores.base import Status
 from safebeat.stores.memory import MemoryStore
+from safebeat.stores.protocols import Status
 from safebeat.testing import FakeClock
 from safebeat.windows.rules import ClockedRule
 from tests.unit.test_scheduler import START

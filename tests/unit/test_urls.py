@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from safebeat.errors import ConfigError
-from safebeat.urls import backend_of, django_alias, redact, scrub
+from safebeat.store_urls import backend_of, django_alias, redact, scrub
 
 
 @pytest.mark.parametrize(

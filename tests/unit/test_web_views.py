@@ -13,7 +13,7 @@ from safebeat.config import load_config
 from safebeat.entries import compile_schedule
 from safebeat.identity import parse_window
 from safebeat.ops.overview import EntryStatus, entry_status
-from safebeat.stores.base import DispatchRecord, EntryState, Outcome, Status
+from safebeat.stores.protocols import DispatchRecord, EntryState, Outcome, Status
 from safebeat.web import AllowedHosts, is_loopback
 from safebeat.web.console import is_late, window_kind
 from safebeat.web.instants import example_instant, instant_html, local_zone

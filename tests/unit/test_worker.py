@@ -18,8 +18,8 @@ from safebeat.entries import compile_entry
 from safebeat.errors import StoreUnavailable
 from safebeat.identity import Replica, format_window, task_id_for
 from safebeat.records import LeasedRun, RunEnd
-from safebeat.stores.base import NewClaim, Outcome, Reclaim, Start, Status, Store, TickPlan
 from safebeat.stores.per_process import store_of
+from safebeat.stores.protocols import NewClaim, Outcome, Reclaim, Start, Status, Store, TickPlan
 from safebeat.worker import delivery as worker_delivery
 from safebeat.worker.metrics import WorkerTotals
 from tests.unit.test_scheduler import drain

@@ -25,13 +25,13 @@ from django.contrib import messages
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from safebeat.app_schedule import periodic_task_schedule, settings_schedule
 from safebeat.config import Config, config_from_app
 from safebeat.entries import Entry
+from safebeat.entries.app_entries import periodic_task_schedule, settings_schedule
 from safebeat.errors import EntryError, SafebeatError
 from safebeat.ops import operations
 from safebeat.ops.actions import Action, Level, Target
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 
 if TYPE_CHECKING:
     from safebeat.stores.django.base import OpenedDjangoStore

@@ -380,8 +380,8 @@ def _selected(values: list[str]) -> list[tuple[str, str]]:
 
 def periodic_task_problems(app: Any) -> list[tuple[str, str]]:
     """(row name, problem) of every enabled django-celery-beat row beat would leave out."""
-    from safebeat.app_schedule import periodic_task_schedule  # noqa: PLC0415
     from safebeat.config import config_from_app  # noqa: PLC0415
+    from safebeat.entries.app_entries import periodic_task_schedule  # noqa: PLC0415
 
     broken = periodic_task_schedule(app, config_from_app(app)).broken
     return sorted((name, error.problem) for name, error in broken.items())

@@ -14,11 +14,11 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from safebeat.errors import StoreError, StoreUnavailable
-from safebeat.stores.base import Store, StoreCheck
+from safebeat.store_urls import django_alias
 from safebeat.stores.django import vendors
 from safebeat.stores.django.setup import django_models, known_migrations, migration_state
+from safebeat.stores.protocols import Store, StoreCheck
 from safebeat.stores.refusals import refusal_hint
-from safebeat.urls import django_alias
 
 
 class OpenedDjangoStore(Store, Protocol):

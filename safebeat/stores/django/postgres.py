@@ -43,7 +43,7 @@ _IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class DjangoPostgresStore(PostgresOperations, DjangoDatabase):
-    """Implements `safebeat.stores.base.Store` on a PostgreSQL alias: the `postgresql://`
+    """Implements `safebeat.stores.protocols.Store` on a PostgreSQL alias: the `postgresql://`
     store's operations over Django's connection, inside the Django store's boundary."""
 
     def __init__(

@@ -27,17 +27,17 @@ from safebeat.records import (
     Status,
     TickPlan,
 )
-from safebeat.stores.base import StoreCheck
 from safebeat.stores.memory.admin import MemoryAdmin
 from safebeat.stores.memory.executions import MemoryExecutions
 from safebeat.stores.memory.state import _Namespace
+from safebeat.stores.protocols import StoreCheck
 from safebeat.stores.ticking import Heartbeat, Release, SteppedTick, TickLockBusy, TickSteps
 
 T = TypeVar("T")
 
 
 class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
-    """Implements `safebeat.stores.base.Store` in memory; `clock` makes time controllable.
+    """Implements `safebeat.stores.protocols.Store` in memory; `clock` makes time controllable.
 
     The state is `state.py`'s; operator reads are `admin.py`'s, executions and effects
     `executions.py`'s; beat's side (register, tick, heartbeat, prune) is here.

@@ -32,20 +32,20 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 from safebeat.errors import StoreError, StoreUnavailable
 from safebeat.records import TickResult
-from safebeat.stores.base import StoreCheck
+from safebeat.store_urls import redact, scrub
 from safebeat.stores.postgres.loaders import read_unreadable_timestamps
 from safebeat.stores.postgres.statements import Cursor, PostgresOperations, Q, tick_limits
+from safebeat.stores.protocols import StoreCheck
 from safebeat.stores.refusals import refusal_hint
 from safebeat.stores.sql_common import advisory_key
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
-from safebeat.urls import redact, scrub
 
 MIGRATIONS = load_migrations(__name__)
 _MIGRATION_LOCK = advisory_key("migrate")
 
 
 class PostgresStore(PostgresOperations):
-    """Implements `safebeat.stores.base.Store` on PostgreSQL. One connection, one thread."""
+    """Implements `safebeat.stores.protocols.Store` on PostgreSQL. One connection, one thread."""
 
     def __init__(
         self,

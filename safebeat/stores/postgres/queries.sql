@@ -142,7 +142,7 @@ ON CONFLICT (namespace, name) DO NOTHING;
 -- name: insert_dispatches
 -- The claims: a row per window under the unique key; an existing row wins silently.
 -- This, advance_states and stale_claims end a tick, sent with COMMIT in one message.
--- The fence (safebeat.records.fenced), on a tick's rows (`fenced`): a window at or
+-- The fence (safebeat.record_rules.fenced), on a tick's rows (`fenced`): a window at or
 -- before the entry's last window as stored now, when the row is written, was decided by
 -- some replica after this plan was made, and is neither claimed nor recorded as skipped.
 -- write_windows (trigger, backfill) writes past windows on purpose: not fenced.
@@ -303,7 +303,7 @@ SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: start_execution
 -- One statement: concurrent deliveries of one window queue on the row lock, and each
--- decides on the row as the one before it left it, by records.decide_start: run (never
+-- decides on the row as the one before it left it, by record_rules.decide_start: run (never
 -- started; or it ended asking for a retry and this delivery's retries are higher),
 -- takeover (lease expired), defer (lease alive, whatever the retries; or, for `forbid`,
 -- another window of the entry runs with a live lease) or duplicate (finished otherwise).

@@ -43,7 +43,7 @@ from safebeat.records import (
     TickPlan,
     TickResult,
 )
-from safebeat.stores.base import StoreCheck
+from safebeat.stores.protocols import StoreCheck
 from safebeat.stores.pruning import in_batches
 from safebeat.stores.redis.admin import RedisAdmin
 from safebeat.stores.redis.base import (
@@ -69,7 +69,7 @@ PRUNE_BATCH = 1000
 
 
 class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
-    """Implements `safebeat.stores.base.Store` on Redis 6.2+ (one server, Sentinel or
+    """Implements `safebeat.stores.protocols.Store` on Redis 6.2+ (one server, Sentinel or
     Cluster): client and boundary in `base.py`, operator reads in `admin.py`, executions
     and effects in `executions.py`, beat's side (layout, register, tick, heartbeat,
     prune) here."""

@@ -24,12 +24,12 @@ from safebeat.records import (
     Outcome,
     Status,
 )
+from safebeat.store_urls import password_of, redact, scrub
 from safebeat.stores.decoding import DECODE_ERRORS, problem_of, record_of, unreadable_state
 from safebeat.stores.redis.checks import check_eviction
 from safebeat.stores.redis.connection import Client, Timeouts, connect
 from safebeat.stores.sharing import Sharing
 from safebeat.stores.sqlfiles import load_queries
-from safebeat.urls import password_of, redact, scrub
 
 _BLOCKS = load_queries(__package__ or "safebeat.stores.redis", "scripts.lua")
 

@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from safebeat.errors import ConfigError
-from safebeat.urls import MISREAD, read, redact, scrub
+from safebeat.store_urls import MISREAD, read, redact, scrub
 
 # Typed in some redis-py releases and untyped in others (5.x leaves these untyped, and
 # types every command's reply `Awaitable[Any] | Any`): called as Any, so the type check

@@ -100,7 +100,7 @@ end
 
 -- Whether row `id` is for the take-over at `now`: unsent and claimed before
 -- `stale_before` while its run is not alive (started, unfinished, with a live lease: see
--- records.unsent_and_stale), or a run whose lease expired without a finish; it has a
+-- record_rules.unsent_and_stale), or a run whose lease expired without a finish; it has a
 -- task id.
 -- Returns the row's {status, claimed_at, lease_until, finished_at, task_id, entry} if it
 -- is, else false.
@@ -352,7 +352,7 @@ return 0
 -- Writes only while this token holds the lock: a replica whose lock expired while it
 -- planned writes nothing and gets false. Otherwise inserts rows whose marker is new and
 -- whose window is after the entry's stored last window (the fence,
--- safebeat.records.fenced), advances last windows, finds a page of the stale claims (see
+-- safebeat.record_rules.fenced), advances last windows, finds a page of the stale claims (see
 -- stale_claims), releases the lock. Returns {now, claimed, stale}.
 local p, token, replica, host, pid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 if redis.call('GET', KEYS[1]) ~= token then
@@ -557,7 +557,7 @@ return redis.call('ZREM', KEYS[1], ARGV[2])
 -- name: start_execution
 -- KEYS[1]: the window's claim key. ARGV: prefix, entry, worker, retries, lease (us),
 -- exclusive (1 for `forbid`, else 0).
--- Returns run, takeover, defer, duplicate or unknown (see records.decide_start).
+-- Returns run, takeover, defer, duplicate or unknown (see record_rules.decide_start).
 local p, entry, worker, retries = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local id = redis.call('GET', KEYS[1])
 if not id then

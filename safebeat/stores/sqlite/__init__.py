@@ -26,7 +26,7 @@ from safebeat.records import (
     StaleClaim,
     TickPlan,
 )
-from safebeat.stores.base import StoreCheck
+from safebeat.stores.protocols import StoreCheck
 from safebeat.stores.pruning import in_batches
 from safebeat.stores.sql_common import FIRST_STALE, dispatch_rows, replica_columns
 from safebeat.stores.sqlfiles import Migration, apply_pending, load_migrations, schema_target
@@ -49,7 +49,7 @@ REGISTER_SLICE = 5000
 
 
 class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
-    """Implements `safebeat.stores.base.Store` on one SQLite file in WAL mode: the
+    """Implements `safebeat.stores.protocols.Store` on one SQLite file in WAL mode: the
     connection (`connection.py`), the operator reads (`admin.py`), executions and effects
     (`executions.py`), and here beat's side: migrations, register, tick, heartbeat, prune."""
 

@@ -23,10 +23,10 @@ from safebeat.records import (
     Status,
     system_clock,
 )
+from safebeat.store_urls import redact
 from safebeat.stores.decoding import record_of, state_of, state_of_columns
 from safebeat.stores.sql_common import DispatchRow
 from safebeat.stores.sqlfiles import load_queries
-from safebeat.urls import redact
 
 Q = load_queries(__package__ or "safebeat.stores.sqlite")
 

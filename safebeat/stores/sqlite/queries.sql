@@ -70,7 +70,7 @@ ON CONFLICT (namespace, name) DO UPDATE
     WHERE safebeat_entry.digest <> excluded.digest;
 
 -- name: insert_dispatch
--- The fence (safebeat.records.fenced), on a tick's rows (:fenced): a window at or before
+-- The fence (safebeat.record_rules.fenced), on a tick's rows (:fenced): a window at or before
 -- the entry's last window as stored when the row is written was decided by some replica
 -- after this plan was made, and is neither claimed nor recorded as skipped.
 -- write_windows (trigger, backfill) writes past windows on purpose: not fenced.

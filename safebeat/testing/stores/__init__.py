@@ -34,7 +34,7 @@ import uuid
 
 import pytest
 
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from safebeat.testing.stores.claims import ClaimCases
 from safebeat.testing.stores.effects import EffectKeyCases
 from safebeat.testing.stores.executions import ExecutionCases

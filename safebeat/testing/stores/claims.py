@@ -10,7 +10,7 @@ import pytest
 
 from safebeat.facts import WindowRow
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import EntryState, NewClaim, NewSkip, Status, Store, TickPlan
+from safebeat.stores.protocols import EntryState, NewClaim, NewSkip, Status, Store, TickPlan
 from safebeat.testing.stores.support import (
     LOOKALIKES,
     OTHER,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from safebeat.testing.stores.support import HOUR, LOOKALIKES, StoreFactory, claim_key, race
 
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from safebeat.stores.base import LeasedRun, NewSkip, Outcome, Start, Status, Store, TickPlan
+from safebeat.stores.protocols import LeasedRun, NewSkip, Outcome, Start, Status, Store, TickPlan
 from safebeat.testing.stores.support import (
     HOUR,
     REPLICA,

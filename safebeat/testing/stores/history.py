@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from safebeat.stores.base import Status, Store
+from safebeat.stores.protocols import Status, Store
 from safebeat.testing.stores.support import (
     REPLICA,
     claim_plan,

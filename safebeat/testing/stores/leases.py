@@ -8,7 +8,15 @@ from typing import Any
 
 from safebeat.facts import Dispatched, LiveRun
 from safebeat.identity import task_id_for
-from safebeat.stores.base import EntryState, LeasedRun, NewSkip, Outcome, Start, Store, TickPlan
+from safebeat.stores.protocols import (
+    EntryState,
+    LeasedRun,
+    NewSkip,
+    Outcome,
+    Start,
+    Store,
+    TickPlan,
+)
 from safebeat.testing.stores.support import (
     HOUR,
     REPLICA,

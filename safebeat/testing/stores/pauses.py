@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from safebeat.identity import task_id_for
 from safebeat.records import Pause
-from safebeat.stores.base import AuditAction, AuditEvent, EntryState, NewClaim, Store, TickPlan
+from safebeat.stores.protocols import AuditAction, AuditEvent, EntryState, NewClaim, Store, TickPlan
 from safebeat.testing.stores.support import (
     HOUR,
     OTHER,

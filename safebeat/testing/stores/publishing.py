@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from safebeat.identity import task_id_for
-from safebeat.stores.base import Claim, LeasedRun, Start, Status, Store
+from safebeat.stores.protocols import Claim, LeasedRun, Start, Status, Store
 from safebeat.testing.stores.support import (
     HOUR,
     OTHER,

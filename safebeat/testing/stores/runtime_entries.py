@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from safebeat.stores.base import Store
+from safebeat.stores.protocols import Store
 from safebeat.testing.stores.support import StoreFactory, claimed, race
 
 

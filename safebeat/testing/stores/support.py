@@ -15,7 +15,7 @@ from safebeat.beat.planning import plan_tick
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_entry
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import (
+from safebeat.stores.protocols import (
     Claim,
     Definition,
     EntryState,

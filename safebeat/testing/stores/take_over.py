@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from safebeat.identity import Replica, task_id_for
-from safebeat.stores.base import Claim, NewClaim, Reclaim, Status, Store, TickPlan
+from safebeat.stores.protocols import Claim, NewClaim, Reclaim, Status, Store, TickPlan
 from safebeat.testing.stores.support import (
     HOUR,
     OTHER,

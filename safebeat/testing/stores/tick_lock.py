@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from safebeat.stores.base import EntryState, LeasedRun, NewSkip, Status, Store, TickPlan
+from safebeat.stores.protocols import EntryState, LeasedRun, NewSkip, Status, Store, TickPlan
 from safebeat.testing.stores.support import (
     FENCE_POLICIES,
     HOUR,

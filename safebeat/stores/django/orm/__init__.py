@@ -30,7 +30,7 @@ REGISTER_SLICE = 1000
 
 
 class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
-    """Implements `safebeat.stores.base.Store` with Django's ORM on one database alias:
+    """Implements `safebeat.stores.protocols.Store` with Django's ORM on one database alias:
     shared reads in `rows.py`, the tick's steps in `tick.py`, operator reads in
     `admin.py`, executions and effects in `executions.py`, the rest of beat's side
     (register, publishes, heartbeat, prune) here."""

@@ -12,8 +12,8 @@ from typing import Any
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.config import Config
 from safebeat.entries import Entry, compile_schedule
+from safebeat.entries.runtime_definitions import compile_runtime
 from safebeat.errors import EntryError
-from safebeat.runtime import compile_runtime
 from safebeat.stores import Store
 
 logger = logging.getLogger("safebeat.scheduler")

@@ -24,10 +24,10 @@ from typing import Any
 
 from celery import schedules
 
-from safebeat.app_schedule import Schedule
 from safebeat.config import Config, parse_duration
 from safebeat.crontab import crontab
 from safebeat.entries import Entry, compile_entry
+from safebeat.entries.app_entries import Schedule
 from safebeat.entries.compiling import within_limits
 from safebeat.entries.custom import class_name, stock_class
 from safebeat.errors import ConfigError, EntryError, shown
