@@ -399,3 +399,30 @@ def _with_last_window(state: EntryState, window: datetime) -> EntryState:
         state.newest_dispatched,
         state.unreadable,
     )
+
+
+# The rules over these records moved to safebeat.record_rules; 0.1.0 code imported them from
+# here (`from safebeat.records import decide_start`), so they are still found here.
+_RULES = frozenset(
+    {
+        "consecutive_failures",
+        "decide_start",
+        "fence",
+        "fenced",
+        "lease_alive",
+        "pause_ends",
+        "released_age",
+        "run_alive",
+        "states_after",
+        "take_over_page",
+        "unsent_and_stale",
+    }
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _RULES:
+        from safebeat import record_rules  # noqa: PLC0415 (it imports this module)
+
+        return getattr(record_rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -222,3 +222,33 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
     plan = TickPlan(advances={"e": NOW})
     assert states_after({"e": state}, plan) == {"e": replace(state, last_window=NOW)}
     assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "consecutive_failures",
+        "decide_start",
+        "fence",
+        "fenced",
+        "lease_alive",
+        "pause_ends",
+        "released_age",
+        "run_alive",
+        "states_after",
+        "take_over_page",
+        "unsent_and_stale",
+    ],
+)
+def test_the_rules_0_1_0_imported_from_records_are_still_found_there(name: str) -> None:
+    import safebeat.record_rules
+    import safebeat.records
+
+    assert getattr(safebeat.records, name) is getattr(safebeat.record_rules, name)
+
+
+def test_records_has_no_other_attribute_by_forwarding() -> None:
+    import safebeat.records
+
+    with pytest.raises(AttributeError):
+        safebeat.records.no_such_rule  # noqa: B018
