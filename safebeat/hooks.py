@@ -235,6 +235,10 @@ def _guarded(
         manager.__enter__()
     except Exception:  # an integration must never stop a publish or a tick (logged)
         logger.exception("safebeat: hook %s failed; carrying on", _name(hook))
+        entered = False
+    else:
+        entered = True
+    if not entered:  # the body runs outside the handler: its errors are not chained to it
         yield
         return
     try:

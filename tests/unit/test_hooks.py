@@ -124,6 +124,25 @@ def test_an_active_predicate_that_raises_is_logged_and_the_window_is_published(
     assert "active bug" in caplog.text
 
 
+def test_an_error_of_the_body_is_not_chained_to_a_hook_that_failed_entering(
+    registered: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A publish that fails after a hook failed entering raises its own error, not one
+    "during handling of" the hook's: the hook's bug is in its own log line only."""
+
+    def broken_enter(argument: object) -> Any:
+        raise RuntimeError("enter bug")
+
+    with (
+        caplog.at_level(logging.ERROR, "safebeat.hooks"),
+        pytest.raises(ValueError, match="publish failed") as raised,
+        hooks.around((broken_enter,), object()),
+    ):
+        raise ValueError("publish failed")
+    assert raised.value.__context__ is None
+    assert "enter bug" in caplog.text
+
+
 def test_a_tick_hook_is_told_what_the_tick_did(registered: list[Any]) -> None:
     """A tick hook is entered around each tick and reads, after it, the windows claimed."""
     ticks: list[tuple[str, int, int, bool]] = []
