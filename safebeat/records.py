@@ -12,6 +12,7 @@ import enum
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from safebeat.facts import Dispatched, LiveRun
 from safebeat.windows.overlap import queued_since, running_since
@@ -418,6 +419,20 @@ _RULES = frozenset(
         "unsent_and_stale",
     }
 )
+
+
+if TYPE_CHECKING:  # what type checkers see of them (at run time: __getattr__)
+    from safebeat.record_rules import consecutive_failures as consecutive_failures  # noqa: PLC0414
+    from safebeat.record_rules import decide_start as decide_start  # noqa: PLC0414
+    from safebeat.record_rules import fence as fence  # noqa: PLC0414
+    from safebeat.record_rules import fenced as fenced  # noqa: PLC0414
+    from safebeat.record_rules import lease_alive as lease_alive  # noqa: PLC0414
+    from safebeat.record_rules import pause_ends as pause_ends  # noqa: PLC0414
+    from safebeat.record_rules import released_age as released_age  # noqa: PLC0414
+    from safebeat.record_rules import run_alive as run_alive  # noqa: PLC0414
+    from safebeat.record_rules import states_after as states_after  # noqa: PLC0414
+    from safebeat.record_rules import take_over_page as take_over_page  # noqa: PLC0414
+    from safebeat.record_rules import unsent_and_stale as unsent_and_stale  # noqa: PLC0414
 
 
 def __getattr__(name: str) -> object:

@@ -252,3 +252,24 @@ def test_records_has_no_other_attribute_by_forwarding() -> None:
 
     with pytest.raises(AttributeError):
         safebeat.records.no_such_rule  # noqa: B018
+
+
+def test_type_checkers_see_each_rule_records_forwards() -> None:
+    """Each rule `safebeat.records` forwards is imported for type checkers too, under its
+    own name (re-exported): `from safebeat.records import decide_start` type-checks."""
+    import ast
+    import inspect
+
+    import safebeat.records
+
+    tree = ast.parse(inspect.getsource(safebeat.records))
+    seen = {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in node.body
+        if isinstance(inner, ast.ImportFrom) and inner.module == "safebeat.record_rules"
+        for alias in inner.names
+        if alias.asname == alias.name
+    }
+    assert seen == set(safebeat.records._RULES)
