@@ -224,22 +224,16 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
     assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "consecutive_failures",
-        "decide_start",
-        "fence",
-        "fenced",
-        "lease_alive",
-        "pause_ends",
-        "released_age",
-        "run_alive",
-        "states_after",
-        "take_over_page",
-        "unsent_and_stale",
-    ],
-)
+#: The rules safebeat.records held in 0.1.0.
+# fmt: off
+RULES_0_1_0 = [
+    "consecutive_failures", "decide_start", "fence", "fenced", "lease_alive", "pause_ends",
+    "released_age", "run_alive", "states_after", "take_over_page", "unsent_and_stale",
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("name", RULES_0_1_0)
 def test_the_rules_0_1_0_imported_from_records_are_still_found_there(name: str) -> None:
     import safebeat.record_rules
     import safebeat.records
