@@ -162,9 +162,18 @@ def publishing() -> tuple[PublishHook, ...]:
     once per window: a plain loop, nothing allocated while none acts)."""
     acting: tuple[PublishHook, ...] = ()
     for hook, active in _publish.pairs:
-        if active is None or active():
+        if active is None or _asks(active, hook):
             acting += (hook,)
     return acting
+
+
+def _asks(active: Callable[[], bool], hook: object) -> bool:
+    """`active()`; one that raises is logged and counts as no (the publish goes on)."""
+    try:
+        return active()
+    except Exception:  # an integration must never stop a publish (logged)
+        logger.exception("safebeat: hook %s failed (its active()); carrying on", _name(hook))
+        return False
 
 
 @contextmanager
@@ -226,6 +235,10 @@ def _guarded(
         manager.__enter__()
     except Exception:  # an integration must never stop a publish or a tick (logged)
         logger.exception("safebeat: hook %s failed; carrying on", _name(hook))
+        entered = False
+    else:
+        entered = True
+    if not entered:  # the body runs outside the handler: its errors are not chained to it
         yield
         return
     try:

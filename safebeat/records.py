@@ -403,29 +403,42 @@ def _with_last_window(state: EntryState, window: datetime) -> EntryState:
     )
 
 
-#: The rules 0.1.0 kept here, now in `safebeat.record_rules`: `from safebeat.records import
-#: decide_start` (and the others) still works, for code written against 0.1.0.
-_RULES_MOVED = frozenset(
+# The rules over these records moved to safebeat.record_rules; 0.1.0 code imported them from
+# here (`from safebeat.records import decide_start`), so they are still found here.
+_RULES = frozenset(
     {
-        "take_over_page",
-        "released_age",
-        "lease_alive",
-        "run_alive",
-        "unsent_and_stale",
-        "decide_start",
-        "pause_ends",
-        "fenced",
-        "fence",
-        "states_after",
         "consecutive_failures",
+        "decide_start",
+        "fence",
+        "fenced",
+        "lease_alive",
+        "pause_ends",
+        "released_age",
+        "run_alive",
+        "states_after",
+        "take_over_page",
+        "unsent_and_stale",
     }
 )
 
-if not TYPE_CHECKING:  # at run time only: the type checker points new code to record_rules
 
-    def __getattr__(name: str) -> object:
-        if name in _RULES_MOVED:
-            from safebeat import record_rules  # noqa: PLC0415 - record_rules imports this
+if TYPE_CHECKING:  # what type checkers see of them (at run time: __getattr__)
+    from safebeat.record_rules import consecutive_failures as consecutive_failures  # noqa: PLC0414
+    from safebeat.record_rules import decide_start as decide_start  # noqa: PLC0414
+    from safebeat.record_rules import fence as fence  # noqa: PLC0414
+    from safebeat.record_rules import fenced as fenced  # noqa: PLC0414
+    from safebeat.record_rules import lease_alive as lease_alive  # noqa: PLC0414
+    from safebeat.record_rules import pause_ends as pause_ends  # noqa: PLC0414
+    from safebeat.record_rules import released_age as released_age  # noqa: PLC0414
+    from safebeat.record_rules import run_alive as run_alive  # noqa: PLC0414
+    from safebeat.record_rules import states_after as states_after  # noqa: PLC0414
+    from safebeat.record_rules import take_over_page as take_over_page  # noqa: PLC0414
+    from safebeat.record_rules import unsent_and_stale as unsent_and_stale  # noqa: PLC0414
 
-            return getattr(record_rules, name)
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    if name in _RULES:
+        from safebeat import record_rules  # noqa: PLC0415 (it imports this module)
+
+        return getattr(record_rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

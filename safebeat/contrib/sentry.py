@@ -85,8 +85,8 @@ def check_in_id(claim: Claim) -> str:
 
 def _integration() -> Any:
     """Sentry's Celery integration when it monitors beat tasks here, else None."""
-    if "sentry_sdk" not in sys.modules:
-        return None  # never import Sentry for a process that does not use it
+    if sys.modules.get("sentry_sdk") is None:
+        return None  # never import Sentry for a process that does not use it (or blocks it)
     import sentry_sdk  # noqa: PLC0415 - only where the application loaded it
     from sentry_sdk.integrations.celery import CeleryIntegration  # noqa: PLC0415
 

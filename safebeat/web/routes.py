@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from safebeat import display, limits
 from safebeat.errors import SafebeatError
 from safebeat.identity import format_window
-from safebeat.ops.actions import ACTIONS, Action, BadField, Kind
+from safebeat.ops.actions import ACTIONS, NOTE, Action, BadField, Kind
 from safebeat.web import instants, pictures
 from safebeat.web.console import AUDIT_ROWS, HISTORY_ROWS, Console
 from safebeat.web.instants import local_zone
@@ -86,6 +86,8 @@ class Pages:
             undefined=jinja2.StrictUndefined,
         )
         zone = local_zone(console.app)
+        # A note input takes as many characters as the actions read (`ops.actions.NOTE`).
+        self.templates.globals["note_chars"] = NOTE.longest
         self.templates.filters.update(
             at=functools.partial(instants.instant_html, zone=zone),
             span=display.span,

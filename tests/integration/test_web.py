@@ -406,9 +406,18 @@ def test_a_pause_end_that_is_not_an_instant_is_refused(
     assert refused.status_code == 400
     assert "has no time zone" in refused.text
     assert 'name="until" value="2030-01-01T00:00"' in refused.text
-    assert 'name="note" maxlength="500" value="db move"' in refused.text
+    assert f'name="note" maxlength="{NOTE_CHARS}" value="db move"' in refused.text
     assert not filled.store.states(filled.namespace)[ENTRY].paused
     assert filled.store.audit(filled.namespace) == []
+
+
+def test_each_note_input_takes_the_notes_the_actions_take(signed_in: TestClient) -> None:
+    """The console's note inputs let an operator type as long a note as the table of
+    actions (and the admin's forms, and the CLI) accepts, no shorter."""
+    page = signed_in.get(f"/entries/{ENTRY}").text
+    lengths = re.findall(r'name="note" maxlength="(\d+)"', page)
+    assert lengths
+    assert set(lengths) == {str(NOTE_CHARS)}
 
 
 def test_resume_is_audited_as_the_signed_in_user(signed_in: TestClient, filled: Filled) -> None:

@@ -101,6 +101,48 @@ def test_a_hook_that_raises_is_logged_and_the_window_is_published(
     assert "leave bug" in caplog.text
 
 
+def test_an_active_predicate_that_raises_is_logged_and_the_window_is_published(
+    registered: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """`active()` is a hook's code too: if it raises, that is logged, the hook counts as
+    inactive and the message goes out once."""
+    entered: list[str] = []
+
+    def hook(publish: hooks.Publish) -> Any:
+        entered.append(publish.entry.name)
+        return contextmanager(lambda: (yield))()
+
+    def broken_active() -> bool:
+        raise RuntimeError("active bug")
+
+    registered.append(hooks.around_publish(hook, active=broken_active))
+    app = make_app()
+    with caplog.at_level(logging.ERROR, "safebeat.hooks"), app.producer_or_acquire() as producer:
+        Publisher(app).send(producer, plain_entry("e"), claim_for("e"), retry_policy=RETRY)
+    assert len(receive_all(app)) == 1
+    assert entered == []
+    assert "active bug" in caplog.text
+
+
+def test_an_error_of_the_body_is_not_chained_to_a_hook_that_failed_entering(
+    registered: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A publish that fails after a hook failed entering raises its own error, not one
+    "during handling of" the hook's: the hook's bug is in its own log line only."""
+
+    def broken_enter(argument: object) -> Any:
+        raise RuntimeError("enter bug")
+
+    with (
+        caplog.at_level(logging.ERROR, "safebeat.hooks"),
+        pytest.raises(ValueError, match="publish failed") as raised,
+        hooks.around((broken_enter,), object()),
+    ):
+        raise ValueError("publish failed")
+    assert raised.value.__context__ is None
+    assert "enter bug" in caplog.text
+
+
 def test_a_tick_hook_is_told_what_the_tick_did(registered: list[Any]) -> None:
     """A tick hook is entered around each tick and reads, after it, the windows claimed."""
     ticks: list[tuple[str, int, int, bool]] = []

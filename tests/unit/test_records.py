@@ -224,12 +224,46 @@ def test_states_after_keeps_every_other_field_of_the_state() -> None:
     assert states_after({"e": state}, TickPlan(advances={"e": NOW - 8 * S}))["e"] is state
 
 
-def test_the_rules_import_from_records_as_in_0_1_0() -> None:
-    """The pure rules moved to `safebeat.record_rules`; their 0.1.0 path still imports them."""
+#: The rules safebeat.records held in 0.1.0.
+# fmt: off
+RULES_0_1_0 = [
+    "consecutive_failures", "decide_start", "fence", "fenced", "lease_alive", "pause_ends",
+    "released_age", "run_alive", "states_after", "take_over_page", "unsent_and_stale",
+]
+# fmt: on
+
+
+@pytest.mark.parametrize("name", RULES_0_1_0)
+def test_the_rules_0_1_0_imported_from_records_are_still_found_there(name: str) -> None:
     import safebeat.record_rules
     import safebeat.records
 
-    for name in ("decide_start", "fenced", "states_after", "take_over_page"):
-        assert getattr(safebeat.records, name) is getattr(safebeat.record_rules, name)
+    assert getattr(safebeat.records, name) is getattr(safebeat.record_rules, name)
+
+
+def test_records_has_no_other_attribute_by_forwarding() -> None:
+    import safebeat.records
+
     with pytest.raises(AttributeError):
         safebeat.records.no_such_rule  # noqa: B018
+
+
+def test_type_checkers_see_each_rule_records_forwards() -> None:
+    """Each rule `safebeat.records` forwards is imported for type checkers too, under its
+    own name (re-exported): `from safebeat.records import decide_start` type-checks."""
+    import ast
+    import inspect
+
+    import safebeat.records
+
+    tree = ast.parse(inspect.getsource(safebeat.records))
+    seen = {
+        alias.asname
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+        for inner in node.body
+        if isinstance(inner, ast.ImportFrom) and inner.module == "safebeat.record_rules"
+        for alias in inner.names
+        if alias.asname == alias.name
+    }
+    assert seen == set(safebeat.records._RULES)

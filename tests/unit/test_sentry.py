@@ -205,3 +205,14 @@ def test_a_duplicate_delivery_sends_no_second_ok(sentry: list[dict[str, object]]
         ("in_progress", check_in),
         ("ok", check_in),
     ]
+
+
+def test_sentry_blocked_from_import_is_sentry_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that blocks sentry_sdk (`sys.modules["sentry_sdk"] = None`, as tools do to
+    keep a module out) does not use Sentry: no import of it is attempted."""
+    import sys
+
+    from safebeat.contrib import sentry
+
+    monkeypatch.setitem(sys.modules, "sentry_sdk", None)
+    assert sentry.monitoring() is False
