@@ -49,8 +49,10 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fill(alias: str, entries: int, rows: int) -> list[str]:
-    """Register `entries` entries and write `rows` dispatch rows each; return the names."""
+def fill(alias: str, entries: int, rows: int, namespace: str = NAMESPACE) -> list[str]:
+    """Register `entries` entries of `namespace` and write `rows` dispatch rows each: sent
+    windows, a claimed one whose run holds a live lease, then skipped ones. Return the
+    names."""
     from safebeat.identity import Replica
     from safebeat.records import Definition
     from safebeat.stores.django.orm import DjangoOrmStore
@@ -59,7 +61,7 @@ def fill(alias: str, entries: int, rows: int) -> list[str]:
     names = [f"entry-{n:05}" for n in range(entries)]
     store = DjangoOrmStore(f"django://{alias}")
     replica = Replica("bench-host", 1, "b00000")
-    store.register(NAMESPACE, [Definition(n, "every 1m", "d") for n in names], replica)
+    store.register(namespace, [Definition(n, "every 1m", "d") for n in names], replica)
     m = django_models(alias)
     live = datetime.now(timezone.utc) + timedelta(days=1)
     batch: list[Any] = []
@@ -70,7 +72,7 @@ def fill(alias: str, entries: int, rows: int) -> list[str]:
             running = status == "claimed"
             batch.append(
                 m.Dispatch(
-                    namespace=NAMESPACE,
+                    namespace=namespace,
                     entry=name,
                     window_at=window,
                     status=status,
@@ -189,8 +191,7 @@ def main() -> None:
         shown = "-" if r["buffers"] is None else f"{r['buffers']:,}"
         spread = f"{r['min_ms']:.0f}-{r['max_ms']:.0f}"
         print(
-            f"{r['vendor']:<10}{r['statements']:>12}{shown:>10}"
-            f"{r['median_ms']:>12.0f}{spread:>18}"
+            f"{r['vendor']:<10}{r['statements']:>12}{shown:>10}{r['median_ms']:>12.0f}{spread:>18}"
         )
 
 

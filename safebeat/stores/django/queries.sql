@@ -51,3 +51,43 @@ SELECT GET_LOCK(%s, 0), UTC_TIMESTAMP(6);
 
 -- name: mysql_release_tick_lock
 SELECT RELEASE_LOCK(%s);
+
+-- name: postgres_entry_facts
+-- The facts of the dispatch rows of each entry of the ORM's query of safebeat_entry
+-- (safebeat.facts), joined after its FROM, whole rows in one statement as the
+-- postgresql:// store's entry_facts reads them. NOW stands for Django's Now().
+-- The newest run holding a live lease: the newest start of safebeat_dispatch_running,
+-- whose condition this WHERE repeats.
+LEFT JOIN LATERAL (
+    SELECT d.window_at, d.started_at, d.lease_until, d.task_id
+    FROM safebeat_dispatch AS d
+    WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+      AND d.started_at IS NOT NULL AND d.finished_at IS NULL AND d.lease_until > NOW
+    ORDER BY d.started_at DESC LIMIT 1
+) AS r ON true
+-- The newest dispatched window: one probe of safebeat_dispatch_dispatched, whose
+-- condition this WHERE repeats, past any number of newer skipped or failed rows.
+LEFT JOIN LATERAL (
+    SELECT d.window_at, d.claimed_at, d.started_at
+    FROM safebeat_dispatch AS d
+    WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+      AND d.status IN ('claimed', 'sent')
+    ORDER BY d.window_at DESC LIMIT 1
+) AS q ON true
+
+-- name: entry_facts
+-- The same on MySQL/MariaDB (MariaDB has no LATERAL) and SQLite: each row found by its
+-- id, as the sqlite:// store's entry_facts finds it. On SQLite the newest dispatched
+-- row is one probe of the partial index safebeat_dispatch_dispatched (its condition
+-- written out: SQLite matches a partial index only to literal values); MySQL/MariaDB
+-- have no partial index, so there the unique key is walked back past the skipped rows.
+LEFT JOIN safebeat_dispatch AS r ON r.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+      AND d.started_at IS NOT NULL AND d.finished_at IS NULL AND d.lease_until > NOW
+    ORDER BY d.started_at DESC LIMIT 1)
+LEFT JOIN safebeat_dispatch AS q ON q.id = (
+    SELECT d.id FROM safebeat_dispatch AS d
+    WHERE d.namespace = safebeat_entry.namespace AND d.entry = safebeat_entry.name
+      AND d.status IN ('claimed', 'sent')
+    ORDER BY d.window_at DESC LIMIT 1)
