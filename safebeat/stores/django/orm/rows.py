@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -29,6 +30,7 @@ from safebeat.stores.decoding import (
 from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.django.setup import django_models
+from safebeat.stores.sqlfiles import load_queries
 
 #: Whether the row holds an instant in the nullable instant columns: Django on SQLite reads
 #: text it cannot parse as None, so a row with a value there and None read is unreadable.
@@ -114,6 +116,20 @@ def _state(row: Sequence[Any]) -> EntryState:
     return state_of(str(row[0]), decode)
 
 
+#: The joins of an entry `e`'s facts, as the `postgresql://` store (LATERAL, whole rows)
+#: and the `sqlite://` store (each row by its id: MariaDB has no LATERAL) write them, by
+#: vendor: joined to the ORM's query of the entries, its table for `e` and Django's `Now()`
+#: for `:now` (PostgreSQL's reads `clock_timestamp()`, the tick's clock). On SQLite the
+#: newest dispatched row is one probe of the partial index safebeat_dispatch_dispatched;
+#: MySQL/MariaDB have no partial index, so there the unique key is walked back past the
+#: skipped rows.
+FACT_JOINS = {
+    backend: load_queries("safebeat.stores", f"{backend}/queries.sql")["entry_facts"]
+    for backend in ("postgres", "sqlite")
+}
+_ENTRY = re.compile(r"\be\.")
+
+
 def _require_instants(values: Mapping[str, Any], *names: str) -> None:
     for name in names:
         if not isinstance(values[name], datetime):
@@ -192,8 +208,8 @@ class DjangoOrmRows(DjangoDatabase):
 
     def _read(self, rows: Any) -> list[tuple[Any, ...]]:
         """The rows of `rows` (a `values_list` of `LOADED_COLUMNS` of entries), with the
-        dispatch rows of their facts joined (`entry_facts` in queries.sql): one statement,
-        each fact a bounded index probe, whatever the entries' history."""
+        dispatch rows of their facts joined after its FROM: one statement, each fact a
+        bounded index probe, whatever the entries' history (see `FACT_JOINS`)."""
         from django.db import connections  # noqa: PLC0415
         from django.db.models.functions import Now  # noqa: PLC0415
 
@@ -204,12 +220,12 @@ class DjangoOrmRows(DjangoDatabase):
         if tuple(selected) != LOADED_COLUMNS:  # the order Django writes them in
             raise StoreError(f"Django store {self.display_url}: the states' query reads {selected}")
         now, _ = compiler.compile(Now())
-        postgres = connection.vendor == "postgresql"
-        joins = vendors.Q["postgres_entry_facts" if postgres else "entry_facts"]
-        table = f" FROM {connection.ops.quote_name(rows.model._meta.db_table)} "
-        if sql.count(table) != 1:
+        joins = FACT_JOINS["postgres" if connection.vendor == "postgresql" else "sqlite"]
+        table = connection.ops.quote_name(rows.model._meta.db_table)
+        if sql.count(f" FROM {table} ") != 1:
             raise StoreError(f"Django store {self.display_url}: the states' query is {sql!r}")
-        sql = sql.replace(table, f"{table}{joins.replace('NOW', now)} ")
+        joins = _ENTRY.sub(f"{table}.", joins).replace(":now", now)
+        sql = sql.replace(f" FROM {table} ", f" FROM {table} {joins} ")
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             found = cursor.fetchall()
