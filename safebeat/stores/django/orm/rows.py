@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -29,22 +30,23 @@ from safebeat.stores.decoding import (
 from safebeat.stores.django import vendors
 from safebeat.stores.django.base import DjangoDatabase
 from safebeat.stores.django.setup import django_models
+from safebeat.stores.sqlfiles import load_queries
 
 #: Whether the row holds an instant in the nullable instant columns: Django on SQLite reads
 #: text it cannot parse as None, so a row with a value there and None read is unreadable.
-#: The condition of the partial index safebeat_dispatch_dispatched, as its SQL says it.
-DISPATCHED = f"status IN ('{Status.CLAIMED.value}', '{Status.SENT.value}')"
-
 HELD_COLUMNS = ("last_window_held", "paused_until_held")
 LOADED_COLUMNS = (*STATE_COLUMNS, *HELD_COLUMNS)
-#: What the entries' query reads: the entry's own columns, the ids of the rows its facts
-#: are read from (its live run, its newest dispatched window), and the held flags.
-FOUND_COLUMNS = (*STATE_COLUMNS[:9], "run_id", "dispatched_id", *HELD_COLUMNS)
-#: The columns of a dispatch row the facts are made of, and how many ids one query reads.
-FACT_COLUMNS = ("id", "window_at", "claimed_at", "started_at", "lease_until", "task_id")
-FACT_SLICE = 1000
-RUN_FACTS = ("window_at", "started_at", "lease_until", "task_id")
-DISPATCHED_FACTS = ("window_at", "claimed_at", "started_at")
+#: The columns of the dispatch rows joined as `r` (the live run) and `q` (the newest
+#: dispatched window) that the entries' query reads as the facts of STATE_COLUMNS.
+FACT_COLUMNS = (
+    ("r", "window_at"),
+    ("r", "started_at"),
+    ("r", "lease_until"),
+    ("r", "task_id"),
+    ("q", "window_at"),
+    ("q", "claimed_at"),
+    ("q", "started_at"),
+)
 
 HISTORY_COLUMNS = (
     "id",
@@ -114,16 +116,18 @@ def _state(row: Sequence[Any]) -> EntryState:
     return state_of(str(row[0]), decode)
 
 
-def _with_facts(found: Sequence[Any], facts: Mapping[int, Mapping[str, Any]]) -> tuple[Any, ...]:
-    """A row of `FOUND_COLUMNS` as one of `LOADED_COLUMNS`: its ids replaced by the fact
-    columns of their rows (None where the entry has no such row)."""
-    run, newest = facts.get(found[9], {}), facts.get(found[10], {})
-    return (
-        *found[:9],
-        *(run.get(column) for column in RUN_FACTS),
-        *(newest.get(column) for column in DISPATCHED_FACTS),
-        *found[11:],
-    )
+#: The joins of an entry `e`'s facts, as the `postgresql://` store (LATERAL, whole rows)
+#: and the `sqlite://` store (each row by its id: MariaDB has no LATERAL) write them, by
+#: vendor: joined to the ORM's query of the entries, its table for `e` and Django's `Now()`
+#: for `:now` (PostgreSQL's reads `clock_timestamp()`, the tick's clock). On SQLite the
+#: newest dispatched row is one probe of the partial index safebeat_dispatch_dispatched;
+#: MySQL/MariaDB have no partial index, so there the unique key is walked back past the
+#: skipped rows.
+FACT_JOINS = {
+    backend: load_queries("safebeat.stores", f"{backend}/queries.sql")["entry_facts"]
+    for backend in ("postgres", "sqlite")
+}
+_ENTRY = re.compile(r"\be\.")
 
 
 def _require_instants(values: Mapping[str, Any], *names: str) -> None:
@@ -132,13 +136,20 @@ def _require_instants(values: Mapping[str, Any], *names: str) -> None:
             raise TypeError(f"its {name} holds {values[name]!r}, not an instant")
 
 
-def one_by_one(rows: Any, key: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
-    """The `columns` of each of `rows` (a queryset), read row by row: after one row held a
-    value Django could not convert, so that it fails alone. A row that fails again comes
-    as its `key` and, in every other column, an `Unreadable` saying what failed."""
+def one_by_one(
+    rows: Any,
+    key: str,
+    columns: Sequence[str],
+    read: Callable[[Any], list[tuple[Any, ...]]] | None = None,
+) -> Iterator[tuple[Any, ...]]:
+    """The `columns` of each of `rows` (a queryset), read row by row (by `read`, else
+    `values_list`): after one row held a value Django could not convert, so that it fails
+    alone. A row that fails again comes as its `key` and, in every other column, an
+    `Unreadable` saying what failed."""
     for value in rows.values_list(key, flat=True):
+        one = rows.filter(**{key: value})
         try:
-            [found] = rows.filter(**{key: value}).values_list(*columns)
+            [found] = read(one) if read is not None else one.values_list(*columns)
         except DECODE_ERRORS as exc:
             failed = Unreadable(problem_of(exc))
             found = tuple(value if column == key else failed for column in columns)
@@ -160,40 +171,27 @@ class DjangoOrmRows(DjangoDatabase):
             yield connection
 
     def _load(self, namespace: str, names: Collection[str] | None) -> dict[str, EntryState]:
-        from django.db.models import (  # noqa: PLC0415
-            BooleanField,
-            ExpressionWrapper,
-            OuterRef,
-            Q,
-            Subquery,
-        )
+        from django.db import connections  # noqa: PLC0415
+        from django.db.models import BooleanField, ExpressionWrapper, Q  # noqa: PLC0415
         from django.db.models.expressions import RawSQL  # noqa: PLC0415
-        from django.db.models.functions import Now  # noqa: PLC0415
 
         m = django_models(self.alias)
-        # The facts of the entry's rows (safebeat.facts), found by id, then read by
-        # `_facts`: its newest run holding a live lease (the newest start of
-        # safebeat_dispatch_running), and its newest dispatched window, on SQLite one probe
-        # of safebeat_dispatch_dispatched past any number of newer skipped rows. That
-        # condition is written out, not `status__in`: SQLite matches a partial index only
-        # to literal values, never to bound parameters. (MySQL/MariaDB have no partial
-        # index: there the unique key is walked back past the skipped rows.) One probe each
-        # for an id, not one per column: a column each tripled what a tick read.
-        rows_of = m.Dispatch.objects.using(self.alias).filter(
-            namespace=OuterRef("namespace"), entry=OuterRef("name")
-        )
-        running = rows_of.filter(
-            started_at__isnull=False, finished_at__isnull=True, lease_until__gt=Now()
-        ).order_by("-started_at")
-        dispatched = rows_of.filter(
-            RawSQL(DISPATCHED, (), output_field=BooleanField()),  # noqa: S611  # a constant
-        ).order_by("-window_at")
+        quote = connections[self.alias].ops.quote_name
         rows = m.Entry.objects.using(self.alias).filter(namespace=namespace)
         if names is not None:
+            if not names:  # Django compiles no statement for `IN ()`
+                return {}
             rows = rows.filter(name__in=list(names))
+        # The facts (safebeat.facts) are columns of the rows `_read` joins, converted as
+        # the model's own columns are.
+        facts = {
+            column: RawSQL(  # noqa: S611  # constant names
+                f"{quote(alias)}.{quote(field)}", (), output_field=m.Dispatch._meta.get_field(field)
+            )
+            for column, (alias, field) in zip(STATE_COLUMNS[9:], FACT_COLUMNS, strict=True)
+        }
         annotated = rows.annotate(
-            run_id=Subquery(running.values("id")[:1]),
-            dispatched_id=Subquery(dispatched.values("id")[:1]),
+            **facts,
             **{
                 held: ExpressionWrapper(
                     Q(**{f"{held.removesuffix('_held')}__isnull": False}),
@@ -201,30 +199,37 @@ class DjangoOrmRows(DjangoDatabase):
                 )
                 for held in HELD_COLUMNS
             },
-        )
+        ).values_list(*LOADED_COLUMNS)
         try:
-            found = list(annotated.values_list(*FOUND_COLUMNS))
+            found = self._read(annotated)
         except DECODE_ERRORS:  # a row Django cannot convert: it alone is unreadable
-            found = list(one_by_one(annotated, "name", FOUND_COLUMNS))
-        facts = self._facts({i for values in found for i in values[9:11] if type(i) is int})
-        return {values[0]: _state(_with_facts(values, facts)) for values in found}
+            found = list(one_by_one(annotated, "name", LOADED_COLUMNS, self._read))
+        return {values[0]: _state(values) for values in found}
 
-    def _facts(self, ids: Collection[int]) -> dict[int, dict[str, Any]]:
-        """The fact columns (`FACT_COLUMNS`) of the dispatch rows `ids`, by id, a slice of
-        ids per query; a row Django cannot convert holds `Unreadable` values."""
-        m = django_models(self.alias)
-        ordered = sorted(ids)
-        facts: dict[int, dict[str, Any]] = {}
-        for start in range(0, len(ordered), FACT_SLICE):
-            query = m.Dispatch.objects.using(self.alias).filter(
-                id__in=ordered[start : start + FACT_SLICE]
-            )
-            try:
-                read = list(query.values_list(*FACT_COLUMNS))
-            except DECODE_ERRORS:  # a row Django cannot convert: its entry is unreadable
-                read = list(one_by_one(query, "id", FACT_COLUMNS))
-            facts.update((row[0], dict(zip(FACT_COLUMNS, row, strict=True))) for row in read)
-        return facts
+    def _read(self, rows: Any) -> list[tuple[Any, ...]]:
+        """The rows of `rows` (a `values_list` of `LOADED_COLUMNS` of entries), with the
+        dispatch rows of their facts joined after its FROM: one statement, each fact a
+        bounded index probe, whatever the entries' history (see `FACT_JOINS`)."""
+        from django.db import connections  # noqa: PLC0415
+        from django.db.models.functions import Now  # noqa: PLC0415
+
+        connection = connections[self.alias]
+        compiler = rows.query.get_compiler(using=self.alias)
+        sql, params = compiler.as_sql()
+        selected = [*rows.query.values_select, *rows.query.annotation_select]
+        if tuple(selected) != LOADED_COLUMNS:  # the order Django writes them in
+            raise StoreError(f"Django store {self.display_url}: the states' query reads {selected}")
+        now, _ = compiler.compile(Now())
+        joins = FACT_JOINS["postgres" if connection.vendor == "postgresql" else "sqlite"]
+        table = connection.ops.quote_name(rows.model._meta.db_table)
+        if sql.count(f" FROM {table} ") != 1:
+            raise StoreError(f"Django store {self.display_url}: the states' query is {sql!r}")
+        joins = _ENTRY.sub(f"{table}.", joins).replace(":now", now)
+        sql = sql.replace(f" FROM {table} ", f" FROM {table} {joins} ")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchall()
+        return [tuple(values) for values in compiler.results_iter(results=[found])]
 
     def _check_lengths(self, namespace: str, names: Sequence[str]) -> None:
         """MySQL keys are bounded varchars, and INSERT IGNORE would truncate: refuse instead."""
