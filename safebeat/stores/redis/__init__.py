@@ -300,6 +300,11 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
     def _heartbeat(self, beat: Heartbeat) -> bool:
         prefix = key_prefix(beat.namespace)
         replica = beat.replica
+        if beat.removed is not None:
+            changed = json.dumps(dict(beat.definitions or {}))
+            args = [prefix, replica.id, beat.version, changed, json.dumps(sorted(beat.removed))]
+            with self._boundary("heartbeat"):
+                return bool(self._run("patch_definitions", [f"{prefix}:heartbeats"], args))
         if beat.definitions is None:
             with self._boundary("heartbeat"):
                 return bool(self._run("alive", [f"{prefix}:heartbeats"], [prefix, replica.id]))
