@@ -64,9 +64,11 @@ def _heartbeat_changes(
     changes: EntryChanges,
 ) -> bool:
     """Send only `changes` (liveness only if there are none); False if the store has no
-    record to apply them to."""
+    record to apply them to, or takes no delta (a store written before `removed=`)."""
     if not changes:
         return store.heartbeat(namespace, replica, __version__, None)
+    if getattr(store, "heartbeat_deltas", False) is not True:
+        return False
     changed = {name: digests[name] for name in changes.changed}
     return store.heartbeat(namespace, replica, __version__, changed, removed=changes.removed)
 

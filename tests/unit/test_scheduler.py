@@ -813,3 +813,22 @@ def test_a_store_that_lost_the_heartbeat_gets_the_digests_at_the_next_one(
     run(scheduler, clock, 30, step=1)
     assert store.sent[4] == digests
     assert store.sent[5:] == [None] * len(store.sent[5:])
+
+
+class FullHeartbeatLog(HeartbeatLog):
+    """A store written before deltas: its `_heartbeat` knows no `Heartbeat.removed`."""
+
+    heartbeat_deltas = False
+
+
+def test_a_store_that_takes_no_delta_gets_the_digests_in_full(clock: FakeClock, queue: str) -> None:
+    """A change is heartbeated in full to a store that does not say it applies deltas."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    store = FullHeartbeatLog(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 5, step=1)
+    app.conf.beat_schedule["b"] = {"task": "t.run", "schedule": 7200.0}
+    scheduler.setup_schedule()
+    run(scheduler, clock, 10, step=1)
+    both = {name: entry.digest for name, entry in scheduler.entries.items()}
+    assert store.sent[1:] == [both]

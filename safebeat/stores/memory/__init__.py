@@ -205,6 +205,9 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                     released += 1
             return released
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._mutex:
             ns, now = self._ns(beat.namespace), self.clock()

@@ -213,6 +213,9 @@ class TickStatements(TickAdapter, Statements):
             )
             return cursor.rowcount
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._cursors.statement("heartbeat") as cursor:
             alive = {"namespace": beat.namespace, "replica": beat.replica.id}

@@ -297,6 +297,9 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         with self._boundary("hand back unsent claims"):
             return int(self._run("release_claims", [f"{prefix}:unsent"], args))
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         prefix = key_prefix(beat.namespace)
         replica = beat.replica

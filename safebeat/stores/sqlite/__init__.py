@@ -203,6 +203,9 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
                 for i, n in release.attempts.items()
             )
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._write("heartbeat") as conn:
             now = _us(self.clock())

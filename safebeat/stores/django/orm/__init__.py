@@ -136,6 +136,9 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
                 .update(claimed_at=claimed_at)
             )
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         m = django_models(self.alias)
         namespace, replica, definitions = beat.namespace, beat.replica, beat.definitions
