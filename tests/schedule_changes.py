@@ -16,12 +16,14 @@ def code_entries(count: int) -> dict[str, Any]:
 
 class Counting:
     """The definitions `store` registered (the names of each call) and the states it loaded
-    for ticks, since it was made or last reset."""
+    for ticks, and the digests and removed names its heartbeats carried, since it was made
+    or last reset."""
 
     def __init__(self, store: Store) -> None:
         self.registered: list[list[str]] = []
         self.loaded: list[str] = []
-        register, tick = store.register, store.tick
+        self.heartbeated: list[str] = []
+        register, tick, heartbeat = store.register, store.tick, store.heartbeat
 
         def counted_register(namespace: str, definitions: Sequence[Any], replica: Any) -> Any:
             self.registered.append([d.name for d in definitions])
@@ -31,8 +33,15 @@ class Counting:
             self.loaded.extend(names)
             return tick(namespace, names, *args, **kw)
 
+        def counted_heartbeat(
+            namespace: str, replica: Any, version: str, digests: Any, *, removed: Any = None
+        ) -> Any:
+            self.heartbeated.extend([*(digests or ()), *(removed or ())])
+            return heartbeat(namespace, replica, version, digests, removed=removed)
+
         store.register = counted_register  # type: ignore[method-assign]
         store.tick = counted_tick  # type: ignore[method-assign]
+        store.heartbeat = counted_heartbeat  # type: ignore[method-assign]
 
     def reset(self) -> None:
-        self.registered, self.loaded = [], []
+        self.registered, self.loaded, self.heartbeated = [], [], []

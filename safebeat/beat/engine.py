@@ -207,8 +207,8 @@ class TickEngine(EngineRoundSteps):
 
     def _register_changes(self) -> None:
         """Register the entries that changed while beat ran and plan them now; the others
-        keep their registration and their plan. The next heartbeat sends the digests in
-        full (registering forgets what the store acknowledged).
+        keep their registration and their plan. The next heartbeat sends the digests that
+        changed and the names removed (`Housekeeper.heartbeat`).
 
         Not ready until it succeeds: if the store fails meanwhile, the next tick registers
         every entry (`bootstrap`), so no entry is claimed unregistered.

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import overload
 
 from safebeat._version import __version__
+from safebeat.beat.entry_changes import EntryChanges, entry_changes
 from safebeat.beat.metrics import BeatMetrics
 from safebeat.beat.probes import ProbeState
 from safebeat.beat.reporting import report_registration
@@ -28,6 +29,7 @@ PRUNE_BUDGET = timedelta(seconds=1)
 #: Seconds to the next prune pass after one that spent its whole budget: a backlog is
 #: left, and is deleted at up to a tenth of beat's time until it is gone.
 BACKLOG_PRUNE_INTERVAL = 10.0
+NO_CHANGES = EntryChanges((), ())
 
 
 def heartbeat(
@@ -38,19 +40,37 @@ def heartbeat(
     metrics: BeatMetrics,
     *,
     interval: float,
-    stored: bool,
+    stored: EntryChanges | None,
 ) -> None:
     """Record that this replica is alive with the entry digests it runs: only that it is
-    alive if the store holds these digests already (`stored`), in full if not or if it
-    lost them; where metrics are served, count the replicas whose heartbeat is less than
-    three intervals old."""
+    alive, or only the digests that changed and the names removed, if the store holds
+    the others already (`stored`: what changed since, nothing if no entry did); in full
+    if not or if it lost them; where metrics are served, count the replicas whose
+    heartbeat is less than three intervals old."""
     namespace = config.namespace
-    if not (stored and store.heartbeat(namespace, replica, __version__, None)):
+    if stored is None or not _heartbeat_changes(store, namespace, replica, digests, stored):
         store.heartbeat(namespace, replica, __version__, digests)
     if metrics.recording:
         beats = store.heartbeats(namespace)
         alive_after = beats[0] - timedelta(seconds=3 * interval)
         metrics.replicas_alive(sum(beat >= alive_after for beat in beats))
+
+
+def _heartbeat_changes(
+    store: Store,
+    namespace: str,
+    replica: Replica,
+    digests: Mapping[str, str],
+    changes: EntryChanges,
+) -> bool:
+    """Send only `changes` (liveness only if there are none); False if the store has no
+    record to apply them to, or takes no delta (a store written before `removed=`)."""
+    if not changes:
+        return store.heartbeat(namespace, replica, __version__, None)
+    if getattr(store, "heartbeat_deltas", False) is not True:
+        return False
+    changed = {name: digests[name] for name in changes.changed}
+    return store.heartbeat(namespace, replica, __version__, changed, removed=changes.removed)
 
 
 def prune(store: TickStore, config: Config, now: datetime) -> None:
@@ -131,26 +151,25 @@ class Housekeeper:
         self._metrics, self._probes, self._monotonic = metrics, probes, monotonic
         self.next_heartbeat = 0.0
         self.next_prune = 0.0
-        # The entries last heartbeated and their digests, and the digests the store took
-        # last (None: unknown, send them in full), so that an idle heartbeat costs the
-        # same at any entry count.
+        # The entries last heartbeated and their digests, and the entries whose digests
+        # the store took last (None: unknown, send them in full), so that an idle
+        # heartbeat costs the same at any entry count and a change sends what changed.
         self._entries: Mapping[str, Entry] | None = None
         self._digests: Mapping[str, str] = {}
-        self._stored: Mapping[str, str] | None = None
+        self._stored: Mapping[str, Entry] | None = None
 
     def register(
         self, entries: Mapping[str, Entry], ran: Mapping[str, str | None] | None = None
     ) -> dict[str, EntryError]:
         """Register `entries`' definitions; say which ones the store had otherwise than
         this replica ran them (`ran`: digests, see `report_registration`). The next
-        heartbeat sends their digests in full.
+        heartbeat sends the digests that differ from those the store last acknowledged.
 
         Return the entries the store refuses, each with its error: when registering fails
         with a StoreError that is not StoreUnavailable (the server refused a row, not the
         connection), the entries are registered by halves until each refusal is one
         entry's, so one entry the store cannot hold is put aside and the others run.
         """
-        self._stored = None
         refused: dict[str, EntryError] = {}
         self._register(list(entries.values()), entries, refused, ran)
         return refused
@@ -182,10 +201,14 @@ class Housekeeper:
         report_registration(registration.changed, entries, ran)
 
     def heartbeat(self, entries: Mapping[str, Entry], *, interval: float) -> None:
-        """Record now that this replica is alive with `entries`' digests, sent in full only
-        when they differ from those the store last acknowledged (or it lost them)."""
+        """Record now that this replica is alive with `entries`' digests: those that differ
+        from the ones the store last acknowledged, in full the first time (or when the
+        store lost them, or a heartbeat failed)."""
         digests = self._digests_of(entries)
         stored, self._stored = self._stored, None  # unknown if the store call fails
+        changes = None
+        if stored is not None:
+            changes = NO_CHANGES if stored is entries else entry_changes(stored, entries)
         heartbeat(
             self._store(),
             self._config,
@@ -193,9 +216,9 @@ class Housekeeper:
             digests,
             self._metrics,
             interval=interval,
-            stored=stored is not None and (stored is digests or stored == digests),
+            stored=changes,
         )
-        self._stored = digests
+        self._stored = entries
         self._probes.heartbeat_recorded()
         self.next_heartbeat = self._monotonic() + interval
 

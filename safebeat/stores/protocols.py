@@ -228,15 +228,20 @@ class TickStore(StoreConnection, Protocol):
         replica: Replica,
         version: str,
         definitions: Mapping[str, str] | None,
+        *,
+        removed: Collection[str] | None = None,
     ) -> bool:
         """Record that `replica` is alive now.
 
         With `definitions` (the entry digests it runs): record them and `version`,
         creating the replica's record if needed (its `started_at` is kept), and return
         True. With None: only refresh the liveness of the record the store holds, keeping
-        its version and definitions, and return whether there was one. A lost record
-        (pruned, flushed) is not created again without its definitions: the caller sends
-        them.
+        its version and definitions, and return whether there was one. With `removed` (a
+        delta, so that a change of one entry among many sends one digest): `definitions`
+        are only the digests added or changed; set them and `version` in the record the
+        store holds, drop the `removed` names from its definitions, and return whether
+        there was one. A lost record (pruned, flushed) is not created again without its
+        definitions, nor from a delta: the caller sends them in full.
         """
         ...
 

@@ -62,10 +62,20 @@ class Heartbeat:
     replica: Replica
     version: str
     definitions: Mapping[str, str] | None  # None: unchanged, the stored ones are kept
+    # None: `definitions` are the whole map; else they are the digests that changed and
+    # these names are dropped from the stored map (a delta, refused without a record)
+    removed: frozenset[str] | None = None
 
     def definitions_json(self) -> str:
         """The digests as JSON, as the SQL stores keep them (definitions given)."""
         return json.dumps(dict(self.definitions or {}), sort_keys=True)
+
+    def patch_json(self) -> str:
+        """The delta as a JSON merge patch (RFC 7396): each changed digest, null for each
+        removed name."""
+        patch: dict[str, str | None] = dict.fromkeys(self.removed or (), None)
+        patch.update(self.definitions or {})
+        return json.dumps(patch, sort_keys=True)
 
 
 class _TickHooks(Protocol):
@@ -88,7 +98,8 @@ class _TickHooks(Protocol):
     def _heartbeat(self, beat: Heartbeat) -> bool:
         """Upsert the replica's record at store now with `beat.definitions` and return
         True; or, with none, refresh only `heartbeat_at` of its record and return whether
-        it exists (creating nothing)."""
+        it exists (creating nothing); or, with `beat.removed`, apply the delta to the
+        record's definitions and return whether it exists (creating nothing)."""
         ...
 
 
@@ -133,8 +144,11 @@ class TickAdapter:
         replica: Replica,
         version: str,
         definitions: Mapping[str, str] | None,
+        *,
+        removed: Collection[str] | None = None,
     ) -> bool:
-        return self._heartbeat(Heartbeat(namespace, replica, version, definitions))
+        gone = None if removed is None else frozenset(removed)
+        return self._heartbeat(Heartbeat(namespace, replica, version, definitions, gone))
 
 
 @dataclass(frozen=True)

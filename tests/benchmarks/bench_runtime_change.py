@@ -9,10 +9,11 @@ For each change it reports what that tick cost:
 
 - registered: definitions sent to `Store.register`;
 - loaded: entry states the ticks loaded under the tick lock (`Store.tick`'s names);
-- digests: entry digests sent with a heartbeat (`Store.heartbeat` in full);
+- digests: entry digests and removed names sent with a heartbeat (`Store.heartbeat`: in
+  full at start, then only the digests that changed and the names removed);
 - seconds: wall time of the tick that picked the change up, until no entry is due;
-- next heartbeat: wall time of the next heartbeat's tick (it sends every digest this
-  replica runs when they changed: the store keeps them per replica, whole).
+- next heartbeat: wall time of the next heartbeat's tick (it sends what changed; the
+  store applies it to the digests it keeps for the replica).
 
 How to run it (from the repository root):
 
@@ -73,10 +74,11 @@ class Counted:
             self.loaded += len(names)
             return tick(namespace, names, *args, **kw)
 
-        def counted_heartbeat(namespace: str, replica: Any, version: str, digests: Any) -> Any:
-            if digests is not None:
-                self.digests += len(digests)
-            return heartbeat(namespace, replica, version, digests)
+        def counted_heartbeat(
+            namespace: str, replica: Any, version: str, digests: Any, *, removed: Any = None
+        ) -> Any:
+            self.digests += len(digests or ()) + len(removed or ())
+            return heartbeat(namespace, replica, version, digests, removed=removed)
 
         store.register = counted_register  # type: ignore[method-assign]
         store.tick = counted_tick  # type: ignore[method-assign]

@@ -77,6 +77,9 @@ def test_one_runtime_entry_among_many_is_registered_planned_and_sent_alone(
         tick_until(scheduler, clock, lambda: "added" in scheduler.entries)
         assert counting.registered == [["added"]]
         assert set(counting.loaded) == {"added"}
+        scheduler.engine.chores.next_heartbeat = 0.0
+        scheduler.tick()
+        assert counting.heartbeated == ["added"]  # its digest alone
         received: list[dict[str, Any]] = []
         tick_until(scheduler, clock, lambda: bool(received.extend(sent(app, "added")) or received))
 
@@ -103,6 +106,9 @@ def test_one_runtime_entry_among_many_is_registered_planned_and_sent_alone(
         assert sent(app, "added") == []
         assert counting.registered == []
         assert "added" not in counting.loaded
+        scheduler.engine.chores.next_heartbeat = 0.0
+        scheduler.tick()
+        assert counting.heartbeated == ["added"]  # its name, removed
     finally:
         scheduler.close()
 
@@ -146,8 +152,8 @@ def test_registering_a_change_leaves_the_store_as_registering_every_entry_would(
     store: Store, store_url: str, namespace: str
 ) -> None:
     """After an add, an edit of its arguments and a rename, each registered alone, a full
-    registration of every entry finds nothing to change and changes no state; the next
-    heartbeat records every digest this replica runs."""
+    registration of every entry finds nothing to change and changes no state; the
+    heartbeats, each with what changed, leave every digest this replica runs recorded."""
     app = make_app(store_url, namespace)
     clock = FakeClock()
     scheduler = Scheduler(app, store=store, monotonic=clock.monotonic)

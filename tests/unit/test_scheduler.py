@@ -737,14 +737,17 @@ class HeartbeatLog(MemoryStore):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sent: list[dict[str, str] | None] = []
+        self.sent: list[object] = []  # a dict (in full), a delta (a pair) or None
         self.fail = False
 
     def _heartbeat(self, beat: Heartbeat) -> bool:
         if self.fail:
             self.fail = False
             raise StoreUnavailable("connection refused")
-        self.sent.append(None if beat.definitions is None else dict(beat.definitions))
+        if beat.removed is not None:  # a delta: (changed, removed)
+            self.sent.append((dict(beat.definitions or {}), sorted(beat.removed)))
+        else:
+            self.sent.append(None if beat.definitions is None else dict(beat.definitions))
         return super()._heartbeat(beat)
 
 
@@ -752,7 +755,8 @@ def test_an_idle_heartbeat_sends_the_digests_only_when_they_change(
     clock: FakeClock, queue: str
 ) -> None:
     """The first heartbeat carries every entry's digest, the next ones only say the replica
-    is alive (the store keeps the digests); entries that change are sent in full once."""
+    is alive (the store keeps the digests); an entry added or removed is sent alone once
+    (the digests that changed, the names removed)."""
     app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
     store = HeartbeatLog(clock=clock.now)
     scheduler = memory_scheduler(app, clock, store)
@@ -764,10 +768,30 @@ def test_an_idle_heartbeat_sends_the_digests_only_when_they_change(
     run(scheduler, clock, 25, step=1)
     both = {name: entry.digest for name, entry in scheduler.entries.items()}
     assert set(both) == {"a", "b"}
-    assert store.sent[4:] == [both, None, None]
+    assert store.sent[4:] == [({"b": both["b"]}, []), None, None]
     [mine] = store.replicas("unit")
     assert dict(mine.definitions) == both
     assert clock.now() - mine.heartbeat_at < timedelta(seconds=10)  # the last beat moved it
+    del app.conf.beat_schedule["a"]
+    scheduler.setup_schedule()
+    run(scheduler, clock, 10, step=1)
+    assert store.sent[7:] == [({}, ["a"])]
+    assert [dict(r.definitions) for r in store.replicas("unit")] == [{"b": both["b"]}]
+
+
+def test_a_change_to_a_lost_heartbeat_record_is_sent_in_full(clock: FakeClock, queue: str) -> None:
+    """The store refuses a delta to a record it lost (flushed, pruned): every digest goes."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    store = HeartbeatLog(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 5, step=1)
+    store.forget_replica("unit", scheduler.replica)
+    app.conf.beat_schedule["b"] = {"task": "t.run", "schedule": 7200.0}
+    scheduler.setup_schedule()
+    run(scheduler, clock, 10, step=1)
+    both = {name: entry.digest for name, entry in scheduler.entries.items()}
+    assert store.sent[1:] == [({"b": both["b"]}, []), both]
+    assert [dict(r.definitions) for r in store.replicas("unit")] == [both]
 
 
 def test_a_store_that_lost_the_heartbeat_gets_the_digests_at_the_next_one(
@@ -789,3 +813,22 @@ def test_a_store_that_lost_the_heartbeat_gets_the_digests_at_the_next_one(
     run(scheduler, clock, 30, step=1)
     assert store.sent[4] == digests
     assert store.sent[5:] == [None] * len(store.sent[5:])
+
+
+class FullHeartbeatLog(HeartbeatLog):
+    """A store written before deltas: its `_heartbeat` knows no `Heartbeat.removed`."""
+
+    heartbeat_deltas = False
+
+
+def test_a_store_that_takes_no_delta_gets_the_digests_in_full(clock: FakeClock, queue: str) -> None:
+    """A change is heartbeated in full to a store that does not say it applies deltas."""
+    app = make_app(queue, {"a": {"task": "t.run", "schedule": 3600.0}})
+    store = FullHeartbeatLog(clock=clock.now)
+    scheduler = memory_scheduler(app, clock, store)
+    run(scheduler, clock, 5, step=1)
+    app.conf.beat_schedule["b"] = {"task": "t.run", "schedule": 7200.0}
+    scheduler.setup_schedule()
+    run(scheduler, clock, 10, step=1)
+    both = {name: entry.digest for name, entry in scheduler.entries.items()}
+    assert store.sent[1:] == [both]

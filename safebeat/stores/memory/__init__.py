@@ -205,15 +205,28 @@ class MemoryStore(SteppedTick, MemoryExecutions, MemoryAdmin):
                     released += 1
             return released
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._mutex:
             ns, now = self._ns(beat.namespace), self.clock()
             replica = beat.replica
             previous = ns.replicas.get(replica.id)
-            if beat.definitions is None:
-                if previous is not None:
+            if beat.definitions is None or beat.removed is not None:
+                if previous is None:
+                    return False
+                if beat.removed is None:
                     ns.replicas[replica.id] = replace(previous, heartbeat_at=now)
-                return previous is not None
+                    return True
+                kept = {k: v for k, v in previous.definitions.items() if k not in beat.removed}
+                ns.replicas[replica.id] = replace(
+                    previous,
+                    heartbeat_at=now,
+                    version=beat.version,
+                    definitions={**kept, **(beat.definitions or {})},
+                )
+                return True
             ns.replicas[replica.id] = ReplicaRecord(
                 replica=replica.id,
                 host=replica.host,

@@ -252,6 +252,15 @@ ON CONFLICT (namespace, replica) DO UPDATE
 UPDATE safebeat_replica SET heartbeat_at = clock_timestamp()
 WHERE namespace = %(namespace)s AND replica = %(replica)s;
 
+-- name: patch_definitions
+-- A heartbeat with the digests that changed: they replace or join the row's definitions
+-- and the removed names leave them; no row, no update (the replica then sends them in
+-- full).
+UPDATE safebeat_replica
+SET heartbeat_at = clock_timestamp(), version = %(version)s,
+    definitions = (definitions - %(removed)s::text[]) || %(changed)s::jsonb
+WHERE namespace = %(namespace)s AND replica = %(replica)s;
+
 -- name: replicas
 SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
 FROM safebeat_replica

@@ -11,6 +11,7 @@ one statement each (two for `record_publish` with both outcomes).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -212,12 +213,20 @@ class TickStatements(TickAdapter, Statements):
             )
             return cursor.rowcount
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._cursors.statement("heartbeat") as cursor:
+            alive = {"namespace": beat.namespace, "replica": beat.replica.id}
+            if beat.removed is not None:
+                changed = json.dumps(dict(beat.definitions or {}))
+                removed = array_literal(sorted(beat.removed))
+                delta = {"version": beat.version, "changed": changed, "removed": removed}
+                cursor.execute(Q["patch_definitions"], {**alive, **delta})
+                return bool(cursor.rowcount)
             if beat.definitions is None:
-                cursor.execute(
-                    Q["alive"], {"namespace": beat.namespace, "replica": beat.replica.id}
-                )
+                cursor.execute(Q["alive"], alive)
                 return bool(cursor.rowcount)
             cursor.execute(
                 Q["heartbeat"],

@@ -297,9 +297,17 @@ class RedisStore(TickAdapter, RedisExecutions, RedisAdmin):
         with self._boundary("hand back unsent claims"):
             return int(self._run("release_claims", [f"{prefix}:unsent"], args))
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         prefix = key_prefix(beat.namespace)
         replica = beat.replica
+        if beat.removed is not None:
+            changed = json.dumps(dict(beat.definitions or {}))
+            args = [prefix, replica.id, beat.version, changed, json.dumps(sorted(beat.removed))]
+            with self._boundary("heartbeat"):
+                return bool(self._run("patch_definitions", [f"{prefix}:heartbeats"], args))
         if beat.definitions is None:
             with self._boundary("heartbeat"):
                 return bool(self._run("alive", [f"{prefix}:heartbeats"], [prefix, replica.id]))

@@ -500,6 +500,29 @@ end
 redis.call('ZADD', KEYS[1], now_us(), ARGV[2])
 return 1
 
+-- name: patch_definitions
+-- KEYS[1]: P:heartbeats. ARGV: prefix, replica id, version, changed digests (JSON object),
+-- removed names (JSON array). A heartbeat with the digests that changed: the description
+-- takes them and loses the removed names. Returns 0, writing nothing, if the description
+-- is gone (flushed, pruned): the replica then sends it in full.
+local p = ARGV[1]
+local text = redis.call('HGET', p .. ':replicas', ARGV[2])
+if not text then
+    return 0
+end
+local description = cjson.decode(text)
+local definitions = description['definitions']
+for _, name in ipairs(cjson.decode(ARGV[5])) do
+    definitions[name] = nil
+end
+for name, digest in pairs(cjson.decode(ARGV[4])) do
+    definitions[name] = digest
+end
+description['version'] = ARGV[3]
+redis.call('HSET', p .. ':replicas', ARGV[2], cjson.encode(description))
+redis.call('ZADD', KEYS[1], now_us(), ARGV[2])
+return 1
+
 -- name: replicas
 -- KEYS[1]: P:heartbeats. ARGV: prefix. Returns (id, description, started, heartbeat) rows.
 local p = ARGV[1]

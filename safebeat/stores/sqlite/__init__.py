@@ -203,11 +203,17 @@ class SqliteStore(SteppedTick, SqliteExecutions, SqliteAdmin):
                 for i, n in release.attempts.items()
             )
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         with self._write("heartbeat") as conn:
             now = _us(self.clock())
+            alive = {"namespace": beat.namespace, "replica": beat.replica.id, "now": now}
+            if beat.removed is not None:
+                delta = {**alive, "version": beat.version, "patch": beat.patch_json()}
+                return bool(conn.execute(Q["patch_definitions"], delta).rowcount)
             if beat.definitions is None:
-                alive = {"namespace": beat.namespace, "replica": beat.replica.id, "now": now}
                 return bool(conn.execute(Q["alive"], alive).rowcount)
             conn.execute(
                 Q["heartbeat"],

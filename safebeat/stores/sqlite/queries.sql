@@ -159,6 +159,14 @@ ON CONFLICT (namespace, replica) DO UPDATE
 UPDATE safebeat_replica SET heartbeat_at = :now
 WHERE namespace = :namespace AND replica = :replica;
 
+-- name: patch_definitions
+-- A heartbeat with the digests that changed: the row's definitions take the JSON merge
+-- patch (a digest each, null for a removed entry); no row, no update (the replica then
+-- sends them in full).
+UPDATE safebeat_replica
+SET heartbeat_at = :now, version = :version, definitions = json_patch(definitions, :patch)
+WHERE namespace = :namespace AND replica = :replica;
+
 -- name: replicas
 SELECT replica, host, pid, version, started_at, heartbeat_at, definitions
 FROM safebeat_replica

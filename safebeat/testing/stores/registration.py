@@ -197,3 +197,46 @@ class RegistrationCases:
         assert store.replicas(namespace) == []
         assert store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"}) is True
         assert [dict(r.definitions) for r in store.replicas(namespace)] == [{"a": "d1"}]
+
+    def test_a_heartbeat_with_changes_applies_them_to_the_stored_definitions(
+        self, store: Store, namespace: str
+    ) -> None:
+        """A heartbeat with `removed` (a delta) sets the digests it carries, drops the
+        removed names, keeps the other definitions and started_at, records the version and
+        moves heartbeat_at; an empty delta only refreshes liveness; the full form still
+        replaces the whole map."""
+        full = {"a": "d1", "b": "d2", "c": "d3"}
+        assert store.heartbeat(namespace, REPLICA, "1.0", full) is True
+        [first] = store.replicas(namespace)
+        between = store.clock()
+        changed = {"b": "d9", "n": "d4"}
+        assert store.heartbeat(namespace, REPLICA, "1.1", changed, removed=["c"]) is True
+        [mine] = store.replicas(namespace)
+        assert dict(mine.definitions) == {"a": "d1", "b": "d9", "n": "d4"}
+        assert (mine.started_at, mine.version) == (first.started_at, "1.1")
+        assert mine.heartbeat_at >= between > first.heartbeat_at
+        assert store.heartbeat(namespace, REPLICA, "1.1", {}, removed=["a", "gone"]) is True
+        assert store.heartbeat(namespace, REPLICA, "1.1", None, removed=[]) is True
+        [mine] = store.replicas(namespace)
+        assert dict(mine.definitions) == {"b": "d9", "n": "d4"}
+        assert store.heartbeat(namespace, REPLICA, "1.1", {}, removed=["b", "n"]) is True
+        assert [dict(r.definitions) for r in store.replicas(namespace)] == [{}]
+        assert store.heartbeat(namespace, REPLICA, "1.1", {"z": "d5"}) is True
+        assert [dict(r.definitions) for r in store.replicas(namespace)] == [{"z": "d5"}]
+
+    def test_a_heartbeat_with_changes_never_recreates_a_lost_record(
+        self, store: Store, namespace: str
+    ) -> None:
+        """A delta to a record the store lost (never written, pruned, forgotten) answers
+        False and writes nothing, never a partial map; the full heartbeat lists it again."""
+        assert store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1"}, removed=[]) is False
+        store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1", "b": "d2"})
+        store.heartbeat(namespace, OTHER, "1.0", {"a": "d1"})
+        store.forget_replica(namespace, REPLICA)
+        assert store.heartbeat(namespace, REPLICA, "1.0", {"b": "d3"}, removed=["a"]) is False
+        assert [r.replica for r in store.replicas(namespace)] == [OTHER.id]
+        store.prune(namespace, store.clock() + timedelta(seconds=1))
+        assert store.heartbeat(namespace, OTHER, "1.0", {"c": "d1"}, removed=[]) is False
+        assert store.replicas(namespace) == []
+        assert store.heartbeat(namespace, REPLICA, "1.0", {"a": "d1", "b": "d3"}) is True
+        assert [dict(r.definitions) for r in store.replicas(namespace)] == [{"a": "d1", "b": "d3"}]

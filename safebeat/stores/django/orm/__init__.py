@@ -136,6 +136,9 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
                 .update(claimed_at=claimed_at)
             )
 
+    #: `_heartbeat` applies a delta (`Heartbeat.removed`): beat sends one after a change.
+    heartbeat_deltas = True
+
     def _heartbeat(self, beat: Heartbeat) -> bool:
         m = django_models(self.alias)
         namespace, replica, definitions = beat.namespace, beat.replica, beat.definitions
@@ -144,6 +147,13 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
             mine = m.Replica.objects.using(self.alias).filter(
                 namespace=namespace, replica=replica.id
             )
+            if beat.removed is not None:  # read, change, write: one row, in this transaction
+                held = mine.select_for_update().values_list("definitions", flat=True).first()
+                if held is None:
+                    return False
+                kept = {k: v for k, v in held.items() if k not in beat.removed}
+                merged = {**kept, **(definitions or {})}
+                return bool(mine.update(heartbeat_at=now, version=beat.version, definitions=merged))
             if definitions is None:
                 return bool(mine.update(heartbeat_at=now))
             updated = mine.update(
