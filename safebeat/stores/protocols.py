@@ -246,11 +246,8 @@ class TickStore(StoreConnection, Protocol):
         ...
 
     def forget_replica(self, namespace: str, replica: Replica) -> None:
-        """Delete `replica`'s heartbeat: it stopped cleanly and is no longer a replica.
-
-        Called by beat on a clean stop, so `replicas` lists it no more. A replica that was
-        never recorded is not an error.
-        """
+        """Delete `replica`'s heartbeat (beat's clean stop), so `replicas` lists it no more.
+        A replica that was never recorded is not an error."""
         ...
 
     def prune(self, namespace: str, before: datetime, *, budget: timedelta | None = None) -> int:
