@@ -867,3 +867,26 @@ def test_trigger_and_backfill_keep_their_notes_in_the_audit(
     page = signed_in.get("/audit")
     assert "rerun after the fix" in page.text
     assert "outage of 3 March" in page.text
+
+
+@pytest.mark.parametrize("note", ["<script>alert(1)</script>", "a\x00b", "x" * 1001])
+def test_skip_next_with_a_hostile_note_is_escaped_or_refused_on_the_form(
+    signed_in: TestClient, filled: Filled, note: str
+) -> None:
+    """A note with markup is stored as typed and shown escaped; one no store holds (a NUL,
+    past 1,000 characters) is refused on the form with nothing recorded."""
+    form = {"csrf_token": csrf_token(signed_in), "note": note}
+    answer = signed_in.post(f"/entries/{ENTRY}/skip-next", data=form)
+    assert answer.status_code < 500
+    assert "<script>alert(1)" not in answer.text
+    audit = filled.store.audit(filled.namespace)
+    if note.startswith("<"):
+        assert [r.note for r in audit] == [note]
+        page = signed_in.get("/audit").text
+        assert "<script>alert(1)" not in page
+        assert "&lt;script&gt;alert(1)" in page
+    else:
+        assert audit == []
+        assert not [
+            r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"
+        ]
