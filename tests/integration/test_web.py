@@ -891,3 +891,28 @@ def test_skip_next_with_a_hostile_note_is_escaped_or_refused_on_the_form(
         assert not [
             r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"
         ]
+
+
+def test_the_next_window_after_skips_ahead_does_not_depend_on_the_rows_listed(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """An entry's page listing one history row (`?limit=1`) still shows as next the window
+    after every window skipped ahead, not one of them."""
+    for _ in range(2):
+        form = {"csrf_token": csrf_token(signed_in), "note": ""}
+        signed_in.post(f"/entries/{ENTRY}/skip-next", data=form)
+    skipped = sorted(
+        r.window for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"
+    )
+    shown = {
+        limit: re.search(
+            r"<dt>next window</dt><dd>(.*?)</dd>",
+            signed_in.get(f"/entries/{ENTRY}?limit={limit}").text,
+            re.DOTALL,
+        )
+        for limit in (1, 50)
+    }
+    assert shown[1] is not None
+    assert shown[50] is not None
+    assert shown[1].group(1) == shown[50].group(1)
+    assert format_window(skipped[0]) not in shown[1].group(1)
