@@ -458,8 +458,6 @@ ACTIONS: dict[str, Action] = {
             refused="could not skip the next window of %(name)r: %(error)s",
             uses_app="computes the entry's next window",
             offered=lambda paused: not paused,
-            done=lambda values: "skipped",
-            done_words={"skipped": "Skipped: its next window is recorded as skipped."},
         ),
     )
 }

@@ -289,9 +289,15 @@ def skip_next(
         raise UnreadableState(entry.name, state.unreadable)
     now = store.clock()
     if state.paused_at(now):
+        if state.paused_until is None:
+            raise OperationError(
+                f"entry {entry.name!r} is paused: its windows are skipped (reason paused) "
+                "until it is resumed; resume it first"
+            )
         raise OperationError(
-            f"entry {entry.name!r} is paused: its windows are skipped (reason paused) until "
-            "it is resumed; resume it first"
+            f"entry {entry.name!r} is paused until {state.paused_until.isoformat()}: its "
+            "windows before then are skipped (reason paused); skip its next window once "
+            "the pause has ended, or resume it first"
         )
     after, replica = max(now, state.decided_until), _operator(actor)
     for _ in range(SKIP_SEARCH):

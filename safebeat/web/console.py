@@ -24,6 +24,7 @@ from safebeat.entries.app_entries import Schedule
 from safebeat.errors import EntryError, SafebeatError, UnreadableState
 from safebeat.ops import actions, doctor, operations
 from safebeat.ops.overview import (
+    HISTORY_DEPTH,
     EntryStatus,
     ReplicaStatus,
     empty_namespace,
@@ -176,11 +177,17 @@ class Console:
                 return None
             schedule = self.schedule(config, store)
             compiled = None if schedule is None else schedule.entries.get(name)
-            rows = store.history(config.namespace, name, limit=max(limit, 1))
+            # The status reads as deep as `safebeat status` does whatever the page lists: the
+            # windows skipped ahead are among those rows, and the next window is after them.
+            rows = store.history(config.namespace, name, limit=max(limit, 1, HISTORY_DEPTH))
             now = store.clock()
         runnable, reason = self._runnable(schedule, name, config)
         return EntryPage(
-            row_of(entry_status(state, rows, compiled, now), now), rows, runnable, reason, now
+            row_of(entry_status(state, rows, compiled, now), now),
+            rows[: max(limit, 1)],
+            runnable,
+            reason,
+            now,
         )
 
     def _runnable(

@@ -446,9 +446,10 @@ def test_skip_next_records_the_next_window_skipped_and_audits_it(
     """Skipping from the console: the next window is a skipped row (reason operator), sent
     by no one, and the audit names the user, the window and the note."""
     form = {"csrf_token": csrf_token(signed_in), "note": "holiday"}
-    page = signed_in.post(f"/entries/{ENTRY}/skip-next", data=form).text
-    assert "Skipped: its next window is recorded as skipped." in html.unescape(page)
+    page = html.unescape(signed_in.post(f"/entries/{ENTRY}/skip-next", data=form).text)
     [row] = [r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"]
+    # It says which window: the one the page showed may have been claimed first.
+    assert f"window {format_window(row.window)} is recorded as skipped" in page
     assert (row.status.value, row.task_id) == ("skipped", None)
     [record] = filled.store.audit(filled.namespace)
     assert (record.actor, record.action, record.windows, record.note) == (
@@ -867,3 +868,51 @@ def test_trigger_and_backfill_keep_their_notes_in_the_audit(
     page = signed_in.get("/audit")
     assert "rerun after the fix" in page.text
     assert "outage of 3 March" in page.text
+
+
+@pytest.mark.parametrize("note", ["<script>alert(1)</script>", "a\x00b", "x" * 1001])
+def test_skip_next_with_a_hostile_note_is_escaped_or_refused_on_the_form(
+    signed_in: TestClient, filled: Filled, note: str
+) -> None:
+    """A note with markup is stored as typed and shown escaped; one no store holds (a NUL,
+    past 1,000 characters) is refused on the form with nothing recorded."""
+    form = {"csrf_token": csrf_token(signed_in), "note": note}
+    answer = signed_in.post(f"/entries/{ENTRY}/skip-next", data=form)
+    assert answer.status_code < 500
+    assert "<script>alert(1)" not in answer.text
+    audit = filled.store.audit(filled.namespace)
+    if note.startswith("<"):
+        assert [r.note for r in audit] == [note]
+        page = signed_in.get("/audit").text
+        assert "<script>alert(1)" not in page
+        assert "&lt;script&gt;alert(1)" in page
+    else:
+        assert audit == []
+        assert not [
+            r for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"
+        ]
+
+
+def test_the_next_window_after_skips_ahead_does_not_depend_on_the_rows_listed(
+    signed_in: TestClient, filled: Filled
+) -> None:
+    """An entry's page listing one history row (`?limit=1`) still shows as next the window
+    after every window skipped ahead, not one of them."""
+    for _ in range(2):
+        form = {"csrf_token": csrf_token(signed_in), "note": ""}
+        signed_in.post(f"/entries/{ENTRY}/skip-next", data=form)
+    skipped = sorted(
+        r.window for r in filled.store.history(filled.namespace, ENTRY) if r.reason == "operator"
+    )
+    shown = {
+        limit: re.search(
+            r"<dt>next window</dt><dd>(.*?)</dd>",
+            signed_in.get(f"/entries/{ENTRY}?limit={limit}").text,
+            re.DOTALL,
+        )
+        for limit in (1, 50)
+    }
+    assert shown[1] is not None
+    assert shown[50] is not None
+    assert shown[1].group(1) == shown[50].group(1)
+    assert format_window(skipped[0]) not in shown[1].group(1)

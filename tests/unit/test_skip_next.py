@@ -87,3 +87,16 @@ def test_status_shows_the_window_after_the_skipped_one_as_next() -> None:
     after = entry_status(state, store.history("unit", "report"), ENTRY, START).next_window
     assert row.window == before
     assert after == before + timedelta(seconds=60)
+
+
+def test_skip_next_refusing_a_pause_with_an_end_names_the_end() -> None:
+    """A pause with an end resumes by itself: the refusal says when, not 'until it is
+    resumed', and leaves no row."""
+    store = _store()
+    end = START + timedelta(hours=2)
+    store.set_paused("unit", "report", Pause(True, until=end))
+    with pytest.raises(OperationError) as refused:
+        SKIP.run(_target(store), SKIP.values({}))
+    assert f"paused until {end.isoformat()}" in str(refused.value)
+    assert "until it is resumed" not in str(refused.value)
+    assert store.history("unit", "report") == []

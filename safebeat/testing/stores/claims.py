@@ -292,3 +292,34 @@ class ClaimCases:
         assert sorted(registered(store, upper, definitions("Nightly"), REPLICA)) == ["Nightly"]
         assert sorted(store.states(lower)) == ["nightly"]
         assert sorted(store.states(namespace)) == sorted(LOOKALIKES)
+
+    def test_a_skipped_span_over_a_window_skipped_by_hand_is_recorded(
+        self, store: Store, namespace: str
+    ) -> None:
+        """A tick's skipped span whose newest window already has a row (an operator's
+        `skip-next` row for a window that passed while no beat ran) commits: the hand's row
+        stays as it is, the tick's other rows are written and its states advance."""
+        state = registered(store, namespace, definitions("a", "b"), REPLICA)
+        a, b = state["a"], state["b"]
+        newest, inside = window_after(a, 3), window_after(b, 2)
+        hand = [WindowRow("a", newest, "operator"), WindowRow("b", inside, "operator")]
+        assert len(store.write_windows(namespace, hand, replica=OTHER)) == 2
+        skips = [
+            NewSkip("a", newest, window_after(a, 1), 3, "missed"),
+            NewSkip("b", window_after(b, 3), window_after(b, 1), 3, "missed"),
+        ]
+        later = window_after(a, 4)
+        plan = TickPlan(
+            claims=[NewClaim("a", later, task_id_for(namespace, "a", later), "tasks.run")],
+            skips=skips,
+            advances={"a": later, "b": window_after(b, 3)},
+        )
+        result = store.tick(namespace, ["a", "b"], returning(plan), replica=REPLICA)
+        assert result is not None
+        assert [c.window for c in result.claimed] == [later]
+        states = store.states(namespace)
+        assert (states["a"].last_window, states["b"].last_window) == (later, window_after(b, 3))
+        rows = {(r.entry, r.window): r for n in "ab" for r in store.history(namespace, n)}
+        assert rows["a", newest].reason == "operator"
+        assert rows["b", inside].reason == "operator"
+        assert rows["b", window_after(b, 3)].reason == "missed"
