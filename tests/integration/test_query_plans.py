@@ -141,7 +141,9 @@ def test_sqlite_state_reads_probe_the_newest_dispatched_row(sqlite_url: str, que
     with sqlite3.connect(path_of(sqlite_url)) as conn:
         params = {"namespace": "n", "names": json.dumps(ENTRIES), "now": 0}
         plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {SQLITE_Q[query]}", params)]
-    assert "SEARCH q USING INDEX safebeat_dispatch_dispatched (namespace=? AND entry=?)" in plan
+    # The newest dispatched row's id from the index, then the row by its id.
+    assert "SEARCH d USING INDEX safebeat_dispatch_dispatched (namespace=? AND entry=?)" in plan
+    assert "SEARCH q USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN" in plan
     assert not [step for step in plan if step.startswith("SCAN") and "json_each" not in step]
 
 
