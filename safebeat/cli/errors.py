@@ -46,6 +46,8 @@ def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -
         return invoke()
     except (click.ClickException, click.exceptions.Exit, click.Abort):
         raise
+    except BrokenPipeError:
+        raise  # the reader left (`safebeat status | head`): click's main exits quietly
     except AppNotFound as exc:
         if _debug(ctx):
             raise
