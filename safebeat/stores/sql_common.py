@@ -96,26 +96,7 @@ def array_literal(values: Iterable[str | datetime | int | None]) -> str:
     """`values` as the text of a PostgreSQL array, `{"a",NULL,"2026-03-01T12:00:00Z"}`, for a
     parameter cast to an array type. A client-side binding cursor quotes a list element by
     element, several times slower than this for the thousands of values of a burst."""
-    values = list(values)
-    kinds = set(map(type, values))
-    if kinds <= _STR_OR_NULL:
-        texts = values if _NULL not in kinds else [v for v in values if v is not None]
-        joined = '","'.join(texts)  # type: ignore[arg-type]
-        if "\\" not in joined and '"' not in joined:  # nothing to escape
-            if _NULL not in kinds:
-                return '{"' + joined + '"}' if values else "{}"
-            quoted = ["NULL" if v is None else f'"{v}"' for v in values]
-            return "{" + ",".join(quoted) + "}"
-    elif kinds <= _FEW_DISTINCT:
-        # A burst's windows, nulls and counts repeat: each distinct value formatted once.
-        formatted = {value: _array_element(value) for value in set(values)}
-        return "{" + ",".join(map(formatted.__getitem__, values)) + "}"
     return "{" + ",".join(map(_array_element, values)) + "}"
-
-
-_NULL = type(None)
-_STR_OR_NULL: frozenset[type] = frozenset({str, _NULL})
-_FEW_DISTINCT: frozenset[type] = frozenset({_NULL, datetime, int})
 
 
 def _array_element(value: str | datetime | int | None) -> str:
