@@ -131,7 +131,7 @@ def _maybe(instant: Callable[[Any], datetime], value: Any) -> datetime | None:
 
 def unconverted(columns: Sequence[str], row: Sequence[Any]) -> str | None:
     """What the first `Unreadable` value of `row` (whose values are `columns`) says, or None."""
-    if Unreadable not in set(map(type, row)):  # the common case, once per row of every read
+    if Unreadable not in map(type, row):  # the common case, once per row of every read
         return None
     for column, value in zip(columns, row, strict=False):
         if type(value) is Unreadable:
