@@ -27,6 +27,8 @@ from celery import signals
 from celery.utils.time import is_naive, maybe_make_aware
 from kombu import serialization
 
+from safebeat.identity import WINDOW_HEADER
+
 # Typed in some kombu releases and untyped in others: called as Any, so the type check
 # passes the same way on every release the package supports.
 _dumps: Any = serialization.dumps
@@ -105,14 +107,28 @@ class MessageShape:
         )
 
     def template(
-        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, reprs: tuple[str, str]
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        reprs: tuple[str, str],
+        window_headers: Mapping[str, Any],
     ) -> MessageTemplate:
-        """One entry's template: its arguments, serialized once, and their reprs."""
+        """One entry's template: its arguments, serialized once, their reprs, and its
+        message headers merged once over Celery's (`window_headers`: the entry's headers of
+        any window, `WINDOW_HEADER` among them, filled in per window)."""
         # as as_task_v2 puts them in the body
         body = _dumps((args or (), kwargs or {}, self.embed), serializer=self.serializer)[2]
         if isinstance(body, str):
             body = body.encode(self.options["content_encoding"])
-        return MessageTemplate(self, body, *reprs)
+        # Every key in the order `fill` gives it; the per-window values are filled in later.
+        merged = dict(self.protocol_headers)
+        merged["id"] = merged["root_id"] = None
+        merged["argsrepr"], merged["kwargsrepr"] = reprs
+        if self.expires is not None:
+            merged["expires"] = None
+        merged.update(window_headers)
+        return MessageTemplate(self, body, *reprs, merged)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +140,9 @@ class MessageTemplate:
     body: bytes
     argsrepr: str
     kwargsrepr: str
+    # Celery's headers with the entry's merged over them, as `fill` merges them for every
+    # window but for the task id, the expiry and `WINDOW_HEADER` (see `fill_window`).
+    merged_headers: Mapping[str, Any]
 
     def fill(
         self,
@@ -146,11 +165,44 @@ class MessageTemplate:
         merged = dict(shape.protocol_headers)
         merged["id"] = merged["root_id"] = task_id
         merged["argsrepr"], merged["kwargsrepr"] = self.argsrepr, self.kwargsrepr
-        options = dict(shape.options)
         if shape.expires is not None:
             merged["expires"] = _expires_header(shape.expires, now, timezone)
-            options["expiration"] = expiration
         merged.update(headers)
+        return self._options(merged, task_id, reply_to, expiration, retry_policy)
+
+    def fill_window(
+        self,
+        task_id: str,
+        window: str,
+        *,
+        reply_to: str,
+        now: Callable[[], datetime],
+        timezone: tzinfo,
+        expiration: float | None,
+        retry_policy: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """`fill` with the entry's own headers of `window` (`message_fields.headers_for`),
+        from the headers merged once: the same keywords, in the same order, for less."""
+        merged = dict(self.merged_headers)
+        merged["id"] = merged["root_id"] = task_id
+        expires = self.shape.expires
+        if expires is not None:
+            merged["expires"] = _expires_header(expires, now, timezone)
+        merged[WINDOW_HEADER] = window
+        return self._options(merged, task_id, reply_to, expiration, retry_policy)
+
+    def _options(
+        self,
+        merged: dict[str, Any],
+        task_id: str,
+        reply_to: str,
+        expiration: float | None,
+        retry_policy: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        shape = self.shape
+        options = dict(shape.options)
+        if shape.expires is not None:
+            options["expiration"] = expiration
         options["headers"] = merged
         options["correlation_id"] = task_id
         options["reply_to"] = reply_to

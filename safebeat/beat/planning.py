@@ -92,6 +92,7 @@ def plan_tick(
     advances: dict[str, datetime] = {}
     upcoming: dict[str, datetime | None] = {}
     errors: dict[str, Exception] = {}
+    decisions: dict[_DueKey, Due] = {}
     for name, state in states.items():
         entry = entries.get(name)
         if entry is None:
@@ -101,7 +102,7 @@ def plan_tick(
             upcoming[name] = now + retry_after
             continue
         try:
-            decision, held = _decide(entry, state, now)
+            decision, held = _decide(entry, state, now, decisions)
         except SearchUnfinished:  # a custom schedule's search goes on at the next tick
             upcoming[name] = now + min(retry_after, SEARCH_AGAIN)
             continue
@@ -128,8 +129,35 @@ def plan_tick(
     return Planned(claims, skips, advances, upcoming, errors)
 
 
+#: What `windows.due` decides from, but `now` (one per plan): entries due at one instant
+#: mostly share a rule, a policy and the instant their windows were decided until.
+_DueKey = tuple[windows.Rule, datetime, windows.Policy, datetime | None]
+
+
+def _due(
+    entry: Entry, after: datetime, now: datetime, state: EntryState, decisions: dict[_DueKey, Due]
+) -> Due:
+    """`windows.due` for the entry, worked out once per plan for the entries that share
+    its arguments (`due` is a function of them alone; a custom schedule's rule is compared
+    by identity, so its search is never shared)."""
+    key = (entry.rule, after, entry.policy, state.anchor)
+    try:
+        return decisions[key]
+    except KeyError:
+        pass
+    except TypeError:  # an argument that cannot be hashed: decided on its own
+        return windows.due(
+            entry.rule, after=after, now=now, policy=entry.policy, anchor=state.anchor
+        )
+    decision = windows.due(
+        entry.rule, after=after, now=now, policy=entry.policy, anchor=state.anchor
+    )
+    decisions[key] = decision
+    return decision
+
+
 def _decide(
-    entry: Entry, state: EntryState, now: datetime
+    entry: Entry, state: EntryState, now: datetime, decisions: dict[_DueKey, Due]
 ) -> tuple[Due, tuple[windows.SkippedSpan, ...]]:
     """The entry's windows up to `now`, and the spans a pause that ended skips before them.
 
@@ -140,10 +168,7 @@ def _decide(
     after = undecided_after(entry, state)
     ends = pause_ends(state, after, now)
     if ends is None:
-        decision = windows.due(
-            entry.rule, after=after, now=now, policy=entry.policy, anchor=state.anchor
-        )
-        return decision, ()
+        return _due(entry, after, now, state, decisions), ()
     # Every window of the pause is skipped anyway, so no jitter holds any of them back.
     during = windows.paused(
         windows.due(

@@ -274,7 +274,12 @@ class Publisher:
             args, kwargs = list(entry.args), dict(entry.kwargs)
             if task is not None and task.typing:
                 task.__header__(*args, **kwargs)  # TypeError on a bad signature, as apply_async
-            plan.template = shape.template(args, kwargs, reprs=self._reprs(plan, args, kwargs))
+            plan.template = shape.template(
+                args,
+                kwargs,
+                reprs=self._reprs(plan, args, kwargs),
+                window_headers=headers_for(entry, ""),
+            )
         return plan.template
 
     def _shape(
@@ -315,16 +320,25 @@ class Publisher:
         if shape.expires is not None:
             expiration = seconds_left(task_id, shape.expires, now=app.now)
         if headers is None:
-            headers = headers_for(plan.entry, self._window_text(claim.window))
-        options = template.fill(
-            task_id,
-            headers=headers,
-            reply_to=app.thread_oid,
-            now=app.now,
-            timezone=app.timezone,
-            expiration=expiration,
-            retry_policy=retry_policy,
-        )
+            options = template.fill_window(
+                task_id,
+                self._window_text(claim.window),
+                reply_to=app.thread_oid,
+                now=app.now,
+                timezone=app.timezone,
+                expiration=expiration,
+                retry_policy=retry_policy,
+            )
+        else:
+            options = template.fill(
+                task_id,
+                headers=headers,
+                reply_to=app.thread_oid,
+                now=app.now,
+                timezone=app.timezone,
+                expiration=expiration,
+                retry_policy=retry_policy,
+            )
         queue = shape.queue
         if queue is not None and self._declarations.declared(producer, queue):
             options["declare"] = []

@@ -236,6 +236,8 @@ class Drive:
     # Peak RSS (VmHWM) when the drive ended: the scheduler's, before the benchmark reads
     # back its own verification data (a store's whole history, say).
     peak_rss_bytes: int | None = None
+    # CPU seconds of this process (every thread) over the drive, sleeps excluded.
+    cpu_seconds: float | None = None
 
 
 def drive(
@@ -248,12 +250,18 @@ def drive(
 ) -> Drive:
     """Call tick() like celery.beat.Service.start does until `done()` or a stall."""
     tick_ends: list[float] = []
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     while True:
         interval = scheduler.tick()
         tick_ends.append(time.time())
         if done():
-            return Drive(time.time(), tick_ends, completed=True, peak_rss_bytes=peak_rss())
+            return Drive(
+                time.time(),
+                tick_ends,
+                completed=True,
+                peak_rss_bytes=peak_rss(),
+                cpu_seconds=time.process_time() - cpu,
+            )
         now = time.monotonic()
         if now - max(started, published.last_new) > stall or now - started > timeout:
             return Drive(time.time(), tick_ends, completed=False, peak_rss_bytes=peak_rss())
@@ -320,6 +328,7 @@ class Run:
     warnings: int = 0  # log records at WARNING and above during the run
     stalled_after: float | None = None  # seconds from due to the last new entry, if stalled
     peak_rss_bytes: int | None = None  # VmHWM when the drive ended (see Drive)
+    cpu_seconds: float | None = None  # this process's CPU over a completed drive
 
 
 def _run(drive_result: Drive, due: float, published: Published) -> Run:
@@ -333,6 +342,7 @@ def _run(drive_result: Drive, due: float, published: Published) -> Run:
         ready_before_due=bool(drive_result.tick_ends) and drive_result.tick_ends[0] < due,
         peak_rss_bytes=drive_result.peak_rss_bytes,
         stalled_after=stalled_after,
+        cpu_seconds=drive_result.cpu_seconds,
     )
 
 

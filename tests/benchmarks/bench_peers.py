@@ -343,7 +343,8 @@ def child_burst(config: dict[str, Any]) -> dict[str, Any]:
         "rss_peak_bytes": run.peak_rss_bytes or status.get("VmHWM"),
         "rss_bytes": status.get("VmRSS"),
         "child_seconds": time.monotonic() - started,
-        "cpu_seconds": cpu,
+        # The limit's publish, or the scheduler's whole drive (idle ticks before due too).
+        "cpu_seconds": run.cpu_seconds if cpu is None else cpu,
     }
 
 

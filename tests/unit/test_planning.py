@@ -164,3 +164,26 @@ def test_a_task_id_is_the_uuid5_of_namespace_entry_and_window(
     """The task id every replica derives is exactly uuid5 of the three, whatever the text."""
     expected = uuid.uuid5(TASK_ID_NAMESPACE, f"{namespace}\x1f{name}\x1f{format_window(window)}")
     assert task_id_for(namespace, name, window) == str(expected)
+
+
+def test_entries_sharing_a_schedule_are_decided_alike_each_with_its_own_task_ids() -> None:
+    """Entries with one rule and policy are decided once per plan: each still gets its own
+    claims and task ids, and one decided further along gets its own decision."""
+    now = ANCHOR + timedelta(seconds=185)
+    entries = {name: entry(name) for name in ("a", "b", "c")}
+    states = {
+        "a": state("a", last_window=ANCHOR + timedelta(seconds=60)),
+        "b": state("b", last_window=ANCHOR + timedelta(seconds=60)),
+        "c": state("c", last_window=ANCHOR + timedelta(seconds=120)),
+    }
+    planned = plan_tick(entries, states, now, namespace="plan", retry_after=RETRY)
+    window = ANCHOR + timedelta(seconds=180)
+    assert planned.claims == [
+        NewClaim(name, window, task_id_for("plan", name, window), "t.run") for name in "abc"
+    ]
+    skipped = {skip.entry: (skip.first, skip.window, skip.count) for skip in planned.skips}
+    assert skipped == {
+        "a": (ANCHOR + timedelta(seconds=120), ANCHOR + timedelta(seconds=120), 1),
+        "b": (ANCHOR + timedelta(seconds=120), ANCHOR + timedelta(seconds=120), 1),
+    }
+    assert planned.advances == dict.fromkeys("abc", window)

@@ -328,6 +328,8 @@ def test_each_window_of_a_templated_entry_is_the_message_apply_async_would_send(
             if a is not None and b is not None:
                 assert abs(b - a) < 5
     assert direct_sent == full
+    # byte for byte: the headers in the order Celery gives them too
+    assert [list(m["headers"]) for m in direct_sent] == [list(m["headers"]) for m in full]
 
 
 def test_a_changed_entry_definition_builds_its_message_again() -> None:
