@@ -272,6 +272,7 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
     from safebeat.config import config_from_app
     from safebeat.contrib.django.rows import compile_row, row_digest
     from safebeat.contrib.django.source import PeriodicTaskSource
+    from safebeat.errors import EntryError
 
     tokyo = CrontabSchedule.objects.create(minute="5", hour="*", timezone="Asia/Tokyo")
     policy = json.dumps({"safebeat": {"misfire": "skip"}, "tenant": "acme"})
@@ -281,10 +282,30 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
         )
         interval_task(f"hourly-{i}", 3600, kwargs=json.dumps({"n": i}), queue="q" if i else "")
     interval_task("late", 60, start_time=clock.now() + timedelta(hours=1))
+    # Rows of the tokyo rows' shape: only their args and kwargs differ (`row_shapes`).
+    own = [
+        ("", ""),
+        ('[1.5, "\u00e9", null, [true, 1e400]]', '{"b": {"y": 1, "x": [2]}, "a": "\u00e9"}'),
+        ('[{"z": 1, "a": 2}]', "{}"),
+        ("[1", "{}"),  # an error of its own, as alone
+        ('{"not": "a list"}', "{}"),
+    ]
+    for i, (args, kwargs) in enumerate(own):
+        PeriodicTask.objects.create(
+            name=f"shaped-{i}",
+            task="billing.charge",
+            crontab=tokyo,
+            args=args,
+            kwargs=kwargs,
+            headers=policy,
+        )
     config = config_from_app(app)
     source = PeriodicTaskSource(app, config, clock.now)
-    compiled = {row.name: row.entry for row in source.load()}
-    assert len(compiled) == 7
+    loaded = source.load()
+    compiled = {row.name: row.entry for row in loaded if row.entry is not None}
+    errors = {row.name: str(row.error) for row in loaded if row.error is not None}
+    assert len(compiled) == 10
+    assert set(errors) == {"shaped-3", "shaped-4"}
     from django.db.models import F, TextField
     from django.db.models.functions import Cast
 
@@ -293,9 +314,15 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
     for values in PeriodicTask.objects.annotate(
         crontab_tz=Cast(F("crontab__timezone"), TextField())
     ).values(*ROW_FIELDS):
+        if values["name"] in errors:
+            with pytest.raises(EntryError) as refused:
+                compile_row(values, app=app, config=config, now=clock.now())
+            assert errors[values["name"]] == str(refused.value)
+            continue
         alone = compile_row(values, app=app, config=config, now=clock.now())
         assert compiled[values["name"]] == alone
     assert compiled["tokyo-0"].rule is compiled["tokyo-2"].rule
+    assert compiled["shaped-1"].options is compiled["tokyo-0"].options  # one shape's
     not_before = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
     for when, one_off in ((None, False), (not_before, True)):
         text = 'crontab 5 * * * * in Asia/Tokyo "é'

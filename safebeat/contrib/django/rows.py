@@ -25,8 +25,9 @@ from typing import Any
 from celery import schedules
 
 from safebeat.config import Config
-from safebeat.entries import Entry, compile_entry, describe
-from safebeat.entries.compiling import Timings
+from safebeat.contrib.django.row_shapes import Shape, entry_of_shape, shape_key, shape_of
+from safebeat.entries import Entry, describe
+from safebeat.entries.compiling import Timings, described_entry
 from safebeat.entries.options import unknown_keys
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_instant
@@ -88,13 +89,16 @@ class RowCache:
     whether each crontab rule still matches. Rows of one schedule then compile their
     own fields only. For one read: `now` is the read's."""
 
-    __slots__ = ("app", "matches", "schedules", "timings")
+    __slots__ = ("app", "matches", "schedules", "shapes", "timings")
 
     def __init__(self) -> None:
         self.schedules: dict[tuple[Any, ...], tuple[object, str | None]] = {}
         self.timings: Timings = {}
         self.matches: dict[int, tuple[CrontabRule, bool]] = {}
         self.app: tuple[Any, tzinfo] | None = None  # the app's tasks and time zone
+        #: Each shape of row (`safebeat.contrib.django.row_shapes`) by its values; None
+        #: for a shape whose rows are each compiled in full.
+        self.shapes: dict[tuple[Any, ...], Shape | None] = {}
 
 
 def _app_parts(app: Any, cache: RowCache | None) -> tuple[Any, tzinfo]:
@@ -122,6 +126,31 @@ def compile_row(
     `DJANGO_CELERY_BEAT_TZ_AWARE = False`. `cache`: shared by the rows of one read.
     """
     name = str(row["name"])
+    key = (shape_key(row), row_time_zones)
+    shape = None if cache is None else cache.shapes.get(key)
+    if shape is not None:  # a row of a shape compiled before: its own parts only
+        args = _json(name, "args", row["args"] or "[]", list)
+        kwargs = _json(name, "kwargs", row["kwargs"] or "{}", dict)
+        entry = entry_of_shape(shape, name, args, kwargs)
+    else:
+        entry, described = _compiled(
+            name, row, app=app, config=config, zones=row_time_zones, cache=cache
+        )
+        if cache is not None and key not in cache.shapes:
+            cache.shapes[key] = shape_of(entry, described)
+    return _with_row_fields(entry, row, now, cache)
+
+
+def _compiled(
+    name: str,
+    row: Mapping[str, Any],
+    *,
+    app: Any,
+    config: Config,
+    zones: bool,
+    cache: RowCache | None,
+) -> tuple[Entry, dict[str, object]]:
+    """Compile the row's item in full: its entry, and its digest's payload."""
     task = row["task"]
     tasks, app_timezone = _app_parts(app, cache)
     if task not in tasks:
@@ -144,7 +173,7 @@ def compile_row(
             " (a crontab's time zone is its own field)",
         )
     schedule, zone = _known_schedule(name, row, cache)
-    if zone is not None and row_time_zones:
+    if zone is not None and zones:
         policy["timezone"] = zone
     options: dict[str, Any] = {"safebeat": policy}
     for option in ("queue", "exchange", "routing_key", "priority"):
@@ -164,8 +193,7 @@ def compile_row(
         "options": options,
     }
     timings = None if cache is None else cache.timings
-    entry = compile_entry(name, item, app_timezone=app_timezone, config=config, timings=timings)
-    return _with_row_fields(entry, row, now, cache)
+    return described_entry(name, item, app_timezone=app_timezone, config=config, timings=timings)
 
 
 def _json(name: str, field: str, text: str, kind: type) -> Any:
