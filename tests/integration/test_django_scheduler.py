@@ -233,6 +233,46 @@ def test_set_up_again_it_runs_the_rows_and_the_first_change_registers_that_row_a
     beat.close()
 
 
+def test_at_start_it_compiles_the_settings_and_reads_the_rows_once(
+    beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set up, the scheduler gives beat the settings' entries and the rows' at once: the
+    settings are compiled once, the rows read once, and every entry registered once."""
+    from safebeat.contrib.django import DatabaseScheduler
+    from safebeat.contrib.django.source import PeriodicTaskSource
+
+    app.conf.beat_schedule = {"from-settings": {"task": "billing.charge", "schedule": 60.0}}
+    for i in range(3):
+        interval_task(f"row-{i}", 3600)
+    calls: Counter[str] = Counter()
+    schedule_source, load = DatabaseScheduler.schedule_source, PeriodicTaskSource.load
+
+    def counted_source(self: Any) -> Any:  # what each compile of the settings reads
+        calls["settings compiled"] += 1
+        return schedule_source(self)
+
+    def counted_load(self: PeriodicTaskSource) -> Any:
+        calls["rows read"] += 1
+        return load(self)
+
+    monkeypatch.setattr(DatabaseScheduler, "schedule_source", counted_source)
+    monkeypatch.setattr(PeriodicTaskSource, "load", counted_load)
+    store = MemoryStore(clock=clock.now)
+    registered: list[str] = []
+    register = store.register
+
+    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
+        registered.extend(d.name for d in definitions)
+        return register(namespace, definitions, replica)
+
+    store.register = counted_register  # type: ignore[method-assign]
+    beat = scheduler(app, clock, store)
+    run([beat], clock, 1)
+    assert calls == {"settings compiled": 1, "rows read": 1}
+    assert sorted(registered) == ["from-settings", "row-0", "row-1", "row-2"]
+    beat.close()
+
+
 def test_a_schedule_many_rows_share_edited_compiles_those_rows_from_one_read(
     beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
