@@ -11,6 +11,7 @@ compiles to alone, digest included (a test holds the two equal).
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -20,6 +21,7 @@ from safebeat.entries.compiling import NO_MAPPING
 from safebeat.entries.digest import digest_text
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_name
+from safebeat.windows import Rule
 
 #: The values of a row that decide all of its entry but its name, args and kwargs (the
 #: row's own fields, applied after, aside): two rows equal in these are of one shape.
@@ -94,9 +96,9 @@ def shape_of(entry: Entry, described: dict[str, object]) -> Shape | None:
     return Shape(entry, head, middle, tail)
 
 
-def entry_of_shape(shape: Shape, name: str, args: list[Any], kwargs: dict[str, Any]) -> Entry:
-    """The entry of row `name` of `shape`, with its own args and kwargs; raise EntryError
-    as `compile_entry` does for what is the row's own."""
+def shape_digest(shape: Shape, name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """The digest `compile_entry` gives row `name` of `shape` with its own args and kwargs
+    (before the row's own fields); raise EntryError as it does for what is the row's own."""
     try:
         check_name(name)
     except LimitError as exc:
@@ -107,18 +109,35 @@ def entry_of_shape(shape: Shape, name: str, args: list[Any], kwargs: dict[str, A
         raise EntryError(
             name, f"args, kwargs and options must be plain data Celery can send ({exc})"
         ) from None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def entry_of_shape(
+    shape: Shape,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    rule: Rule,
+    schedule_text: str,
+    digest: str,
+    not_before: datetime | None,
+) -> Entry:
+    """The entry of row `name` of `shape`: its own args and kwargs, and the row's own
+    rule, digest and earliest window; the rest is the shape's."""
     template = shape.entry
     return Entry(
         name,
         template.task,
-        template.rule,
+        rule,
         template.policy,
-        template.schedule_text,
-        hashlib.sha256(text.encode()).hexdigest()[:16],
+        schedule_text,
+        digest,
         tuple(args),
         kwargs or NO_MAPPING,
         template.options,
         template.overlap,
-        pause_after_failures=template.pause_after_failures,
-        zone=template.zone,
+        not_before,
+        template.pause_after_failures,
+        template.zone,
     )

@@ -25,13 +25,19 @@ from typing import Any
 from celery import schedules
 
 from safebeat.config import Config
-from safebeat.contrib.django.row_shapes import Shape, entry_of_shape, shape_key, shape_of
+from safebeat.contrib.django.row_shapes import (
+    Shape,
+    entry_of_shape,
+    shape_digest,
+    shape_key,
+    shape_of,
+)
 from safebeat.entries import Entry, describe
 from safebeat.entries.compiling import Timings, described_entry
 from safebeat.entries.options import unknown_keys
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_instant
-from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
+from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, Rule, next_window
 
 #: A JSON string, as `json.dumps` writes it.
 _quoted = json.encoder.encode_basestring_ascii
@@ -131,13 +137,23 @@ def compile_row(
     if shape is not None:  # a row of a shape compiled before: its own parts only
         args = _json(name, "args", row["args"] or "[]", list)
         kwargs = _json(name, "kwargs", row["kwargs"] or "{}", dict)
-        entry = entry_of_shape(shape, name, args, kwargs)
-    else:
-        entry, described = _compiled(
-            name, row, app=app, config=config, zones=row_time_zones, cache=cache
+        digest = shape_digest(shape, name, args, kwargs)
+        rule, text, not_before = _row_timing(shape.entry, name, row, now, cache)
+        return entry_of_shape(
+            shape,
+            name,
+            args,
+            kwargs,
+            rule=rule,
+            schedule_text=text,
+            digest=row_digest(digest, text, not_before, bool(row["one_off"])),
+            not_before=not_before,
         )
-        if cache is not None and key not in cache.shapes:
-            cache.shapes[key] = shape_of(entry, described)
+    entry, described = _compiled(
+        name, row, app=app, config=config, zones=row_time_zones, cache=cache
+    )
+    if cache is not None and key not in cache.shapes:
+        cache.shapes[key] = shape_of(entry, described)
     return _with_row_fields(entry, row, now, cache)
 
 
@@ -270,24 +286,7 @@ def _with_row_fields(
     entry: Entry, row: Mapping[str, Any], now: datetime, cache: RowCache | None
 ) -> Entry:
     """Apply start_time, the re-enable rule and one_off to a compiled entry."""
-    rule = entry.rule
-    start_time: datetime | None = row["start_time"]
-    if start_time is not None:
-        try:
-            start_time = check_instant(start_time, "start_time")
-        except LimitError as exc:
-            raise EntryError(entry.name, str(exc)) from None
-    if isinstance(rule, IntervalRule) and start_time is not None:
-        rule = IntervalRule(rule.every, anchor=start_time)
-    if isinstance(rule, CrontabRule) and _never_matches(rule, now, cache):
-        raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
-    # Windows missed before the row's last edit (a re-enable, say) are not caught up,
-    # as with django-celery-beat's own scheduler; windows after it are the row's. A
-    # clocked row's one window is the point of the row, even when set for a moment
-    # before the edit that saved it.
-    changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
-    not_before = max((f for f in (start_time, changed) if f is not None), default=None)
-    text = entry.schedule_text if rule is entry.rule else describe(rule)
+    rule, text, not_before = _row_timing(entry, entry.name, row, now, cache)
     digest = row_digest(entry.digest, text, not_before, bool(row["one_off"]))
     fields = list(_entry_fields(entry))  # `dataclasses.replace`, in a fraction of its time
     fields[_RULE], fields[_TEXT], fields[_DIGEST], fields[_NOT_BEFORE] = (
@@ -297,6 +296,32 @@ def _with_row_fields(
         not_before,
     )
     return Entry(*fields)
+
+
+def _row_timing(
+    entry: Entry, name: str, row: Mapping[str, Any], now: datetime, cache: RowCache | None
+) -> tuple[Rule, str, datetime | None]:
+    """Row `name`'s rule (`entry`'s, anchored at its start_time), the rule's text, and the
+    earliest window it may dispatch."""
+    rule = entry.rule
+    start_time: datetime | None = row["start_time"]
+    if start_time is not None:
+        try:
+            start_time = check_instant(start_time, "start_time")
+        except LimitError as exc:
+            raise EntryError(name, str(exc)) from None
+    if isinstance(rule, IntervalRule) and start_time is not None:
+        rule = IntervalRule(rule.every, anchor=start_time)
+    if isinstance(rule, CrontabRule) and _never_matches(rule, now, cache):
+        raise EntryError(name, f"crontab never matches: {describe(rule)}")
+    # Windows missed before the row's last edit (a re-enable, say) are not caught up,
+    # as with django-celery-beat's own scheduler; windows after it are the row's. A
+    # clocked row's one window is the point of the row, even when set for a moment
+    # before the edit that saved it.
+    changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
+    not_before = max((f for f in (start_time, changed) if f is not None), default=None)
+    text = entry.schedule_text if rule is entry.rule else describe(rule)
+    return rule, text, not_before
 
 
 def row_digest(digest: str, text: str, not_before: datetime | None, one_off: bool) -> str:
