@@ -164,13 +164,18 @@ class TickEngine(EngineRoundSteps):
     # --- starting, ticking, stopping --------------------------------------------------------
 
     def setup(self) -> None:
-        """Compile the entries and try to reach the store; a store that is down is retried."""
+        """Compile the entries and try to reach the store; a store that is down is retried.
+
+        The entries are the owner's (`EngineHooks.compiled`) when it compiles them: a
+        scheduler that runs entries of its own besides the code's (django-celery-beat's
+        rows) gives them all at once, so set up again it runs them, not the code's alone.
+        """
         config = self.config
         if config.metrics_port is not None and not self.metrics.recording:
             serve_metrics(self.metrics, config.metrics_port)
         if config.probe_port is not None and self._probe_server is None:
             self._probe_server = serve_probes(self.probes, config.probe_port)
-        self.use_entries(*self.compiled_entries())
+        self.use_entries(*(self._hooks.compiled or self.compiled_entries)())
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
             len(self.entries),
@@ -183,8 +188,8 @@ class TickEngine(EngineRoundSteps):
     def _first_bootstrap(self) -> float:
         """Bootstrap with the owner's entries as they are now: a scheduler that refreshes
         its entries (django-celery-beat's rows over the settings) does so first, so that it
-        never registers the settings' definitions only to replace them at the first tick
-        (each replica warned at every start that the definitions differed)."""
+        never registers definitions only to replace them at the first tick (each replica
+        warned at every start that the definitions differed)."""
         if self._hooks.refresh is not None:
             self._hooks.refresh()
         return self.bootstrap()

@@ -21,6 +21,7 @@ from safebeat.beat.tick_rounds import Publishing, Round
 from safebeat.beat.tuning import Tuning
 from safebeat.config import Config
 from safebeat.entries import Entry
+from safebeat.errors import EntryError
 from safebeat.identity import Replica
 from safebeat.records import Claim, EntryState
 from safebeat.windows.searches import search_budget
@@ -48,14 +49,17 @@ class EngineHooks:
     """What the engine calls back in the code that runs it.
 
     `schedule_source`: the code's entries (`beat_schedule` items) to compile, in
-    `timezone()`; `refresh`: called at the start of every tick (None: look at the entries
-    added at run time, `TickEngine.refresh_runtime_entries`); `published`: the claims just
-    published and recorded as sent; `entries_changed`: the entries run from now on;
-    `sender`: what the signals and the guard's `tick_failed` name as their sender.
+    `timezone()`; `compiled`: the entries to run at set-up, compiled by the owner from the
+    code's and whatever else it runs (None: `TickEngine.compiled_entries`); `refresh`:
+    called at the start of every tick (None: look at the entries added at run time,
+    `TickEngine.refresh_runtime_entries`); `published`: the claims just published and
+    recorded as sent; `entries_changed`: the entries run from now on; `sender`: what the
+    signals and the guard's `tick_failed` name as their sender.
     """
 
     schedule_source: Callable[[], Mapping[str, Any]]
     timezone: Callable[[], tzinfo]
+    compiled: Callable[[], tuple[dict[str, Entry], dict[str, EntryError]]] | None = None
     refresh: Callable[[], None] | None = None
     published: Callable[[Sequence[Claim]], None] = _nothing
     entries_changed: Callable[[Mapping[str, Entry]], None] = _nothing

@@ -4,8 +4,9 @@ Celery's `beat.Scheduler` interface over the tick engine (`safebeat.beat.engine`
 owns `tick()`: each tick claims the due windows under the store's lock, publishes them
 with deterministic task ids and records them as sent. This class compiles the app's
 entries, hands the engine Celery's broker connection, and keeps the hooks a subclass
-extends (`schedule_source`, `refresh_entries`, `published`) and the knobs it sets
-(`safebeat.beat.tuning.Tuning`). Nothing raised in a tick escapes into Celery's loop.
+extends (`schedule_source`, `compiled_schedule`, `refresh_entries`, `published`) and the
+knobs it sets (`safebeat.beat.tuning.Tuning`). Nothing raised in a tick escapes into
+Celery's loop.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Scheduler(Tuning, beat.Scheduler):  # type: ignore[misc]  # Celery is unty
             hooks=EngineHooks(
                 schedule_source=self.schedule_source,
                 timezone=lambda: self.app.timezone,
+                compiled=self.compiled_schedule,
                 refresh=self.refresh_entries,
                 published=self.published,
                 entries_changed=self._entries_changed,
@@ -125,6 +127,12 @@ class Scheduler(Tuning, beat.Scheduler):  # type: ignore[misc]  # Celery is unty
         `safebeat.contrib.django.DatabaseScheduler`).
         """
         return settings_source(self.app)
+
+    def compiled_schedule(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+        """The entries to run when set up, compiled: the code's (`schedule_source`) and
+        the entries added at run time. A subclass that runs entries of its own besides
+        the code's extends this (see `safebeat.contrib.django.DatabaseScheduler`)."""
+        return self.engine.compiled_entries()
 
     def use_entries(self, entries: dict[str, Entry], broken: dict[str, EntryError]) -> None:
         """Run exactly these compiled entries from now on; report the broken ones (once each).

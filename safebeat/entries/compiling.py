@@ -41,6 +41,7 @@ _SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary(
 #: The kwargs and options of every entry that has none: one read-only mapping, not an empty
 #: dict per entry (two of them are about 130 bytes of each entry).
 _NONE: Mapping[str, Any] = MappingProxyType({})
+NO_MAPPING = _NONE
 #: The field names of each rule and policy class, as `_shared` reads them for every entry.
 _FIELDS: dict[type, tuple[str, ...]] = {}
 #: Schedules equal by value (`3600.0`, `timedelta(hours=1)`) give equal timings; any other
@@ -119,6 +120,18 @@ def compile_entry(
 
     `timings`: those already worked out for other entries of the same schedule (and where
     to add this one's)."""
+    return described_entry(name, raw, app_timezone=app_timezone, config=config, timings=timings)[0]
+
+
+def described_entry(
+    name: str,
+    raw: object,
+    *,
+    app_timezone: tzinfo,
+    config: Config,
+    timings: Timings | None = None,
+) -> tuple[Entry, dict[str, object]]:
+    """`compile_entry`'s entry, and what its digest was made of (`entry_digest`'s payload)."""
     if not isinstance(name, str) or not name:
         raise EntryError(entry_name(name), "an entry name must be a non-empty string")
     if not isinstance(raw, Mapping):
@@ -166,7 +179,7 @@ def compile_entry(
         raise EntryError(
             name, f"args, kwargs and options must be plain data Celery can send ({exc})"
         ) from None
-    return Entry(
+    entry = Entry(
         name,
         task,
         rule,
@@ -180,6 +193,7 @@ def compile_entry(
         pause_after_failures=pause_after,
         zone=timing.zone,
     )
+    return entry, described
 
 
 def within_limits(name: str, task: str) -> None:

@@ -42,6 +42,11 @@ def entry_digest(payload: Mapping[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def digest_text(value: object) -> str:
+    """`value` as `entry_digest` writes it (keys sorted), where it is plain JSON."""
+    return _ENCODER.encode(value)
+
+
 def _stable_text(value: object) -> str:
     """Text for values JSON cannot hold; never a repr with a memory address in it."""
     if isinstance(value, datetime | timedelta | Misfire):

@@ -399,6 +399,7 @@ def dcb(env: Env, kind: str, size: int, opts: argparse.Namespace) -> dict[str, A
         "scheduler": kind,
         "size": size,
         "startup": result.get("startup"),
+        "startup_cpu": result.get("startup_cpu"),
         "pickup": None if seen is None else seen - edited,
         "rss_mib": round(result.get("rss", 0) / MIB),
     }
@@ -409,10 +410,24 @@ def dcb_table(rows: list[dict[str, Any]]) -> str:
         return "—" if value is None else f"{value:.1f}"
 
     table = [
-        [r["scheduler"], f"{r['size']:,}", secs(r["startup"]), secs(r["pickup"]), str(r["rss_mib"])]
+        [
+            r["scheduler"],
+            f"{r['size']:,}",
+            secs(r["startup"]),
+            secs(r.get("startup_cpu")),
+            secs(r["pickup"]),
+            str(r["rss_mib"]),
+        ]
         for r in rows
     ]
-    headers = ["scheduler", "PeriodicTask rows", "start-up s", "edit picked up s", "peak RSS MiB"]
+    headers = [
+        "scheduler",
+        "PeriodicTask rows",
+        "start-up s",
+        "its CPU s",
+        "edit picked up s",
+        "peak RSS MiB",
+    ]
     return f"django-celery-beat's rows\n{bd.table(headers, table)}"
 
 

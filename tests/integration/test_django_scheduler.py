@@ -233,6 +233,46 @@ def test_set_up_again_it_runs_the_rows_and_the_first_change_registers_that_row_a
     beat.close()
 
 
+def test_at_start_it_compiles_the_settings_and_reads_the_rows_once(
+    beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set up, the scheduler gives beat the settings' entries and the rows' at once: the
+    settings are compiled once, the rows read once, and every entry registered once."""
+    from safebeat.contrib.django import DatabaseScheduler
+    from safebeat.contrib.django.source import PeriodicTaskSource
+
+    app.conf.beat_schedule = {"from-settings": {"task": "billing.charge", "schedule": 60.0}}
+    for i in range(3):
+        interval_task(f"row-{i}", 3600)
+    calls: Counter[str] = Counter()
+    schedule_source, load = DatabaseScheduler.schedule_source, PeriodicTaskSource.load
+
+    def counted_source(self: Any) -> Any:  # what each compile of the settings reads
+        calls["settings compiled"] += 1
+        return schedule_source(self)
+
+    def counted_load(self: PeriodicTaskSource) -> Any:
+        calls["rows read"] += 1
+        return load(self)
+
+    monkeypatch.setattr(DatabaseScheduler, "schedule_source", counted_source)
+    monkeypatch.setattr(PeriodicTaskSource, "load", counted_load)
+    store = MemoryStore(clock=clock.now)
+    registered: list[str] = []
+    register = store.register
+
+    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
+        registered.extend(d.name for d in definitions)
+        return register(namespace, definitions, replica)
+
+    store.register = counted_register  # type: ignore[method-assign]
+    beat = scheduler(app, clock, store)
+    run([beat], clock, 1)
+    assert calls == {"settings compiled": 1, "rows read": 1}
+    assert sorted(registered) == ["from-settings", "row-0", "row-1", "row-2"]
+    beat.close()
+
+
 def test_a_schedule_many_rows_share_edited_compiles_those_rows_from_one_read(
     beat_db: str, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -272,6 +312,7 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
     from safebeat.config import config_from_app
     from safebeat.contrib.django.rows import compile_row, row_digest
     from safebeat.contrib.django.source import PeriodicTaskSource
+    from safebeat.errors import EntryError
 
     tokyo = CrontabSchedule.objects.create(minute="5", hour="*", timezone="Asia/Tokyo")
     policy = json.dumps({"safebeat": {"misfire": "skip"}, "tenant": "acme"})
@@ -281,10 +322,30 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
         )
         interval_task(f"hourly-{i}", 3600, kwargs=json.dumps({"n": i}), queue="q" if i else "")
     interval_task("late", 60, start_time=clock.now() + timedelta(hours=1))
+    # Rows of the tokyo rows' shape: only their args and kwargs differ (`row_shapes`).
+    own = [
+        ("", ""),
+        ('[1.5, "\u00e9", null, [true, 1e400]]', '{"b": {"y": 1, "x": [2]}, "a": "\u00e9"}'),
+        ('[{"z": 1, "a": 2}]', "{}"),
+        ("[1", "{}"),  # an error of its own, as alone
+        ('{"not": "a list"}', "{}"),
+    ]
+    for i, (args, kwargs) in enumerate(own):
+        PeriodicTask.objects.create(
+            name=f"shaped-{i}",
+            task="billing.charge",
+            crontab=tokyo,
+            args=args,
+            kwargs=kwargs,
+            headers=policy,
+        )
     config = config_from_app(app)
     source = PeriodicTaskSource(app, config, clock.now)
-    compiled = {row.name: row.entry for row in source.load()}
-    assert len(compiled) == 7
+    loaded = source.load()
+    compiled = {row.name: row.entry for row in loaded if row.entry is not None}
+    errors = {row.name: str(row.error) for row in loaded if row.error is not None}
+    assert len(compiled) == 10
+    assert set(errors) == {"shaped-3", "shaped-4"}
     from django.db.models import F, TextField
     from django.db.models.functions import Cast
 
@@ -293,9 +354,15 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
     for values in PeriodicTask.objects.annotate(
         crontab_tz=Cast(F("crontab__timezone"), TextField())
     ).values(*ROW_FIELDS):
+        if values["name"] in errors:
+            with pytest.raises(EntryError) as refused:
+                compile_row(values, app=app, config=config, now=clock.now())
+            assert errors[values["name"]] == str(refused.value)
+            continue
         alone = compile_row(values, app=app, config=config, now=clock.now())
         assert compiled[values["name"]] == alone
     assert compiled["tokyo-0"].rule is compiled["tokyo-2"].rule
+    assert compiled["shaped-1"].options is compiled["tokyo-0"].options  # one shape's
     not_before = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc)
     for when, one_off in ((None, False), (not_before, True)):
         text = 'crontab 5 * * * * in Asia/Tokyo "é'

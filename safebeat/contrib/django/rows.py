@@ -25,12 +25,19 @@ from typing import Any
 from celery import schedules
 
 from safebeat.config import Config
-from safebeat.entries import Entry, compile_entry, describe
-from safebeat.entries.compiling import Timings
+from safebeat.contrib.django.row_shapes import (
+    Shape,
+    entry_of_shape,
+    shape_digest,
+    shape_key,
+    shape_of,
+)
+from safebeat.entries import Entry, describe
+from safebeat.entries.compiling import Timings, described_entry
 from safebeat.entries.options import unknown_keys
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_instant
-from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, next_window
+from safebeat.windows import ClockedRule, CrontabRule, IntervalRule, Rule, next_window
 
 #: A JSON string, as `json.dumps` writes it.
 _quoted = json.encoder.encode_basestring_ascii
@@ -88,13 +95,16 @@ class RowCache:
     whether each crontab rule still matches. Rows of one schedule then compile their
     own fields only. For one read: `now` is the read's."""
 
-    __slots__ = ("app", "matches", "schedules", "timings")
+    __slots__ = ("app", "matches", "schedules", "shapes", "timings")
 
     def __init__(self) -> None:
         self.schedules: dict[tuple[Any, ...], tuple[object, str | None]] = {}
         self.timings: Timings = {}
         self.matches: dict[int, tuple[CrontabRule, bool]] = {}
         self.app: tuple[Any, tzinfo] | None = None  # the app's tasks and time zone
+        #: Each shape of row (`safebeat.contrib.django.row_shapes`) by its values; None
+        #: for a shape whose rows are each compiled in full.
+        self.shapes: dict[tuple[Any, ...], Shape | None] = {}
 
 
 def _app_parts(app: Any, cache: RowCache | None) -> tuple[Any, tzinfo]:
@@ -122,6 +132,41 @@ def compile_row(
     `DJANGO_CELERY_BEAT_TZ_AWARE = False`. `cache`: shared by the rows of one read.
     """
     name = str(row["name"])
+    key = (shape_key(row), row_time_zones)
+    shape = None if cache is None else cache.shapes.get(key)
+    if shape is not None:  # a row of a shape compiled before: its own parts only
+        args = _json(name, "args", row["args"] or "[]", list)
+        kwargs = _json(name, "kwargs", row["kwargs"] or "{}", dict)
+        digest = shape_digest(shape, name, args, kwargs)
+        rule, text, not_before = _row_timing(shape.entry, name, row, now, cache)
+        return entry_of_shape(
+            shape,
+            name,
+            args,
+            kwargs,
+            rule=rule,
+            schedule_text=text,
+            digest=row_digest(digest, text, not_before, bool(row["one_off"])),
+            not_before=not_before,
+        )
+    entry, described = _compiled(
+        name, row, app=app, config=config, zones=row_time_zones, cache=cache
+    )
+    if cache is not None and key not in cache.shapes:
+        cache.shapes[key] = shape_of(entry, described)
+    return _with_row_fields(entry, row, now, cache)
+
+
+def _compiled(
+    name: str,
+    row: Mapping[str, Any],
+    *,
+    app: Any,
+    config: Config,
+    zones: bool,
+    cache: RowCache | None,
+) -> tuple[Entry, dict[str, object]]:
+    """Compile the row's item in full: its entry, and its digest's payload."""
     task = row["task"]
     tasks, app_timezone = _app_parts(app, cache)
     if task not in tasks:
@@ -144,7 +189,7 @@ def compile_row(
             " (a crontab's time zone is its own field)",
         )
     schedule, zone = _known_schedule(name, row, cache)
-    if zone is not None and row_time_zones:
+    if zone is not None and zones:
         policy["timezone"] = zone
     options: dict[str, Any] = {"safebeat": policy}
     for option in ("queue", "exchange", "routing_key", "priority"):
@@ -164,8 +209,7 @@ def compile_row(
         "options": options,
     }
     timings = None if cache is None else cache.timings
-    entry = compile_entry(name, item, app_timezone=app_timezone, config=config, timings=timings)
-    return _with_row_fields(entry, row, now, cache)
+    return described_entry(name, item, app_timezone=app_timezone, config=config, timings=timings)
 
 
 def _json(name: str, field: str, text: str, kind: type) -> Any:
@@ -242,24 +286,7 @@ def _with_row_fields(
     entry: Entry, row: Mapping[str, Any], now: datetime, cache: RowCache | None
 ) -> Entry:
     """Apply start_time, the re-enable rule and one_off to a compiled entry."""
-    rule = entry.rule
-    start_time: datetime | None = row["start_time"]
-    if start_time is not None:
-        try:
-            start_time = check_instant(start_time, "start_time")
-        except LimitError as exc:
-            raise EntryError(entry.name, str(exc)) from None
-    if isinstance(rule, IntervalRule) and start_time is not None:
-        rule = IntervalRule(rule.every, anchor=start_time)
-    if isinstance(rule, CrontabRule) and _never_matches(rule, now, cache):
-        raise EntryError(entry.name, f"crontab never matches: {describe(rule)}")
-    # Windows missed before the row's last edit (a re-enable, say) are not caught up,
-    # as with django-celery-beat's own scheduler; windows after it are the row's. A
-    # clocked row's one window is the point of the row, even when set for a moment
-    # before the edit that saved it.
-    changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
-    not_before = max((f for f in (start_time, changed) if f is not None), default=None)
-    text = entry.schedule_text if rule is entry.rule else describe(rule)
+    rule, text, not_before = _row_timing(entry, entry.name, row, now, cache)
     digest = row_digest(entry.digest, text, not_before, bool(row["one_off"]))
     fields = list(_entry_fields(entry))  # `dataclasses.replace`, in a fraction of its time
     fields[_RULE], fields[_TEXT], fields[_DIGEST], fields[_NOT_BEFORE] = (
@@ -269,6 +296,32 @@ def _with_row_fields(
         not_before,
     )
     return Entry(*fields)
+
+
+def _row_timing(
+    entry: Entry, name: str, row: Mapping[str, Any], now: datetime, cache: RowCache | None
+) -> tuple[Rule, str, datetime | None]:
+    """Row `name`'s rule (`entry`'s, anchored at its start_time), the rule's text, and the
+    earliest window it may dispatch."""
+    rule = entry.rule
+    start_time: datetime | None = row["start_time"]
+    if start_time is not None:
+        try:
+            start_time = check_instant(start_time, "start_time")
+        except LimitError as exc:
+            raise EntryError(name, str(exc)) from None
+    if isinstance(rule, IntervalRule) and start_time is not None:
+        rule = IntervalRule(rule.every, anchor=start_time)
+    if isinstance(rule, CrontabRule) and _never_matches(rule, now, cache):
+        raise EntryError(name, f"crontab never matches: {describe(rule)}")
+    # Windows missed before the row's last edit (a re-enable, say) are not caught up,
+    # as with django-celery-beat's own scheduler; windows after it are the row's. A
+    # clocked row's one window is the point of the row, even when set for a moment
+    # before the edit that saved it.
+    changed = None if isinstance(rule, ClockedRule) else row["date_changed"]
+    not_before = max((f for f in (start_time, changed) if f is not None), default=None)
+    text = entry.schedule_text if rule is entry.rule else describe(rule)
+    return rule, text, not_before
 
 
 def row_digest(digest: str, text: str, not_before: datetime | None, one_off: bool) -> str:

@@ -50,10 +50,6 @@ class DatabaseScheduler(Scheduler):
         self._next_look = 0.0
         self._source: PeriodicTaskSource | None = None
         self._shadowed: set[str] = set()
-        # Whether the engine runs entries other than the settings' and rows' merged by the
-        # last `_apply`: at the start, and after each `setup_schedule` (which gives the
-        # engine the settings' entries alone); the next refresh applies the rows then.
-        self._unapplied = True
         super().__init__(app, *args, **kwargs)
 
     @property
@@ -63,30 +59,35 @@ class DatabaseScheduler(Scheduler):
             self._source = PeriodicTaskSource(self.app, self.safebeat_config, self.clock)
         return self._source
 
-    def setup_schedule(self) -> None:
-        """Compile the entries and try to reach the store. Set up again (Celery sets a
-        scheduler up when it builds it), it runs the rows it has read, not the settings
-        alone until the rows next change, which then registered every row again."""
-        self._unapplied = True
-        super().setup_schedule()
+    def compiled_schedule(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+        """The settings' entries and the rows' (a row wins over a setting of its name),
+        the rows read first if they changed: beat starts with them all, each compiled
+        once, and set up again it keeps running them. Rows that cannot be read now are
+        read at the next tick (until then, those read before: none at the first start)."""
+        try:
+            self._read_rows()
+        except StoreUnavailable as exc:
+            logger.warning("safebeat: %s; read again at the next tick", exc)
+        return self._merged()
 
     def refresh_entries(self) -> None:
         """Pick up edits of the rows, and rows whose `expires` has passed."""
-        now = time.monotonic()
-        if now < self._next_look and not self._unapplied:
+        if time.monotonic() < self._next_look:
             if self._expired():
                 self._apply()
-            return
-        self._next_look = now + self.marker_interval
+        elif self._read_rows() or self._expired():
+            self._apply()
+
+    def _read_rows(self) -> bool:
+        """Read the rows again if django-celery-beat's change marker moved; whether it did."""
         with _database_errors("read django-celery-beat's change marker"):
             changed = self.source.changed()
         if changed:
             with _database_errors("read django-celery-beat's periodic tasks"):
                 self._rows = self.source.load()
                 self._row_ids = self.source.row_ids()
-            self._apply()
-        elif self._unapplied or self._expired():
-            self._apply()
+        self._next_look = time.monotonic() + self.marker_interval
+        return changed
 
     def _expired(self) -> bool:
         now = self.clock()
@@ -94,6 +95,20 @@ class DatabaseScheduler(Scheduler):
 
     def _apply(self) -> None:
         """Run the settings' entries and the rows' (a row wins over a setting of its name)."""
+        entries, broken = self._merged()
+        if _same(entries, self.entries) and broken.keys() == self.broken_entries.keys():
+            return
+        logger.info(
+            "safebeat: schedule changed: %d entries (%d from periodic tasks), %d broken",
+            len(entries),
+            sum(1 for row in self._rows if row.entry is not None),
+            len(broken),
+        )
+        self.use_entries(entries, broken)
+
+    def _merged(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+        """The settings' entries compiled, and the rows' over them; the rows whose
+        `expires` has passed are left out (and disabled)."""
         now = self.clock()
         expired = [row.name for row in self._rows if row.expires is not None and row.expires <= now]
         if expired:
@@ -130,16 +145,7 @@ class DatabaseScheduler(Scheduler):
                 entries[row.name] = row.entry
             elif row.error is not None:
                 broken[row.name] = row.error
-        self._unapplied = False
-        if _same(entries, self.entries) and broken.keys() == self.broken_entries.keys():
-            return
-        logger.info(
-            "safebeat: schedule changed: %d entries (%d from periodic tasks), %d broken",
-            len(entries),
-            sum(1 for row in self._rows if row.entry is not None),
-            len(broken),
-        )
-        self.use_entries(entries, broken)
+        return entries, broken
 
     def _disable_expired(self, names: Sequence[str], now: datetime) -> None:
         """Turn off the rows `names`, whose `expires` has passed, as django-celery-beat does
