@@ -113,10 +113,11 @@ CROSS JOIN LATERAL (
 ) AS e;
 
 -- name: insert_entries
--- The entries the slice's read found missing. Nothing else in the statement: joining the
--- slice to the namespace (to skip the names it holds) hashed the whole namespace once
--- per slice, so a first registration of 1,000,000 entries grew with the square of it.
--- A name another replica inserted since the read keeps that replica's row.
+-- The entries the slice's read found missing or changed (a changed one, sent after
+-- update_entries, is inserted only if it was deleted since). Nothing else in the
+-- statement: joining the slice to the namespace (to skip the names it holds) hashed the
+-- whole namespace once per slice, so a first registration of 1,000,000 entries grew with
+-- the square of it. A name another replica inserted since the read keeps that row.
 INSERT INTO safebeat_entry
     (namespace, name, schedule, digest, anchor, defined_at, registered_by)
 SELECT %(namespace)s, d.name, d.schedule, d.digest,

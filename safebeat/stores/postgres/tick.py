@@ -133,9 +133,11 @@ def _register_slice(
         {"namespace": namespace, "names": array_literal(d.name for d in part)},
     )
     before = dict(cursor.fetchall())
-    missing = [d for d in part if d.name not in before]
-    changed = [d for d in part if before.get(d.name, d.digest) != d.digest]
-    for statement, definitions in (("insert_entries", missing), ("update_entries", changed)):
+    new = [d for d in part if before.get(d.name) != d.digest]
+    changed = [d for d in new if d.name in before]
+    # The changed entries go to the insert too (where they conflict, it writes nothing):
+    # one deleted since the read is registered again.
+    for statement, definitions in (("update_entries", changed), ("insert_entries", new)):
         if definitions:
             cursor.execute(
                 Q[statement],
