@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from safebeat.calendars import describe_calendar
@@ -45,6 +45,29 @@ def entry_digest(payload: Mapping[str, object]) -> str:
 def digest_text(value: object) -> str:
     """`value` as `entry_digest` writes it (keys sorted), where it is plain JSON."""
     return _ENCODER.encode(value)
+
+
+def entry_digest_with_args(
+    args: object, tail: str, payload: Callable[[], Mapping[str, object]]
+) -> str:
+    """`entry_digest(payload())` where `tail` is the JSON of the payload without its "args"
+    (which sorts first), so that entries alike but for their arguments encode the rest
+    once: the same text, so the same digest."""
+    try:
+        head = _ENCODER.encode(args)
+    except TypeError:
+        return entry_digest(payload())
+    text = f'{{"args": {head}, {tail[1:]}'
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def digest_tail(payload: Mapping[str, object]) -> str | None:
+    """The JSON of `payload` without its "args", for `entry_digest_with_args`; None where
+    it takes the other form (keys JSON cannot sort or hold)."""
+    try:
+        return _ENCODER.encode({key: value for key, value in payload.items() if key != "args"})
+    except TypeError:
+        return None
 
 
 def _stable_text(value: object) -> str:

@@ -455,6 +455,52 @@ def test_reading_a_slice_of_entries_probes_the_key_and_compiles_nothing(
     assert "JIT" not in explained
 
 
+def test_inserting_a_slice_of_new_entries_reads_no_entry(pg_url: str, namespace: str) -> None:
+    """A first registration inserts each slice of 5,000 without joining it to the namespace
+    (which the planner hashed whole, once per slice: a first start of 1,000,000 entries
+    grew with the square of it); a name inserted meanwhile is left as it is."""
+    from safebeat.stores.postgres.statements import REGISTER_SLICE, Q
+
+    with psycopg.connect(pg_url, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        conn.execute(
+            "INSERT INTO safebeat_entry (namespace, name, schedule, digest, anchor, defined_at,"
+            " registered_by) SELECT %(namespace)s, 'e' || lpad(i::text, 6, '0'), 'every 1s',"
+            " 'd', now(), now(), 'r' FROM generate_series(1, 20000) AS i",
+            {"namespace": namespace},
+        )
+        conn.execute("ANALYZE safebeat_entry")
+        names = [f"n{i:06d}" for i in range(REGISTER_SLICE)]
+        params = {
+            "namespace": namespace,
+            "now": datetime.now(timezone.utc),
+            "replica": "r2",
+            "names": array_literal(names),
+            "schedules": array_literal(["every 2s"] * len(names)),
+            "digests": array_literal(["d2"] * len(names)),
+        }
+        row = conn.execute(f"EXPLAIN (FORMAT JSON) {Q['insert_entries']}", params).fetchone()
+        assert row is not None
+        (explained,) = row[0]
+        assert entry_scans(explained["Plan"]) == ["ModifyTable"], explained["Plan"]
+        conn.execute(
+            Q["insert_entries"],
+            {
+                **params,
+                "names": array_literal(["e000001", "n000001"]),
+                "schedules": array_literal(["every 2s"] * 2),
+                "digests": array_literal(["d2"] * 2),
+            },
+        )
+        stored = dict(
+            conn.execute(
+                "SELECT name, digest FROM safebeat_entry WHERE namespace = %(namespace)s"
+                " AND name IN ('e000001', 'n000001')",
+                {"namespace": namespace},
+            ).fetchall()
+        )
+    assert stored == {"e000001": "d", "n000001": "d2"}
+
+
 @pytest.mark.parametrize("statement", ["start", "renew", "finish"])
 def test_worker_statements_blocked_on_a_row_lock_fail_fast(
     pg_url: str, namespace: str, statement: str

@@ -329,3 +329,67 @@ def test_entries_without_kwargs_or_options_share_one_empty_mapping() -> None:
     with_kwargs = compile_one({"task": "t", "schedule": 10, "kwargs": {"a": 1}})
     assert with_kwargs.kwargs == {"a": 1}
     assert with_kwargs.options == {}
+
+
+def test_digests_stay_what_they_were_when_entries_share_a_timing() -> None:
+    """Entries alike but for their arguments encode the rest of their digest once; every
+    digest is still the one earlier versions stored (else a restart re-registers all)."""
+    at = datetime(2026, 1, 2, tzinfo=UTC)
+    schedule = {
+        "plain": {"task": "t", "schedule": 10, "args": (1, "a")},
+        "same-timing": {"task": "t", "schedule": 10, "args": [2, None, 1.5, {"b": 1, "a": [True]}]},
+        "other-task": {"task": "u", "schedule": 10},
+        "unicode": {"task": "t", "schedule": 10, "args": ["é", "\u2028"]},
+        "when": {"task": "t", "schedule": 10, "args": [at, timedelta(1)]},
+        "int-keys": {"task": "t", "schedule": 10, "args": [{1: "a", "b": 2}]},
+        "tuple-in": {"task": "t", "schedule": 10, "args": [(1, 2)]},
+        "kwargs": {"task": "t", "schedule": 10, "args": [1], "kwargs": {"x": 1}},
+        "options": {"task": "t", "schedule": 10, "args": [1], "options": {"queue": "q"}},
+        "crontab": {"task": "t", "schedule": crontab(minute="*/5"), "args": [3]},
+        "overlap": {
+            "task": "t",
+            "schedule": 10,
+            "args": [4],
+            "options": {"safebeat": {"overlap": "forbid"}},
+        },
+        "pause": {
+            "task": "t",
+            "schedule": 10,
+            "args": [5],
+            "options": {"safebeat": {"pause_after_failures": 3}},
+        },
+        "jitter": {
+            "task": "t",
+            "schedule": 10,
+            "args": [6],
+            "options": {"safebeat": {"jitter": 5}},
+        },
+        "misfire": {
+            "task": "t",
+            "schedule": 10,
+            "args": [7],
+            "options": {"safebeat": {"misfire": "skip"}},
+        },
+    }
+    entries, errors = compile_schedule(schedule, app_timezone=UTC, config=CONFIG)
+    assert not errors
+    assert {name: entry.digest for name, entry in entries.items()} == {
+        "plain": "884b8e1fd39620c1",
+        "same-timing": "acb3e57d76ff32f5",
+        "other-task": "8e923a49dcc2c7aa",
+        "unicode": "5d2b9cdeaaf72b57",
+        "when": "0f21469ac8ee1c66",
+        "int-keys": "122bee4415dfc037",
+        "tuple-in": "5eb1a1dcaf0ba425",
+        "kwargs": "40e086d9049e5173",
+        "options": "17f1ae604d540145",
+        "crontab": "931f866bf412f38a",
+        "overlap": "ab32107ced00fd19",
+        "pause": "cdb54bfcd457dd9d",
+        "jitter": "ffe5cd19583a7bfc",
+        "misfire": "0f5553937e0b4ea2",
+    }
+    for name, raw in schedule.items():  # alone, as a runtime entry compiles
+        assert (
+            compile_entry(name, raw, app_timezone=UTC, config=CONFIG).digest == entries[name].digest
+        )

@@ -112,32 +112,34 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) AS e;
 
--- name: register
--- New entries are inserted and changed ones updated; an entry whose digest is unchanged
--- is neither written nor locked (ON CONFLICT DO UPDATE would lock it even when its WHERE
--- is false), so a replica frozen inside register holds up no other replica's tick.
-WITH d(name, schedule, digest) AS (
-    SELECT * FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
-),
-changed AS (
-    UPDATE safebeat_entry AS e
-    SET schedule = d.schedule,
-        digest = d.digest,
-        defined_at = CASE WHEN e.schedule <> d.schedule
-                          THEN %(now)s::timestamptz ELSE e.defined_at END,
-        registered_by = %(replica)s
-    FROM d
-    WHERE e.namespace = %(namespace)s AND e.name = d.name AND e.digest <> d.digest
-)
+-- name: insert_entries
+-- The entries the slice's read found missing or changed (a changed one, sent after
+-- update_entries, is inserted only if it was deleted since). Nothing else in the
+-- statement: joining the slice to the namespace (to skip the names it holds) hashed the
+-- whole namespace once per slice, so a first registration of 1,000,000 entries grew with
+-- the square of it. A name another replica inserted since the read keeps that row.
 INSERT INTO safebeat_entry
     (namespace, name, schedule, digest, anchor, defined_at, registered_by)
 SELECT %(namespace)s, d.name, d.schedule, d.digest,
        date_trunc('second', %(now)s::timestamptz), %(now)s, %(replica)s
-FROM d
-WHERE NOT EXISTS (
-    SELECT 1 FROM safebeat_entry AS e WHERE e.namespace = %(namespace)s AND e.name = d.name
-)
+FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
+     AS d(name, schedule, digest)
 ON CONFLICT (namespace, name) DO NOTHING;
+
+-- name: update_entries
+-- The entries the slice's read found with another digest. An entry whose digest is
+-- unchanged (now) is neither written nor locked (ON CONFLICT DO UPDATE would lock it even
+-- when its WHERE is false), so a replica frozen inside register holds up no other
+-- replica's tick.
+UPDATE safebeat_entry AS e
+SET schedule = d.schedule,
+    digest = d.digest,
+    defined_at = CASE WHEN e.schedule <> d.schedule
+                      THEN %(now)s::timestamptz ELSE e.defined_at END,
+    registered_by = %(replica)s
+FROM unnest(%(names)s::text[], %(schedules)s::text[], %(digests)s::text[])
+     AS d(name, schedule, digest)
+WHERE e.namespace = %(namespace)s AND e.name = d.name AND e.digest <> d.digest;
 
 -- name: insert_dispatches
 -- The claims: a row per window under the unique key; an existing row wins silently.

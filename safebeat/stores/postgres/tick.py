@@ -133,19 +133,23 @@ def _register_slice(
     )
     before = dict(cursor.fetchall())
     new = [d for d in part if before.get(d.name) != d.digest]
-    if new:
-        cursor.execute(
-            Q["register"],
-            {
-                "namespace": namespace,
-                "now": now,
-                "replica": replica.id,
-                "names": array_literal(d.name for d in new),
-                "schedules": array_literal(d.schedule for d in new),
-                "digests": array_literal(d.digest for d in new),
-            },
-        )
-    return {d.name: before[d.name] for d in new if d.name in before}
+    changed = [d for d in new if d.name in before]
+    # The changed entries go to the insert too (where they conflict, it writes nothing):
+    # one deleted since the read is registered again.
+    for statement, definitions in (("update_entries", changed), ("insert_entries", new)):
+        if definitions:
+            cursor.execute(
+                Q[statement],
+                {
+                    "namespace": namespace,
+                    "now": now,
+                    "replica": replica.id,
+                    "names": array_literal(d.name for d in definitions),
+                    "schedules": array_literal(d.schedule for d in definitions),
+                    "digests": array_literal(d.digest for d in definitions),
+                },
+            )
+    return {d.name: before[d.name] for d in changed}
 
 
 def _result_sets(cursor: Cursor, statements: str, params: Mapping[str, Any]) -> list[list[Any]]:
