@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta, tzinfo
 from types import MappingProxyType
@@ -140,8 +140,9 @@ def described_entry(
     app_timezone: tzinfo,
     config: Config,
     timings: Timings | None = None,
-) -> tuple[Entry, dict[str, object]]:
-    """`compile_entry`'s entry, and what its digest was made of (`entry_digest`'s payload)."""
+) -> tuple[Entry, Callable[[], dict[str, object]]]:
+    """`compile_entry`'s entry, and a function making what its digest was made of
+    (`entry_digest`'s payload; made only when asked)."""
     if not isinstance(name, str) or not name:
         raise EntryError(entry_name(name), "an entry name must be a non-empty string")
     if type(raw) is not dict and not isinstance(raw, Mapping):  # dict: the common case, fast

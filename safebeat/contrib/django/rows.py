@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, tzinfo
 from decimal import Decimal
 from operator import attrgetter, itemgetter
@@ -153,7 +153,7 @@ def compile_row(
         name, row, app=app, config=config, zones=row_time_zones, cache=cache
     )
     if cache is not None and key not in cache.shapes:
-        cache.shapes[key] = shape_of(entry, described)
+        cache.shapes[key] = shape_of(entry, described())
     return _with_row_fields(entry, row, now, cache)
 
 
@@ -165,8 +165,8 @@ def _compiled(
     config: Config,
     zones: bool,
     cache: RowCache | None,
-) -> tuple[Entry, dict[str, object]]:
-    """Compile the row's item in full: its entry, and its digest's payload."""
+) -> tuple[Entry, Callable[[], dict[str, object]]]:
+    """Compile the row's item in full: its entry, and how to make its digest's payload."""
     task = row["task"]
     tasks, app_timezone = _app_parts(app, cache)
     if task not in tasks:
