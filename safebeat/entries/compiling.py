@@ -42,6 +42,8 @@ _SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary(
 #: dict per entry (two of them are about 130 bytes of each entry).
 _NONE: Mapping[str, Any] = MappingProxyType({})
 NO_MAPPING = _NONE
+#: What an entry without a name is told (a django-celery-beat row of one shape too).
+NO_NAME = "an entry name must be a non-empty string"
 #: The field names of each rule and policy class, as `_shared` reads them for every entry.
 _FIELDS: dict[type, tuple[str, ...]] = {}
 #: Schedules equal by value (`3600.0`, `timedelta(hours=1)`) give equal timings; any other
@@ -133,7 +135,7 @@ def described_entry(
 ) -> tuple[Entry, dict[str, object]]:
     """`compile_entry`'s entry, and what its digest was made of (`entry_digest`'s payload)."""
     if not isinstance(name, str) or not name:
-        raise EntryError(entry_name(name), "an entry name must be a non-empty string")
+        raise EntryError(entry_name(name), NO_NAME)
     if not isinstance(raw, Mapping):
         raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {shown(raw)}")
     unknown = set(raw) - ENTRY_KEYS
