@@ -159,7 +159,12 @@ class TickEngine(EngineRoundSteps):
         """Compile the entries again if the ones added at run time changed."""
         namespace, now = self.config.namespace, self._monotonic()
         if self.runtime.look(self.store, namespace, now=now, interval=self.tuning.runtime_interval):
-            self.use_entries(*self.compiled_entries())
+            # The owner's, as at set-up: a subclass's own entries stay beside the stored ones.
+            self.use_entries(*self._owner_compiled())
+
+    def _owner_compiled(self) -> Compiled:
+        """The entries the owner runs (`EngineHooks.compiled`), else `compiled_entries`."""
+        return (self._hooks.compiled or self.compiled_entries)()
 
     # --- starting, ticking, stopping --------------------------------------------------------
 
@@ -175,7 +180,7 @@ class TickEngine(EngineRoundSteps):
             serve_metrics(self.metrics, config.metrics_port)
         if config.probe_port is not None and self._probe_server is None:
             self._probe_server = serve_probes(self.probes, config.probe_port)
-        self.use_entries(*(self._hooks.compiled or self.compiled_entries)())
+        self.use_entries(*self._owner_compiled())
         logger.info(
             "safebeat: %d entries, store %s, namespace %r, replica %s",
             len(self.entries),

@@ -47,6 +47,8 @@ _SHARED: weakref.WeakValueDictionary[object, Any] = weakref.WeakValueDictionary(
 #: dict per entry (two of them are about 130 bytes of each entry).
 _NONE: Mapping[str, Any] = MappingProxyType({})
 NO_MAPPING = _NONE
+#: What an entry without a name is told (a django-celery-beat row of one shape too).
+NO_NAME = "an entry name must be a non-empty string"
 #: The field names of each rule and policy class, as `_shared` reads them for every entry.
 _FIELDS: dict[type, tuple[str, ...]] = {}
 #: Schedules equal by value (`3600.0`, `timedelta(hours=1)`) give equal timings; any other
@@ -144,7 +146,7 @@ def described_entry(
     """`compile_entry`'s entry, and a function making what its digest was made of
     (`entry_digest`'s payload; made only when asked)."""
     if not isinstance(name, str) or not name:
-        raise EntryError(entry_name(name), "an entry name must be a non-empty string")
+        raise EntryError(entry_name(name), NO_NAME)
     if type(raw) is not dict and not isinstance(raw, Mapping):  # dict: the common case, fast
         raise EntryError(name, f"expected a dict with 'task' and 'schedule', got {shown(raw)}")
     if not ENTRY_KEYS.issuperset(raw):

@@ -339,13 +339,15 @@ def test_rows_of_one_read_compile_to_the_entries_each_compiles_to_alone(
             kwargs=kwargs,
             headers=policy,
         )
+    # A name of its own that is no name (the admin refuses it; a script may save it).
+    PeriodicTask.objects.create(name="", task="billing.charge", crontab=tokyo, headers=policy)
     config = config_from_app(app)
     source = PeriodicTaskSource(app, config, clock.now)
     loaded = source.load()
     compiled = {row.name: row.entry for row in loaded if row.entry is not None}
     errors = {row.name: str(row.error) for row in loaded if row.error is not None}
     assert len(compiled) == 10
-    assert set(errors) == {"shaped-3", "shaped-4"}
+    assert set(errors) == {"shaped-3", "shaped-4", ""}
     from django.db.models import F, TextField
     from django.db.models.functions import Cast
 

@@ -188,3 +188,38 @@ def test_a_replica_reads_only_the_version_while_nothing_changes(
     store.runtime_entries = counted  # type: ignore[method-assign]
     run(memory_scheduler(app, clock, store), clock, 10)
     assert loads == ["unit"]
+
+
+def test_a_subclass_s_own_compiled_entries_run_beside_the_entries_added_at_run_time(
+    clock: FakeClock, queue: str
+) -> None:
+    """A Scheduler subclass that adds entries of its own in `compiled_schedule` keeps them
+    when the entries added at run time are read (at the start, and after each change):
+    they are not replaced by the code's and the stored ones alone, and go on being sent."""
+    from safebeat import Scheduler
+    from safebeat.entries import Entry, compile_entry
+
+    class WithOwnEntries(Scheduler):
+        def compiled_schedule(self) -> tuple[dict[str, Entry], dict[str, EntryError]]:
+            entries, broken = super().compiled_schedule()
+            entries["own"] = compile_entry(
+                "own",
+                {"task": "t.run", "schedule": 2.0},
+                app_timezone=self.app.timezone,
+                config=self.safebeat_config,
+            )
+            return entries, broken
+
+    app = make_app(queue, {"code": {"task": "t.run", "schedule": 10.0}})
+    store = MemoryStore(clock=clock.now)
+    safebeat.schedules.add(app, "stored", "t.run", 5, store=store)
+    scheduler = WithOwnEntries(app, store=store, monotonic=clock.monotonic)
+    run(scheduler, clock, 3)
+    assert set(scheduler.entries) == {"code", "stored", "own"}
+    safebeat.schedules.add(app, "added", "t.run", 2, store=store)
+    run(scheduler, clock, 3)
+    assert set(scheduler.entries) == {"code", "stored", "own", "added"}
+    drain(app, queue)
+    run(scheduler, clock, 4)
+    own = [window for entry, window in windows_sent(drain(app, queue)) if entry == "own"]
+    assert len(own) == 2  # every 2 s

@@ -17,7 +17,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple
 
 from safebeat.entries import Entry
-from safebeat.entries.compiling import NO_MAPPING
+from safebeat.entries.compiling import NO_MAPPING, NO_NAME
 from safebeat.entries.digest import digest_text
 from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_name
@@ -99,6 +99,8 @@ def shape_of(entry: Entry, described: dict[str, object]) -> Shape | None:
 def shape_digest(shape: Shape, name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
     """The digest `compile_entry` gives row `name` of `shape` with its own args and kwargs
     (before the row's own fields); raise EntryError as it does for what is the row's own."""
+    if not name:  # refused in `compile_entry`'s words, not the name limit's
+        raise EntryError(name, NO_NAME)
     try:
         check_name(name)
     except LimitError as exc:
