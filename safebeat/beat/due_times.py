@@ -88,6 +88,12 @@ class DueTimes:
             del self._instants[heapq.heappop(heap)]
         return heap[0] if heap else None
 
+    def next_names(self) -> tuple[float, list[str]] | None:
+        """The soonest instant and the names set at it, in name order (some of them may be
+        due at another time now: `get` tells)."""
+        at = self.earliest()
+        return None if at is None else (at, self._instants[at].in_order())
+
     def due(self, now: float, limit: int) -> list[str]:
         """Up to `limit` entries due at `now`, the most overdue first; they stay due until
         their time is set again."""
