@@ -6,9 +6,10 @@ In a burst every entry is sent for the first time, so the burst paid all of that
 its claim and its publish. Between ticks, the entries due at the next instant have their
 templates built instead, in slices short enough that a tick is never late for it: each
 slice ends after `Tuning.prewarm_slice` seconds, or halfway to the next wake-up, and beat
-pauses as long between slices. Only the entries of the soonest instant are built, each
-once, and at most as many as the publisher keeps (`Publisher.plan_cache_size`), so the
-idle work follows the entries actually due, not the size of the schedule.
+pauses as long between slices. Only the entries of the soonest instants are built (those
+within `AHEAD` seconds of the first), each once, soonest first, and at most as many as
+the publisher keeps (`Publisher.plan_cache_size`), so the idle work follows the entries
+actually due, not the size of the schedule.
 
 A template belongs to the compiled entry it was built for: an entry edited at run time is
 a new compiled entry, which gets a template of its own.
@@ -27,6 +28,11 @@ logger = logging.getLogger("safebeat.scheduler")
 
 #: Entries built between two looks at the clock.
 _STEP = 16
+#: How far ahead of the soonest instant the instants prewarmed with it may lie (seconds),
+#: and how many: the windows of one burst are planned round by round, each round's
+#: entries at an instant of its own a few milliseconds from the others'.
+AHEAD = 30.0
+INSTANTS = 256
 
 
 class Prewarms(Protocol):
@@ -38,12 +44,11 @@ class Prewarms(Protocol):
 
 
 class Prewarming:
-    """Where the prewarming of the soonest instant's entries got to."""
+    """How far the prewarming of each upcoming instant's entries got."""
 
     def __init__(self, monotonic: Callable[[], float]) -> None:
         self._monotonic = monotonic
-        self._at: float | None = None  # the instant being prewarmed
-        self._done = 0  # how many of its names were looked at
+        self._done: dict[float, int] = {}  # instant -> how many of its names were looked at
 
     def run(
         self,
@@ -53,26 +58,35 @@ class Prewarming:
         *,
         until: float,
     ) -> bool:
-        """Build templates for the soonest instant's entries until the clock reaches
+        """Build templates for the soonest instants' entries until the clock reaches
         `until`; whether some are left for another slice."""
-        upcoming = due_at.next_names()
-        if upcoming is None:
-            return False
-        at, names = upcoming
-        if at != self._at:
-            self._at, self._done = at, 0
-        last = min(len(names), publisher.plan_cache_size)
-        while self._done < last:
-            if self._monotonic() >= until:
-                return True
-            step = names[self._done : min(self._done + _STEP, last)]
-            self._done += len(step)
-            for name in step:
-                entry = entries.get(name)
-                if entry is None or due_at.get(name) != at:
-                    continue
-                try:
-                    publisher.prewarm(entry)
-                except Exception:  # its send raises it again, where it is reported
-                    logger.debug("safebeat: no template ahead for %r", name, exc_info=True)
+        upcoming = due_at.soonest(AHEAD, INSTANTS)
+        done = {at: self._done.get(at, 0) for at, _ in upcoming}
+        self._done = done
+        room = publisher.plan_cache_size
+        for at, names in upcoming:
+            last = min(len(names), room)
+            room -= last
+            while done[at] < last:
+                if self._monotonic() >= until:
+                    return True
+                start = done[at]
+                step = names[start : min(start + _STEP, last)]
+                done[at] = start + len(step)
+                for name in step:
+                    self._prewarm(name, at, due_at, entries, publisher)
+            if room <= 0:
+                break
         return False
+
+    @staticmethod
+    def _prewarm(
+        name: str, at: float, due_at: DueTimes, entries: Mapping[str, Entry], publisher: Prewarms
+    ) -> None:
+        entry = entries.get(name)
+        if entry is None or due_at.get(name) != at:
+            return
+        try:
+            publisher.prewarm(entry)
+        except Exception:  # its send raises it again, where it is reported
+            logger.debug("safebeat: no template ahead for %r", name, exc_info=True)

@@ -165,20 +165,33 @@ def test_prewarming_stops_at_its_deadline_and_goes_on_where_it_stopped() -> None
     assert publisher.built == names
 
 
-def test_prewarming_takes_the_soonest_instant_up_to_the_cache_and_skips_moved_entries() -> None:
+def test_prewarming_takes_the_soonest_instants_up_to_the_cache_and_skips_moved_entries() -> None:
     clock = FakeClock(START)
-    due = DueTimes({"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.0, "later": 20.0})
+    due = DueTimes({"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.001, "e": 10.002, "far": 99.0})
     due.set("b", 30.0)  # moved on: no longer due at 10
-    publisher = Clocked(clock, cost=0.0, cache=3)
+    publisher = Clocked(clock, cost=0.0, cache=4)
     prewarming = Prewarming(clock.monotonic)
-    entries = entries_named(["a", "b", "c", "d", "later"])
+    entries = entries_named(["a", "b", "c", "d", "e", "far"])
     del entries["c"]  # removed since
     assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
-    assert publisher.built == ["a"]  # of the first three names, "d" is past the cache bound
-    for name in "acd":  # the instant's entries, sent
+    # instants 10, 10.001: a, (b moved), (c gone), d; "e" is past the cache bound, "far" too far
+    assert publisher.built == ["a", "d"]
+    assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
+    assert publisher.built == ["a", "d"]  # each once
+    for name in "acd":  # the soonest instants' entries, sent
         due.remove(name)
     assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
-    assert publisher.built == ["a", "later"]
+    assert publisher.built == ["a", "d", "e", "b"]  # e at 10.002, b at 30 (within 30 s)
+
+
+def test_the_soonest_instants_are_read_from_the_top_of_the_heap_in_order() -> None:
+    times = {f"n{i}": float(i % 50) for i in range(500)}
+    due = DueTimes(times)
+    soonest = due.soonest(within=9.5, limit=100)
+    assert [at for at, _ in soonest] == [float(i) for i in range(10)]
+    assert due.soonest(within=100, limit=3) == [
+        (float(i), sorted(n for n, t in times.items() if t == i)) for i in range(3)
+    ]
 
 
 class Recording(Publisher):
