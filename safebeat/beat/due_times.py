@@ -88,10 +88,10 @@ class DueTimes:
             del self._instants[heapq.heappop(heap)]
         return heap[0] if heap else None
 
-    def soonest(self, within: float, limit: int) -> list[tuple[float, list[str]]]:
-        """Up to `limit` of the soonest instants, no later than `within` seconds after the
-        first, each with the names set at it in name order (some may be due at another
-        time now: `get` tells); read from the heap's top, so as cheap however many follow."""
+    def soonest(self, latest: float, limit: int) -> list[tuple[float, list[str]]]:
+        """Up to `limit` of the soonest instants, none after `latest`, each with the names
+        set at it in name order (some may be due at another time now: `get` tells); read
+        from the heap's top, so as cheap however many follow."""
         first = self.earliest()
         if first is None:
             return []
@@ -100,7 +100,7 @@ class DueTimes:
         frontier = [(first, 0)]
         while frontier and len(found) < limit:
             at, index = heapq.heappop(frontier)
-            if at > first + within:
+            if at > latest:
                 break
             found.append((at, self._instants[at].in_order()))
             for child in (2 * index + 1, 2 * index + 2):

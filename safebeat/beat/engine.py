@@ -295,7 +295,9 @@ class TickEngine(EngineRoundSteps):
 
     def _prewarm(self, sleep: float) -> float:
         """Spend a slice of `sleep` building the templates of the entries due next; the
-        time to sleep after it, short while some are left (`safebeat.beat.prewarming`)."""
+        time to sleep after it, short while some are left (`safebeat.beat.prewarming`).
+        Only here, once every publish of the tick has finished: the publisher is used by
+        one thread at a time."""
         slice_seconds = self.tuning.prewarm_slice
         publisher = getattr(self.dispatcher, "publisher", None)
         if slice_seconds <= 0 or sleep <= slice_seconds or not isinstance(publisher, Publisher):

@@ -6,8 +6,8 @@ In a burst every entry is sent for the first time, so the burst paid all of that
 its claim and its publish. Between ticks, the entries due at the next instant have their
 templates built instead, in slices short enough that a tick is never late for it: each
 slice ends after `Tuning.prewarm_slice` seconds, or halfway to the next wake-up, and beat
-pauses as long between slices. Only the entries of the soonest instants are built (those
-within `AHEAD` seconds of the first), each once, soonest first, and at most as many as
+pauses as long between slices. Only the entries due within `AHEAD` seconds are built,
+each once, soonest first, and at most as many as
 the publisher keeps (`Publisher.plan_cache_size`), so the idle work follows the entries
 actually due, not the size of the schedule.
 
@@ -28,9 +28,10 @@ logger = logging.getLogger("safebeat.scheduler")
 
 #: Entries built between two looks at the clock.
 _STEP = 16
-#: How far ahead of the soonest instant the instants prewarmed with it may lie (seconds),
-#: and how many: the windows of one burst are planned round by round, each round's
-#: entries at an instant of its own a few milliseconds from the others'.
+#: How soon an instant must come for its entries to be prewarmed (seconds), and how many
+#: instants at most: the windows of one burst are planned round by round, each round's
+#: entries at an instant of its own a few milliseconds from the others'; an entry due
+#: later is left alone until then (beat wakes at least every `Tuning.max_interval`).
 AHEAD = 30.0
 INSTANTS = 256
 
@@ -60,7 +61,7 @@ class Prewarming:
     ) -> bool:
         """Build templates for the soonest instants' entries until the clock reaches
         `until`; whether some are left for another slice."""
-        upcoming = due_at.soonest(AHEAD, INSTANTS)
+        upcoming = due_at.soonest(self._monotonic() + AHEAD, INSTANTS)
         done = {at: self._done.get(at, 0) for at, _ in upcoming}
         self._done = done
         room = publisher.plan_cache_size

@@ -17,7 +17,7 @@ from safebeat import hooks
 from safebeat.beat.dispatch import Dispatcher
 from safebeat.beat.due_times import DueTimes
 from safebeat.beat.engine import EngineHooks, TickEngine
-from safebeat.beat.prewarming import Prewarming
+from safebeat.beat.prewarming import AHEAD, Prewarming
 from safebeat.beat.publishing import Publisher
 from safebeat.beat.tuning import Tuning
 from safebeat.config import Config
@@ -150,7 +150,7 @@ def entries_named(names: list[str]) -> dict[str, Entry]:
 def test_prewarming_stops_at_its_deadline_and_goes_on_where_it_stopped() -> None:
     clock = FakeClock(START)
     names = [f"e{i:03}" for i in range(100)]
-    due = DueTimes(dict.fromkeys(names, 60.0))
+    due = DueTimes(dict.fromkeys(names, clock.monotonic() + 20))
     publisher = Clocked(clock, cost=0.001)
     prewarming = Prewarming(clock.monotonic)
     start = clock.monotonic()
@@ -167,31 +167,37 @@ def test_prewarming_stops_at_its_deadline_and_goes_on_where_it_stopped() -> None
 
 def test_prewarming_takes_the_soonest_instants_up_to_the_cache_and_skips_moved_entries() -> None:
     clock = FakeClock(START)
-    due = DueTimes({"a": 10.0, "b": 10.0, "c": 10.0, "d": 10.001, "e": 10.002, "far": 99.0})
-    due.set("b", 30.0)  # moved on: no longer due at 10
+    t = clock.monotonic()
+    due = DueTimes({"a": t + 10, "b": t + 10, "c": t + 10, "d": t + 10.001, "e": t + 10.002})
+    due.set("far", t + AHEAD + 1)
+    due.set("b", t + 20)  # moved on: no longer due at t + 10
     publisher = Clocked(clock, cost=0.0, cache=4)
     prewarming = Prewarming(clock.monotonic)
     entries = entries_named(["a", "b", "c", "d", "e", "far"])
     del entries["c"]  # removed since
     assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
-    # instants 10, 10.001: a, (b moved), (c gone), d; "e" is past the cache bound, "far" too far
+    # t + 10 and t + 10.001: a, (b moved), (c gone), d; "e" is past the cache bound
     assert publisher.built == ["a", "d"]
     assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
     assert publisher.built == ["a", "d"]  # each once
     for name in "acd":  # the soonest instants' entries, sent
         due.remove(name)
     assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
-    assert publisher.built == ["a", "d", "e", "b"]  # e at 10.002, b at 30 (within 30 s)
+    assert publisher.built == ["a", "d", "e", "b"]  # "far" is not due soon enough yet
+    clock.advance(2)
+    assert not prewarming.run(due, entries, publisher, until=clock.monotonic() + 1)
+    assert publisher.built == ["a", "d", "e", "b", "far"]
 
 
 def test_the_soonest_instants_are_read_from_the_top_of_the_heap_in_order() -> None:
     times = {f"n{i}": float(i % 50) for i in range(500)}
     due = DueTimes(times)
-    soonest = due.soonest(within=9.5, limit=100)
+    soonest = due.soonest(latest=9.5, limit=100)
     assert [at for at, _ in soonest] == [float(i) for i in range(10)]
-    assert due.soonest(within=100, limit=3) == [
+    assert due.soonest(latest=100, limit=3) == [
         (float(i), sorted(n for n, t in times.items() if t == i)) for i in range(3)
     ]
+    assert due.soonest(latest=-1, limit=3) == []
 
 
 class Recording(Publisher):
