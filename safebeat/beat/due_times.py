@@ -88,6 +88,26 @@ class DueTimes:
             del self._instants[heapq.heappop(heap)]
         return heap[0] if heap else None
 
+    def soonest(self, latest: float, limit: int) -> list[tuple[float, list[str]]]:
+        """Up to `limit` of the soonest instants, none after `latest`, each with the names
+        set at it in name order (some may be due at another time now: `get` tells); read
+        from the heap's top, so as cheap however many follow."""
+        first = self.earliest()
+        if first is None:
+            return []
+        heap = self._heap
+        found: list[tuple[float, list[str]]] = []
+        frontier = [(first, 0)]
+        while frontier and len(found) < limit:
+            at, index = heapq.heappop(frontier)
+            if at > latest:
+                break
+            found.append((at, self._instants[at].in_order()))
+            for child in (2 * index + 1, 2 * index + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return found
+
     def due(self, now: float, limit: int) -> list[str]:
         """Up to `limit` entries due at `now`, the most overdue first; they stay due until
         their time is set again."""

@@ -27,8 +27,10 @@ from safebeat.beat.dispatch import Dispatcher
 from safebeat.beat.entry_changes import entry_changes
 from safebeat.beat.pipeline import PublishThread
 from safebeat.beat.planning import queue_timeouts
+from safebeat.beat.prewarming import Prewarming
 from safebeat.beat.probe_server import ProbeServer, serve_probes
 from safebeat.beat.probes import default_liveness_timeout
+from safebeat.beat.publishing import Publisher
 from safebeat.beat.reporting import (
     report_entries,
     serve_metrics,
@@ -86,6 +88,7 @@ class TickEngine(EngineRoundSteps):
         self._last_store_now: datetime | None = None
         self._queue_timeouts: dict[str, timedelta] = {}
         self._probe_server: ProbeServer | None = None
+        self._prewarming = Prewarming(monotonic)
         parts = wire_parts(
             config,
             replica,
@@ -298,7 +301,21 @@ class TickEngine(EngineRoundSteps):
             heartbeat_interval=tuning.heartbeat_interval,
             prune_interval=tuning.prune_interval,
         )
-        return self._sleep_time()
+        return self._prewarm(self._sleep_time())
+
+    def _prewarm(self, sleep: float) -> float:
+        """Spend a slice of `sleep` building the templates of the entries due next; the
+        time to sleep after it, short while some are left (`safebeat.beat.prewarming`).
+        Only here, once every publish of the tick has finished: the publisher is used by
+        one thread at a time."""
+        slice_seconds = self.tuning.prewarm_slice
+        publisher = getattr(self.dispatcher, "publisher", None)
+        if slice_seconds <= 0 or sleep <= slice_seconds or not isinstance(publisher, Publisher):
+            return sleep
+        until = self._monotonic() + min(slice_seconds, sleep / 2)
+        more = self._prewarming.run(self.pacing.due_at, self.entries, publisher, until=until)
+        sleep = self._sleep_time()
+        return min(sleep, slice_seconds) if more else sleep
 
     def _can_publish(self) -> bool:
         reconnecting = self.dispatcher.backoff.failures > 0

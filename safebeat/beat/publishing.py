@@ -16,7 +16,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import celery
@@ -73,6 +73,11 @@ DIRECT_OPTIONS = frozenset(
 #: The `ignore_result` header of a task this process does not know, when nothing sets it:
 #: `send_task` sends None from Celery 5.7, False before.
 _UNSET_IGNORE_RESULT = None if tuple(celery.VERSION[:2]) >= (5, 7) else False
+
+
+#: The stand-in window a template is built from ahead of its entry's first real one.
+_PREWARM_WINDOW = datetime(2000, 1, 1, tzinfo=timezone.utc)
+_PREWARM_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
 
 def _publishing_a_callback() -> bool:
@@ -281,6 +286,22 @@ class Publisher:
                 window_headers=headers_for(entry, ""),
             )
         return plan.template
+
+    def prewarm(self, entry: Entry) -> None:
+        """Build `entry`'s message template now, ahead of its window, so that the burst it
+        is due in only fills it in. Does nothing where a send would not template the entry
+        or Celery would build its message (publish receivers), or for a task with its own
+        expiry (its first message is built from a real window, as before)."""
+        if publish_receivers() or _publishing_a_callback():
+            return
+        task = self.app.tasks.get(entry.task)
+        if task is not None and getattr(task, "expires", None) is not None:
+            return
+        plan = self._plan(entry, task)
+        if plan.templated and plan.template is None:
+            # The shape's task id and window are the stand-in's; each window fills in its own.
+            stand_in = Claim(0, entry.name, _PREWARM_WINDOW, _PREWARM_TASK_ID, 0)
+            self._template(plan, stand_in, {})
 
     def _shape(
         self, plan: _EntryPlan, claim: Claim, retry_policy: Mapping[str, Any]

@@ -43,3 +43,7 @@ class Tuning:
     #: after the other, on the thread that ticks).
     pipelined = True
     min_claim_batch = 10
+    #: Seconds of each slice of the time between ticks spent building the message
+    #: templates of the entries due next, so a burst only fills them in (0: never; see
+    #: `safebeat.beat.prewarming`). Beat pauses as long between slices.
+    prewarm_slice = 0.02

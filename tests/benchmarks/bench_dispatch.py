@@ -238,6 +238,9 @@ class Drive:
     peak_rss_bytes: int | None = None
     # CPU seconds of this process (every thread) over the drive, sleeps excluded.
     cpu_seconds: float | None = None
+    # The same from the start of the tick that published the first message: the burst's
+    # own, without what the idle ticks before it did (templates built ahead, say).
+    cpu_from_due: float | None = None
 
 
 def drive(
@@ -251,8 +254,12 @@ def drive(
     """Call tick() like celery.beat.Service.start does until `done()` or a stall."""
     tick_ends: list[float] = []
     started, cpu = time.monotonic(), time.process_time()
+    due_cpu: float | None = None
     while True:
+        tick_cpu = time.process_time()
         interval = scheduler.tick()
+        if due_cpu is None and published.entries > 0:
+            due_cpu = tick_cpu
         tick_ends.append(time.time())
         if done():
             return Drive(
@@ -261,6 +268,7 @@ def drive(
                 completed=True,
                 peak_rss_bytes=peak_rss(),
                 cpu_seconds=time.process_time() - cpu,
+                cpu_from_due=None if due_cpu is None else time.process_time() - due_cpu,
             )
         now = time.monotonic()
         if now - max(started, published.last_new) > stall or now - started > timeout:
@@ -329,6 +337,7 @@ class Run:
     stalled_after: float | None = None  # seconds from due to the last new entry, if stalled
     peak_rss_bytes: int | None = None  # VmHWM when the drive ended (see Drive)
     cpu_seconds: float | None = None  # this process's CPU over a completed drive
+    cpu_from_due: float | None = None  # the same from the due instant (Drive.cpu_from_due)
 
 
 def _run(drive_result: Drive, due: float, published: Published) -> Run:
@@ -343,6 +352,7 @@ def _run(drive_result: Drive, due: float, published: Published) -> Run:
         peak_rss_bytes=drive_result.peak_rss_bytes,
         stalled_after=stalled_after,
         cpu_seconds=drive_result.cpu_seconds,
+        cpu_from_due=drive_result.cpu_from_due,
     )
 
 

@@ -8,7 +8,9 @@ the pieces a claim round and its publish run per window, in process CPU seconds 
 - `plan_tick` for N interval entries due at once (windows, task ids, claims, advances);
 - `state_of_row` for N rows as PostgreSQL returns them;
 - `Publisher.send` per window, cold (the first window of each entry: its plan and message
-  template built) and warm (templates kept), to a producer that publishes nothing.
+  template built) and warm (templates kept), to a producer that publishes nothing;
+- `Publisher.prewarm` of N entries (their templates built between ticks, ahead of their
+  windows), and `Publisher.send` of their first windows after it ("send, prewarmed").
 
 Compare two checkouts by running it from each, alternating.
 """
@@ -16,6 +18,7 @@ Compare two checkouts by running it from each, alternating.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -119,12 +122,28 @@ def measure(size: int, repeats: int) -> dict[str, float]:
         for entry, claim in sends:
             publisher.send(producer, entry, claim, retry_policy=RETRY)
 
+    def prewarm() -> None:
+        nonlocal publisher
+        publisher = Publisher(app)
+        publisher.plan_cache_size = size
+        for entry in entries.values():
+            publisher.prewarm(entry)
+
+    def prewarmed() -> float:
+        prewarm()  # outside the time taken: beat does it between ticks
+        gc.collect()
+        started = time.process_time()
+        warm()
+        return time.process_time() - started
+
     per = 10_000 / size
     return {
         "plan_tick": least(plan, repeats) * per,
         "states from rows": least(lambda: {r[0]: state_of_row(r) for r in rows}, repeats) * per,
         "send, cold": least(cold, repeats) * per,
         "send, warm": least(warm, repeats) * per,
+        "prewarm": least(prewarm, repeats) * per,
+        "send, prewarmed": min(prewarmed() for _ in range(repeats)) * per,
     }
 
 
