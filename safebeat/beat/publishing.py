@@ -12,6 +12,7 @@ beat.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
@@ -78,6 +79,38 @@ _UNSET_IGNORE_RESULT = None if tuple(celery.VERSION[:2]) >= (5, 7) else False
 #: The stand-in window a template is built from ahead of its entry's first real one.
 _PREWARM_WINDOW = datetime(2000, 1, 1, tzinfo=timezone.utc)
 _PREWARM_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def task_goes_direct(task: Task) -> bool:
+    """Whether Celery would build `task`'s message as `send_task` does (no override of
+    `apply_async` or `shadow_name`, no argument conversion, consistent time limits)."""
+    cls = type(task)
+    return (
+        cls.apply_async is Task.apply_async
+        and cls.shadow_name is Task.shadow_name
+        and not getattr(task, "__v2_compat__", False)
+        and getattr(task, "_dump_pydantic_arguments", None) is None
+        and not (
+            task.soft_time_limit and task.time_limit and task.soft_time_limit > task.time_limit
+        )
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def window_text(window: datetime) -> str:
+    """`format_window(window)`: a round's claims share a few windows."""
+    return format_window(window)
+
+
+_ORIGIN: list[tuple[int, str]] = []
+
+
+def origin_name() -> str:
+    """This process's node name for a message's `origin` (again after a fork)."""
+    pid = os.getpid()
+    if not _ORIGIN or _ORIGIN[0][0] != pid:
+        _ORIGIN[:] = [(pid, anon_nodename())]
+    return _ORIGIN[0][1]
 
 
 def _publishing_a_callback() -> bool:
@@ -152,9 +185,7 @@ class Publisher:
         self._sent_event = bool(conf.task_send_sent_event)
         self._repr_levels = _repr_levels(conf)
         # The sender's node name, which as_task_v2 would compute for every message (per pid).
-        self._origin: tuple[int, str] | None = None
         # The last window formatted: a burst's claims mostly share one.
-        self._window: tuple[datetime, str] | None = None
 
     def send(
         self,
@@ -226,19 +257,10 @@ class Publisher:
         return plan
 
     def _can_go_direct(self, task: Task | None, options: Mapping[str, Any]) -> bool:
-        if not options.keys() <= DIRECT_OPTIONS or not self._app_direct:
-            return False
-        if task is None:
-            return True
-        cls = type(task)
         return (
-            cls.apply_async is Task.apply_async
-            and cls.shadow_name is Task.shadow_name
-            and not getattr(task, "__v2_compat__", False)
-            and getattr(task, "_dump_pydantic_arguments", None) is None
-            and not (
-                task.soft_time_limit and task.time_limit and task.soft_time_limit > task.time_limit
-            )
+            options.keys() <= DIRECT_OPTIONS
+            and self._app_direct
+            and (task is None or task_goes_direct(task))
         )
 
     def _can_template(self, entry: Entry) -> bool:
@@ -343,7 +365,7 @@ class Publisher:
         if headers is None:
             options = template.fill_window(
                 task_id,
-                self._window_text(claim.window),
+                window_text(claim.window),
                 reply_to=app.thread_oid,
                 now=app.now,
                 timezone=app.timezone,
@@ -395,7 +417,7 @@ class Publisher:
             name,
             args,
             kwargs,
-            origin=self._origin_name(),
+            origin=origin_name(),
             argsrepr=argsrepr,
             kwargsrepr=kwargsrepr,
             reply_to=app.thread_oid,
@@ -423,17 +445,6 @@ class Publisher:
             self.app.amqp.send_task_message(producer, plan.entry.task, message, **options)
         if queue_name is not None:
             self._declarations.add(queue_name)
-
-    def _window_text(self, window: datetime) -> str:
-        if self._window is None or self._window[0] != window:
-            self._window = (window, format_window(window))
-        return self._window[1]
-
-    def _origin_name(self) -> str:
-        pid = os.getpid()
-        if self._origin is None or self._origin[0] != pid:
-            self._origin = (pid, anon_nodename())
-        return self._origin[1]
 
     def _reprs(self, plan: _EntryPlan, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
         if plan.reprs is not None:
