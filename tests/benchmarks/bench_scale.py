@@ -192,7 +192,14 @@ def replicas(env: Env, store: str, size: int, replicas: int, opts: argparse.Name
         "ready_before_due": all(at is not None and at < due_at for at in ready),
         "rss_mib": [round(r.get("rss", 0) / MIB) for r in results],
         "cpu_seconds": [r.get("cpu_seconds") for r in results],
+        **{key: [r.get(key, 0) for r in results] for key in CLAIM_COUNTS},
     }
+
+
+#: Per replica, its CPU from the burst's instant until it had nothing due (the windows others
+#: claimed looked at too), and what its claim rounds did meanwhile (scale_child.ClaimCounts):
+#: windows asked to claim, windows claimed, rounds, rounds that claimed nothing, busy locks.
+CLAIM_COUNTS = ("cpu_until_idle", "asked", "claimed", "rounds", "empty_rounds", "busy_rounds")
 
 
 def replicas_table(rows: list[dict[str, Any]]) -> str:
@@ -209,6 +216,11 @@ def replicas_table(rows: list[dict[str, Any]]) -> str:
                 speedup,
                 " / ".join(f"{s:,}" for s in r["sent"]),
                 " / ".join(str(m) for m in r["rss_mib"]),
+                f"{sum(c or 0 for c in r['cpu_seconds']):.1f}"
+                f" / {sum(c or 0 for c in r.get('cpu_until_idle', [])):.1f}",
+                " / ".join(f"{a:,}" for a in r.get("asked", [])),
+                " / ".join(str(e) for e in r.get("empty_rounds", [])),
+                " / ".join(str(b) for b in r.get("busy_rounds", [])),
                 "" if r["ready_before_due"] else "not ready at the due instant",
             ]
         )
@@ -219,6 +231,10 @@ def replicas_table(rows: list[dict[str, Any]]) -> str:
         "speed-up",
         "messages per replica",
         "peak RSS MiB",
+        "CPU s, all replicas: burst / until idle",
+        "windows asked to claim",
+        "rounds claiming none",
+        "busy locks",
         "",
     ]
     size = rows[0]["size"] if rows else 0

@@ -140,6 +140,41 @@ def drive_until(scheduler: Any, done: Any, deadline: float) -> None:
             time.sleep(min(interval, LOOK_EVERY))
 
 
+class ClaimCounts:
+    """What this replica's claim rounds asked for and got: windows asked to claim, windows
+    claimed, rounds that claimed nothing (every window already another replica's), rounds
+    that found the tick lock busy."""
+
+    def __init__(self, engine: Any) -> None:
+        self.asked = self.claimed = self.empty_rounds = self.busy_rounds = self.rounds = 0
+        claim = engine.claim
+
+        def counted(due: Any, **kwargs: Any) -> Any:
+            claimed = claim(due, **kwargs)
+            if claimed is None:
+                self.busy_rounds += 1
+                return None
+            self.rounds += 1
+            self.asked += len(due)
+            self.claimed += len(claimed.claims)
+            self.empty_rounds += bool(due) and not claimed.claims
+            return claimed
+
+        engine.claim = counted
+
+    def reset(self) -> None:
+        self.asked = self.claimed = self.empty_rounds = self.busy_rounds = self.rounds = 0
+
+    def figures(self) -> dict[str, int]:
+        return {
+            "asked": self.asked,
+            "claimed": self.claimed,
+            "rounds": self.rounds,
+            "empty_rounds": self.empty_rounds,
+            "busy_rounds": self.busy_rounds,
+        }
+
+
 def replica(config: dict[str, Any]) -> None:
     count = config["count"]
     app = bench_app(config, bench_schedule(count, count, config["due_at"]))
@@ -147,6 +182,7 @@ def replica(config: dict[str, Any]) -> None:
     scheduler = safebeat.Scheduler(app, store=open_store(config["store"]))
     warm_producer(app, scheduler, config["warm_queue"])
     sent.reset()  # forget the warm-up message
+    counts = ClaimCounts(scheduler.engine)
     first_pass(scheduler)
     say("READY", {"at": time.time()})
     broker = redis.Redis.from_url(config["broker"])
@@ -154,14 +190,30 @@ def replica(config: dict[str, Any]) -> None:
     # its threads (bench_targets.py sets it beside the raw publisher's per 10,000 windows).
     drive_until(scheduler, lambda: time.time() >= config["due_at"] - LOOK_EVERY, config["due_at"])
     cpu = time.process_time()
+    counts.reset()
     drive_until(
         scheduler,
         lambda: broker.llen(config["queue"]) >= count,
         config["due_at"] + config["cap"],
     )
-    cpu = time.process_time() - cpu
+    burst_cpu = time.process_time() - cpu
+    # The burst is on the broker; this replica may still have entries to look at (windows
+    # the others claimed): until it has none due, for its whole CPU and claim counts.
+    due_at = scheduler.engine.pacing.due_at
+    drive_until(
+        scheduler,
+        lambda: (due_at.earliest() or 0.0) > time.monotonic() + 60,
+        time.time() + 60,
+    )
+    figures = {
+        "sent": sent.count,
+        "first": sent.first,
+        "last": sent.last,
+        "cpu_seconds": burst_cpu,
+        "cpu_until_idle": time.process_time() - cpu,
+    }
     scheduler.close()
-    figures = {"sent": sent.count, "first": sent.first, "last": sent.last, "cpu_seconds": cpu}
+    figures.update(counts.figures())
     say("RESULT", {**figures, "rss": peak_rss()})
 
 
