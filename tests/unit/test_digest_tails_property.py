@@ -52,6 +52,11 @@ SAFEBEAT = st.one_of(
             "misfire": st.sampled_from(["skip", "latest", "all"]),
             "pause_after_failures": st.integers(1, 3),
             "catchup_limit": st.integers(1, 3),
+            "grace": st.sampled_from([30, "5m", None]),
+            "timezone": st.sampled_from(["Europe/Paris", "UTC", "America/New_York"]),
+            "exclude": st.sampled_from([["2026-12-25"], ["--01-01", "2026-05-01/2026-05-03"]]),
+            "start": st.just("2026-01-01T00:00:00+00:00"),
+            "jitter": st.sampled_from([5, "1m"]),
         },
     ),
 )
