@@ -5,9 +5,9 @@ their reprs, Celery's headers merged with the entry's (`safebeat.beat.message_te
 In a burst every entry is sent for the first time, so the burst paid all of that between
 its claim and its publish. Between ticks, the entries due at the next instant have their
 templates built instead, in slices short enough that a tick is never late for it: each
-slice ends after `Tuning.prewarm_slice` seconds, or halfway to the next wake-up, and beat
-pauses as long between slices. Only the entries due within `AHEAD` seconds are built,
-each once, soonest first, and at most as many as
+slice ends after `Tuning.prewarm_slice` seconds, or halfway to the next wake-up (the clock
+is looked at before each entry), and beat pauses as long between slices. Only the entries
+due within `AHEAD` seconds are built, each once, soonest first, and at most as many as
 the publisher keeps (`Publisher.plan_cache_size`), so the idle work follows the entries
 actually due, not the size of the schedule.
 
@@ -26,8 +26,6 @@ from safebeat.entries import Entry
 
 logger = logging.getLogger("safebeat.scheduler")
 
-#: Entries built between two looks at the clock.
-_STEP = 16
 #: How soon an instant must come for its entries to be prewarmed (seconds), and how many
 #: instants at most: the windows of one burst are planned round by round, each round's
 #: entries at an instant of its own a few milliseconds from the others'; an entry due
@@ -69,13 +67,13 @@ class Prewarming:
             last = min(len(names), room)
             room -= last
             while done[at] < last:
+                # Before each entry: one template of large arguments takes milliseconds,
+                # so a few of them in a row would overrun the slice and make a tick late.
                 if self._monotonic() >= until:
                     return True
-                start = done[at]
-                step = names[start : min(start + _STEP, last)]
-                done[at] = start + len(step)
-                for name in step:
-                    self._prewarm(name, at, due_at, entries, publisher)
+                name = names[done[at]]
+                done[at] += 1
+                self._prewarm(name, at, due_at, entries, publisher)
             if room <= 0:
                 break
         return False

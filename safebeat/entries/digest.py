@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone, tzinfo
 
 from safebeat.calendars import describe_calendar
 from safebeat.entries.text import seconds_text
@@ -24,11 +24,32 @@ def policy_parts(
         parts["overlap"] = overlap.value
     if calendar is not None:
         parts["exclude"] = describe_calendar(calendar)
+        # The days are days in the entry's zone, which an interval's schedule text does not
+        # tell: another zone skips other windows. UTC adds nothing, as before.
+        zone = _zone_text(calendar.tz)
+        if zone is not None:
+            parts["exclude_zone"] = zone
     if jitter is not None:
         parts["jitter"] = seconds_text(jitter.spread)
     if pause_after is not None:
         parts["pause_after_failures"] = pause_after
     return parts
+
+
+#: The names of UTC itself.
+_UTC_NAMES = frozenset(
+    {"UTC", "Etc/UTC", "UCT", "Etc/UCT", "Universal", "Etc/Universal", "Zulu", "Etc/Zulu"}
+)
+
+
+def _zone_text(zone: tzinfo) -> str | None:
+    """`zone`'s name for a digest (a fixed offset: "UTC+05:00"); None for UTC."""
+    key = getattr(zone, "key", None)
+    if isinstance(key, str):
+        return None if key in _UTC_NAMES else key
+    if isinstance(zone, timezone):
+        return None if zone.utcoffset(None) == timedelta(0) else str(zone)
+    return str(getattr(zone, "zone", None) or zone)
 
 
 def entry_digest(payload: Mapping[str, object]) -> str:

@@ -393,3 +393,25 @@ def test_digests_stay_what_they_were_when_entries_share_a_timing() -> None:
         assert (
             compile_entry(name, raw, app_timezone=UTC, config=CONFIG).digest == entries[name].digest
         )
+
+
+def test_excluded_days_in_another_time_zone_are_another_definition() -> None:
+    """The days an interval skips are days in its time zone, which its schedule's text
+    does not tell: two replicas with the zone set otherwise skip other windows, so their
+    digests differ (and the rolling deploy is reported). Entries in UTC keep theirs."""
+    raw: dict[str, Any] = {"task": "t", "schedule": 3600}
+    excluded = {"exclude": ["2026-12-25"]}
+    digests = {
+        zone: compile_one({**raw, "options": {"safebeat": {**excluded, "timezone": zone}}}).digest
+        for zone in ("Pacific/Kiritimati", "Europe/Paris", "UTC")
+    }
+    assert len(set(digests.values())) == 3
+    in_utc = compile_one({**raw, "options": {"safebeat": excluded}}).digest
+    assert in_utc == "6de68b84ec33a9ef"  # what earlier versions stored
+    assert digests["UTC"] == in_utc
+    fixed = timezone(timedelta(hours=5))
+    assert compile_one({**raw, "options": {"safebeat": excluded}}, zone=fixed).digest != in_utc
+    # without excluded days the zone changes no window of an interval: digests as they were
+    assert compile_one({**raw, "options": {"safebeat": {"timezone": "Europe/Paris"}}}).digest == (
+        compile_one(raw).digest
+    )
