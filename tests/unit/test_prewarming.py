@@ -220,11 +220,12 @@ class Recording(Publisher):
         self.log.append(("sent", claim.entry))
 
 
-def test_an_idle_engine_prewarms_the_next_instant_in_slices_and_ticks_on_time() -> None:
-    clock = FakeClock(START)
-    schedule = {f"e{i:03}": {"task": "t.run", "schedule": 30.0} for i in range(200)}
+def _idle_engine(
+    clock: FakeClock, schedule: dict[str, Any], publisher: Recording
+) -> tuple[TickEngine, Tuning]:
+    """A set-up engine on a memory store running `schedule` through `publisher`, and its
+    tuning (no runtime entries)."""
     config, replica = Config(namespace="prewarm"), Replica("h", 1, "0")
-    publisher = Recording(clock, cost=0.001)
     tuning = Tuning()
     tuning.runs_runtime_entries = False
     engine = TickEngine(
@@ -243,6 +244,14 @@ def test_an_idle_engine_prewarms_the_next_instant_in_slices_and_ticks_on_time() 
         monotonic=clock.monotonic,
     )
     engine.setup()
+    return engine, tuning
+
+
+def test_an_idle_engine_prewarms_the_next_instant_in_slices_and_ticks_on_time() -> None:
+    clock = FakeClock(START)
+    schedule = {f"e{i:03}": {"task": "t.run", "schedule": 30.0} for i in range(200)}
+    publisher = Recording(clock, cost=0.001)
+    engine, tuning = _idle_engine(clock, schedule, publisher)
     sleeps = []
     for _ in range(5000):
         before = clock.monotonic()
@@ -273,26 +282,8 @@ def test_a_slice_of_costly_templates_ends_at_its_deadline_not_a_step_after() -> 
     clock = FakeClock(START)
     schedule: dict[str, Any] = {f"e{i:03}": {"task": "t.run", "schedule": 30.0} for i in range(64)}
     schedule["soon"] = {"task": "t.run", "schedule": 1.0}
-    config, replica = Config(namespace="prewarm"), Replica("h", 1, "0")
     publisher = Recording(clock, cost=0.01)
-    tuning = Tuning()
-    tuning.runs_runtime_entries = False
-    engine = TickEngine(
-        config,
-        replica,
-        dispatcher=Dispatcher(
-            publisher=publisher,
-            claim_timeout=config.claim_timeout,
-            replica=replica,
-            monotonic=clock.monotonic,
-        ),
-        broker=Link(),
-        hooks=EngineHooks(schedule_source=lambda: schedule, timezone=lambda: timezone.utc),
-        tuning=tuning,
-        store=MemoryStore(clock=clock.now),
-        monotonic=clock.monotonic,
-    )
-    engine.setup()
+    engine, tuning = _idle_engine(clock, schedule, publisher)
     for _ in range(2000):
         before = clock.monotonic()
         sleep = engine.tick()
