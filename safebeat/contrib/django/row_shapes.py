@@ -23,17 +23,8 @@ from safebeat.errors import EntryError
 from safebeat.limits import LimitError, check_name
 from safebeat.windows import Rule
 
-#: The values of a row that decide all of its entry but its name, args and kwargs (the
-#: row's own fields, applied after, aside): two rows equal in these are of one shape.
-SHAPE_FIELDS = (
-    "task",
-    "headers",
-    "queue",
-    "exchange",
-    "routing_key",
-    "priority",
-    "expire_seconds",
-    "expires",
+#: The values of a row that decide its schedule (`crontab_tz` is the raw time zone text).
+SCHEDULE_FIELDS = (
     "interval__every",
     "interval__period",
     "crontab__minute",
@@ -46,6 +37,19 @@ SHAPE_FIELDS = (
     "solar__latitude",
     "solar__longitude",
     "clocked__clocked_time",
+)
+#: The values of a row that decide all of its entry but its name, args and kwargs (the
+#: row's own fields, applied after, aside): two rows equal in these are of one shape.
+SHAPE_FIELDS = (
+    "task",
+    "headers",
+    "queue",
+    "exchange",
+    "routing_key",
+    "priority",
+    "expire_seconds",
+    "expires",
+    *SCHEDULE_FIELDS,
 )
 shape_key = itemgetter(*SHAPE_FIELDS)
 #: Put in a shape's digest text where a row's args and kwargs go (text no row can hold).

@@ -26,6 +26,7 @@ from celery import schedules
 
 from safebeat.config import Config
 from safebeat.contrib.django.row_shapes import (
+    SCHEDULE_FIELDS,
     Shape,
     entry_of_shape,
     shape_digest,
@@ -60,23 +61,10 @@ ROW_FIELDS = (
     "routing_key",
     "priority",
     "headers",
-    "interval__every",
-    "interval__period",
-    "crontab__minute",
-    "crontab__hour",
-    "crontab__day_of_week",
-    "crontab__day_of_month",
-    "crontab__month_of_year",
-    "crontab_tz",
-    "solar__event",
-    "solar__latitude",
-    "solar__longitude",
-    "clocked__clocked_time",
+    *SCHEDULE_FIELDS,
 )
 #: The values of a row that decide its schedule (`_schedule`), as one tuple.
-_schedule_key = itemgetter(
-    *(f for f in ROW_FIELDS if f.startswith(("interval__", "crontab", "solar__", "clocked__")))
-)
+_schedule_key = itemgetter(*SCHEDULE_FIELDS)
 #: An entry's fields in order, and where `_with_row_fields` sets its own.
 _ENTRY_FIELDS = tuple(field.name for field in dataclasses.fields(Entry))
 _entry_fields = attrgetter(*_ENTRY_FIELDS)
