@@ -116,6 +116,19 @@ def interval_task(name: str, seconds: int, **fields: Any) -> Any:
     return PeriodicTask.objects.create(name=name, task="billing.charge", interval=every, **fields)
 
 
+def names_registered(store: MemoryStore) -> list[str]:
+    """The names `store.register` is handed from now on, in order (a list that grows)."""
+    registered: list[str] = []
+    register = store.register
+
+    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
+        registered.extend(d.name for d in definitions)
+        return register(namespace, definitions, replica)
+
+    store.register = counted_register  # type: ignore[method-assign]
+    return registered
+
+
 def test_two_replicas_send_each_window_of_each_row_once(
     beat_db: str, app: Celery, clock: FakeClock
 ) -> None:
@@ -166,19 +179,14 @@ def test_a_row_added_edited_or_deleted_is_the_only_one_registered_and_planned(
     store = MemoryStore(clock=clock.now)
     beat = scheduler(app, clock, store)
     run([beat], clock, 1)
-    registered: list[str] = []
+    registered = names_registered(store)
     loaded: list[str] = []
-    register, tick = store.register, store.tick
-
-    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
-        registered.extend(d.name for d in definitions)
-        return register(namespace, definitions, replica)
+    tick = store.tick
 
     def counted_tick(namespace: str, names: Any, *args: Any, **kwargs: Any) -> Any:
         loaded.extend(names)
         return tick(namespace, names, *args, **kwargs)
 
-    store.register = counted_register  # type: ignore[method-assign]
     store.tick = counted_tick  # type: ignore[method-assign]
     added = interval_task("added", 2)
     run([beat], clock, 1)
@@ -219,14 +227,7 @@ def test_set_up_again_it_runs_the_rows_and_the_first_change_registers_that_row_a
     beat.setup_schedule()
     run([beat], clock, 1)
     assert set(beat.entries) == {"from-settings", *(f"row-{i}" for i in range(20))}
-    registered: list[str] = []
-    register = store.register
-
-    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
-        registered.extend(d.name for d in definitions)
-        return register(namespace, definitions, replica)
-
-    store.register = counted_register  # type: ignore[method-assign]
+    registered = names_registered(store)
     interval_task("added", 2)
     run([beat], clock, 1)
     assert registered == ["added"]
@@ -258,14 +259,7 @@ def test_at_start_it_compiles_the_settings_and_reads_the_rows_once(
     monkeypatch.setattr(DatabaseScheduler, "schedule_source", counted_source)
     monkeypatch.setattr(PeriodicTaskSource, "load", counted_load)
     store = MemoryStore(clock=clock.now)
-    registered: list[str] = []
-    register = store.register
-
-    def counted_register(namespace: str, definitions: Any, replica: Any) -> Any:
-        registered.extend(d.name for d in definitions)
-        return register(namespace, definitions, replica)
-
-    store.register = counted_register  # type: ignore[method-assign]
+    registered = names_registered(store)
     beat = scheduler(app, clock, store)
     run([beat], clock, 1)
     assert calls == {"settings compiled": 1, "rows read": 1}
