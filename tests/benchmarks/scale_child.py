@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 import redis  # noqa: E402
-from celery import Celery, signals  # noqa: E402
+from celery import Celery  # noqa: E402
 
 import safebeat  # noqa: E402
 from safebeat.crontab import crontab  # noqa: E402
@@ -97,21 +97,30 @@ def peak_rss() -> int:
 
 
 class Sent:
-    """The messages this process published, and when the first and last went."""
+    """The messages this process published, and when the first and last went: counted from
+    what the scheduler's dispatcher reports sent, not from Celery's publish signal. With a
+    receiver of that signal connected, safebeat has Celery build every message (as an
+    application's receivers need), which a beat without receivers does not."""
 
-    def __init__(self) -> None:
+    def __init__(self, scheduler: safebeat.Scheduler) -> None:
         self.reset()
-        signals.after_task_publish.connect(self._on_publish, weak=False)
+        dispatcher = scheduler.dispatcher
+        real = dispatcher.settle  # every dispatch ends there, pipelined or not
+
+        def settle(*args: Any, **kwargs: Any) -> Any:
+            dispatched = real(*args, **kwargs)
+            if dispatched.sent:
+                self.count += len(dispatched.sent)
+                self.last = time.time()
+                self.first = self.first or self.last
+            return dispatched
+
+        dispatcher.settle = settle
 
     def reset(self) -> None:
         self.count = 0
         self.first: float | None = None
         self.last: float | None = None
-
-    def _on_publish(self, **_: Any) -> None:
-        self.count += 1
-        self.last = time.time()
-        self.first = self.first or self.last
 
 
 def say(tag: str, figures: dict[str, Any]) -> None:
@@ -178,10 +187,9 @@ class ClaimCounts:
 def replica(config: dict[str, Any]) -> None:
     count = config["count"]
     app = bench_app(config, bench_schedule(count, count, config["due_at"]))
-    sent = Sent()
     scheduler = safebeat.Scheduler(app, store=open_store(config["store"]))
+    sent = Sent(scheduler)
     warm_producer(app, scheduler, config["warm_queue"])
-    sent.reset()  # forget the warm-up message
     counts = ClaimCounts(scheduler.engine)
     first_pass(scheduler)
     say("READY", {"at": time.time()})
@@ -221,8 +229,8 @@ def big(config: dict[str, Any]) -> None:
     count, due_count, due_at = config["count"], config["due_count"], config["due_at"]
     figures: dict[str, Any] = {}
     app = bench_app(config, bench_schedule(count, due_count, due_at, pulse=config["pulse"]))
-    sent = Sent()
     scheduler = safebeat.Scheduler(app, store=open_store(config["store"]), lazy=True)
+    sent = Sent(scheduler)
     started = time.monotonic()
     scheduler.use_entries(*scheduler._compiled_entries())
     figures["compile"] = time.monotonic() - started
