@@ -117,13 +117,16 @@ def burst_targets(peers: dict[str, Any]) -> list[Row]:
         ours = burst_of(peers, kind, size)
         seconds = None if ours is None else ours["median_seconds"]
         ratio = seconds / limit if seconds is not None and limit else None
+        met = at_most(ratio, BURST_RATIO)
+        if ours is not None and ours.get("runs") and seconds is None:
+            met = False  # it ran, and a run did not finish within the cap
         rows.append(
             Row(
                 1,
                 f"{store}: {shown} due at once, time vs raw kombu",
-                "—" if ratio is None else f"{ratio:.2f}x ({burst_figure(ours)})",
+                burst_figure(ours) if ratio is None else f"{ratio:.2f}x ({burst_figure(ours)})",
                 f"≤ {BURST_RATIO:g}x raw kombu ({secs(limit, 2)})",
-                at_most(ratio, BURST_RATIO),
+                met,
                 "" if rows else beside,  # the peers once, on the first row
             )
         )
@@ -144,8 +147,12 @@ def burst_targets(peers: dict[str, Any]) -> list[Row]:
 # --- 2. a million entries on one replica ---------------------------------------------------
 
 
-def peak_mib(row: dict[str, Any]) -> float:
-    return float(max(row["first"].get("rss", 0), row["restart"].get("rss", 0)) / MIB)
+def peak_mib(row: dict[str, Any]) -> float | None:
+    """The higher of the first start's and the restart's peak; None if either child gave none."""
+    peaks = [row["first"].get("rss"), row["restart"].get("rss")]
+    if not all(peaks):
+        return None
+    return float(max(peaks)) / MIB
 
 
 def big_targets(scale: dict[str, Any]) -> list[Row]:
@@ -157,13 +164,16 @@ def big_targets(scale: dict[str, Any]) -> list[Row]:
         for run, limit, asked in ((large, RSS_BIG_MIB, BIG), (small, RSS_SMALL_MIB, SMALL)):
             if run is small and small is large:
                 continue
+            peak = peak_mib(run)
             rows.append(
                 Row(
                     2,
                     f"{store}: peak RSS at {run['size']:,} entries" + asked_at(run, asked),
-                    f"{peak_mib(run):,.0f} MiB (restart {run['restart'].get('rss', 0) / MIB:,.0f})",
+                    "—"
+                    if peak is None
+                    else f"{peak:,.0f} MiB (restart {run['restart']['rss'] / MIB:,.0f})",
                     f"≤ {limit:,} MiB",
-                    peak_mib(run) <= limit,
+                    at_most(peak, limit),
                 )
             )
         restart = large.get("restart_to_dispatch")
@@ -220,6 +230,13 @@ def idle_targets(idle: list[dict[str, Any]]) -> list[Row]:
             continue
         small, large = runs[0], runs[-1]
         cpu, trips = small["cpu_percent"], small["round_trips_per_second"]
+        if not (small.get("rss_mib") and large.get("rss_mib")):
+            # READY carries the replica's RSS: without it the child never got ready, and
+            # its CPU and round trips (none) say nothing.
+            rows.append(
+                Row(2, f"{store}: an idle replica at {large['size']:,} entries", "—", "", None)
+            )
+            continue
         met = large["cpu_percent"] <= max(cpu * IDLE_RATIO, cpu + IDLE_CPU_SLACK) and large[
             "round_trips_per_second"
         ] <= max(trips * IDLE_RATIO, trips + IDLE_TRIPS_SLACK)
@@ -314,6 +331,10 @@ def runtime_targets(runtime: dict[str, Any]) -> list[Row]:
     for store in dict.fromkeys(c["store"] for c in changes):
         mine = [c for c in changes if c["store"] == store]
         worst = max(max(c["registered"], c["loaded"]) for c in mine)
+        # Adding or editing registers and plans that entry: none means it was never seen.
+        seen = all(
+            c["registered"] >= 1 and c["loaded"] >= 1 for c in mine if c["change"] != "remove"
+        )
         made = "/".join(c["change"] for c in mine)
         size = runtime["entries"]
         what = f"{store}: one runtime entry {made} among {size:,}"
@@ -330,8 +351,8 @@ def runtime_targets(runtime: dict[str, Any]) -> list[Row]:
                 f"registered {each('registered')}, planned {each('loaded')}; "
                 + " / ".join(f"{c['seconds']:.3f}" for c in mine)
                 + " s",
-                "that one entry: ≤ 1 each",
-                worst <= 1,
+                "that one entry: 1 each (0 for a removal)",
+                worst <= 1 and seen,
             )
         )
     if not rows:
@@ -387,6 +408,8 @@ def replica_targets(scale: dict[str, Any], raw_cpu: float | None) -> list[Row]:
         met: Verdict = None  # without one replica's burst, or with it alone
         if one is not None and len(mine) > 1:
             met = slowest["seconds"] is not None and slowest["seconds"] <= one * REPLICA_SLACK
+        if not all(complete(r) for r in mine):
+            met = False  # a replica missing, windows sent twice or never, or late to start
         rows.append(
             Row(
                 6,
@@ -401,13 +424,26 @@ def replica_targets(scale: dict[str, Any], raw_cpu: float | None) -> list[Row]:
     return rows or [Row(6, "N replicas on one burst", "—", "", None)]
 
 
+def complete(run: dict[str, Any]) -> bool:
+    """Every replica reported, all were ready before the instant, and the windows they sent
+    add up to the burst: a burst with windows lost or sent twice times something else."""
+    sent = run.get("sent") or []
+    return (
+        len(sent) == run["replicas"]
+        and sum(sent) == run["size"]
+        and bool(run.get("ready_before_due"))
+    )
+
+
 def cpu_row(store: str, runs: list[dict[str, Any]], raw_cpu: float | None) -> Row:
     """The replica with the most CPU per 10,000 windows it sent (a replica that sent none
-    is charged for a fair share of the burst)."""
+    is charged for a fair share of the burst). Its CPU runs until it has nothing due, not
+    only until the burst is on the broker: windows other replicas claimed cost it too."""
     worst: tuple[float, int] | None = None
     for run in runs:
         share = run["size"] / run["replicas"]
-        for cpu, sent in zip(run.get("cpu_seconds") or [], run["sent"], strict=False):
+        spent = run.get("cpu_until_idle") or run.get("cpu_seconds") or []
+        for cpu, sent in zip(spent, run["sent"], strict=False):
             if cpu is not None:
                 per = cpu * PER_WINDOWS / (sent or share)
                 worst = max(worst or (per, run["replicas"]), (per, run["replicas"]))

@@ -82,6 +82,61 @@ def test_a_figure_just_over_its_limit_is_missed(reports: dict[str, dict[str, Any
     assert row(rows, "prune on a backlog").verdict is False
 
 
+def test_a_child_that_failed_is_never_met(reports: dict[str, dict[str, Any]]) -> None:
+    """A child that died, never got ready or never saw its change gives no figure, or a
+    zero: never a "met"."""
+    changed = copy.deepcopy(reports)
+    big = next(r for r in changed["scale"]["big"] if r["size"] == 1_000_000)
+    del big["restart"]["rss"]
+    for idle in changed["scale"]["idle"]:
+        if idle["store"] == "Redis" and idle["size"] > 1000:
+            idle.update(cpu_percent=0.0, round_trips_per_second=0.0, rss_mib=0)
+    add = next(c for c in changed["runtime"]["changes"] if c["store"] == "SQLite")
+    add.update(registered=0, loaded=0)
+    ours = next(s for s in changed["peers"]["burst"] if s["scheduler"] == "safebeat + Redis")
+    ours["median_seconds"] = None  # a run over the cap
+
+    rows = judge(changed)
+
+    big_store = big["store"]
+    assert row(rows, f"{big_store}: peak RSS at 1,000,000").verdict is None
+    assert row(rows, "Redis: an idle replica").verdict is None
+    assert row(rows, "SQLite: one runtime entry").verdict is False
+    assert row(rows, "Redis: 10,000 due at once").verdict is False
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"sent": [50_000, 49_999]},  # a window never sent
+        {"sent": [50_000, 50_001]},  # one sent twice
+        {"sent": [100_000]},  # a replica that never reported
+        {"ready_before_due": False},
+    ],
+)
+def test_a_replica_burst_that_did_not_send_each_window_once_is_missed(
+    reports: dict[str, dict[str, Any]], broken: dict[str, Any]
+) -> None:
+    run = next(
+        r
+        for r in reports["scale"]["replicas"]
+        if r["store"] == "Redis" and r["replicas"] == 2 and r["size"] == 100_000
+    )
+    run.update(broken)
+
+    assert row(judge(reports), "Redis: 100,000 due at once, replicas").verdict is False
+
+
+def test_a_replicas_cpu_counts_until_it_has_nothing_due(
+    reports: dict[str, dict[str, Any]],
+) -> None:
+    for run in reports["scale"]["replicas"]:
+        if run["store"] == "Redis":
+            run["cpu_until_idle"] = [cpu * 10 for cpu in run["cpu_seconds"]]
+
+    assert row(judge(reports), "Redis: each replica's CPU").verdict is False
+
+
 def test_a_prune_pass_that_emptied_the_backlog_is_a_lower_bound(
     reports: dict[str, dict[str, Any]],
 ) -> None:
