@@ -80,6 +80,11 @@ def note(record: DispatchRecord) -> str:
     return "; ".join(notes)
 
 
+def attempts(record: DispatchRecord) -> str:
+    """How many times a window was published (`-` for a skipped one, never published)."""
+    return "-" if record.status is Status.SKIPPED else str(record.attempts)
+
+
 def unknown_entry(entry: str, known: Iterable[str], namespace: str) -> str:
     """That `entry` is not in `namespace`, with the closest known name as a hint."""
     close = difflib.get_close_matches(entry, list(known), n=1)

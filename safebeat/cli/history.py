@@ -11,7 +11,7 @@ import click
 from safebeat.cli.context import Options
 from safebeat.cli.options import opened, store_options
 from safebeat.cli.output import emit_records, fields
-from safebeat.display import note, span, unknown_entry, when
+from safebeat.display import attempts, note, span, unknown_entry, when
 from safebeat.ops.overview import empty_namespace
 from safebeat.records import AuditRecord, DispatchRecord
 
@@ -72,7 +72,7 @@ def _history_cells(r: DispatchRecord) -> list[str]:
         r.status.value,
         r.replica,
         span(None if r.sent_at is None else r.sent_at - r.window),
-        str(r.attempts),
+        attempts(r),
         "-" if r.outcome is None else r.outcome.value,
         span(r.runtime),
         note(r),

@@ -93,6 +93,7 @@ class Pages:
             span=display.span,
             note=display.note,
             lag=display.lag,
+            attempts=display.attempts,
         )
 
     def render(

@@ -451,6 +451,10 @@ def test_skip_next_records_the_next_window_skipped_and_audits_it(
     # It says which window: the one the page showed may have been claimed first.
     assert f"window {format_window(row.window)} is recorded as skipped" in page
     assert (row.status.value, row.task_id) == ("skipped", None)
+    entry_page = signed_in.get(f"/entries/{ENTRY}").text
+    [skipped] = re.findall(r'<tr class="s-skipped">(.*?)</tr>', entry_page, re.DOTALL)
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", skipped, re.DOTALL)
+    assert (cells[1], cells[4]) == ("skipped", "-")  # never published: no attempts
     [record] = filled.store.audit(filled.namespace)
     assert (record.actor, record.action, record.windows, record.note) == (
         "ops",
