@@ -37,6 +37,7 @@ from safebeat.stores.sql_common import (
     array_literal,
     as_array_literals,
     dispatch_rows,
+    in_lock_order,
     replica_columns,
 )
 from safebeat.stores.ticking import Heartbeat, Release, TickAdapter, TickCall
@@ -182,6 +183,7 @@ class TickStatements(TickAdapter, Statements):
         """Insert new entries, update changed ones; inside the caller's transaction. Each
         slice reads its stored digests first and writes only what differs, so a restart
         with unchanged entries is one read per slice."""
+        definitions = in_lock_order(definitions)
         with self._cursors.transaction("register entries") as cursor:
             now = now_of(cursor)
             changed: dict[str, str] = {}

@@ -22,7 +22,7 @@ from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.orm.tick import DjangoOrmTick
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.pruning import in_batches
-from safebeat.stores.sql_common import replica_columns
+from safebeat.stores.sql_common import in_lock_order, replica_columns
 from safebeat.stores.ticking import Heartbeat, Release
 
 #: Definitions per digest read when registering: within any database's parameter limit.
@@ -44,6 +44,7 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
     ) -> Registration:
         """Read the stored digests a slice at a time, then write only what differs."""
         self._check_lengths(namespace, [d.name for d in definitions])
+        definitions = in_lock_order(definitions)
         changed: dict[str, str] = {}
         with self._write("register entries") as connection:
             now = vendors.clock(connection)
