@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -46,8 +48,12 @@ def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -
         return invoke()
     except (click.ClickException, click.exceptions.Exit, click.Abort):
         raise
-    except BrokenPipeError:
-        raise  # the reader left (`safebeat status | head`): click's main exits quietly
+    except BrokenPipeError as exc:
+        if _reader_gone():
+            raise  # `safebeat status | head`: click's main exits quietly
+        if _debug(ctx):
+            raise
+        raise click.ClickException(_unexpected(exc)) from exc  # a socket's, not stdout's
     except AppNotFound as exc:
         if _debug(ctx):
             raise
@@ -63,7 +69,25 @@ def invoke_with_one_line_errors(ctx: click.Context, invoke: Callable[[], Any]) -
     except Exception as exc:
         if _debug(ctx):
             raise
-        raise click.ClickException(
-            f"unexpected {type(exc).__name__}: {one_line(str(exc))} (run again with "
-            "--traceback, or SAFEBEAT_DEBUG=1, to see where it happened)"
-        ) from exc
+        raise click.ClickException(_unexpected(exc)) from exc
+
+
+def _unexpected(exc: BaseException) -> str:
+    return (
+        f"unexpected {type(exc).__name__}: {one_line(str(exc))} (run again with "
+        "--traceback, or SAFEBEAT_DEBUG=1, to see where it happened)"
+    )
+
+
+def _reader_gone() -> bool:
+    """Whether standard output's reader has left: a pipe or socket whose other end is
+    closed polls as an error. Where that cannot be asked, a broken pipe is taken as it."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False  # not a file (captured): the broken pipe was another one's
+    if not hasattr(select, "poll"):
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
