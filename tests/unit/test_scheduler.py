@@ -38,7 +38,15 @@ def queue() -> str:
 
 def make_app(queue: str, schedule: dict[str, Any], **conf: Any) -> Celery:
     app = Celery("unit", broker="memory://", set_as_current=False)
-    settings = {"safebeat_url": "memory://unit-tests-unused", "result_expires": None, **conf}
+    # The scheduler named, as a project running safebeat names it: left at Celery's default,
+    # the app's entries would include django-celery-beat's rows whenever an earlier test in
+    # this process configured Django with django_celery_beat installed.
+    settings = {
+        "safebeat_url": "memory://unit-tests-unused",
+        "result_expires": None,
+        "beat_scheduler": "safebeat.Scheduler",
+        **conf,
+    }
     app.conf.update(task_default_queue=queue, beat_schedule=schedule, **settings)
     return app
 
