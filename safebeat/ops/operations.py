@@ -33,6 +33,7 @@ from safebeat.errors import SafebeatError, UnreadableState
 from safebeat.facts import WindowRow
 from safebeat.identity import Replica, current_replica, task_id_for
 from safebeat.limits import check_actor, check_instant, check_name, check_namespace, check_note
+from safebeat.ops.overview import SKIP_SEARCH
 from safebeat.records import AuditAction, AuditEvent, Claim, Pause
 from safebeat.stores.administering import claims_of
 from safebeat.stores.per_process import config_of
@@ -40,8 +41,6 @@ from safebeat.stores.protocols import Store
 
 #: Most windows one backfill claims unless asked for more.
 BACKFILL_LIMIT = 1000
-#: Most upcoming windows skip_next looks at for one without a row (earlier skips have them).
-SKIP_SEARCH = 1000
 _MICROSECOND = timedelta(microseconds=1)
 
 

@@ -32,6 +32,9 @@ from safebeat.windows.searches import SearchUnfinished, search_budget, spent_aft
 STATUS_SEARCH_SECONDS = 2.0
 #: Rows of each entry's history read to find its latest dispatch, outcome and success.
 HISTORY_DEPTH = 50
+#: Most upcoming windows skip_next looks at for one without a row (earlier skips have
+#: them): at most this many windows ahead of beat have a row.
+SKIP_SEARCH = 1000
 
 
 #: The reasons of windows an operator sent; their rows name the operator as the host.
@@ -159,6 +162,21 @@ def entry_status(
     )
 
 
+def status_rows(
+    store: AdminStore, namespace: str, state: EntryState, now: datetime
+) -> list[DispatchRecord]:
+    """The newest `HISTORY_DEPTH` history rows of an entry, or as many more as `skip-next`
+    can have written ahead when every one of those is a window skipped ahead: the next
+    window is after all of them, so `entry_status` needs them all."""
+    rows = store.history(namespace, state.name, limit=HISTORY_DEPTH)
+    after = max(now, state.decided_until)
+    if len(rows) == HISTORY_DEPTH and all(
+        r.status is Status.SKIPPED and r.window > after for r in rows
+    ):
+        return store.history(namespace, state.name, limit=HISTORY_DEPTH + SKIP_SEARCH)
+    return rows
+
+
 def entry_statuses(
     store: AdminStore, namespace: str, entries: Mapping[str, Entry] | None = None
 ) -> list[EntryStatus]:
@@ -169,7 +187,7 @@ def entry_statuses(
         return [
             entry_status(
                 state,
-                store.history(namespace, name, limit=HISTORY_DEPTH),
+                status_rows(store, namespace, state, now),
                 None if entries is None else entries.get(name),
                 now,
             )

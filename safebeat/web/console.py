@@ -24,13 +24,13 @@ from safebeat.entries.app_entries import Schedule
 from safebeat.errors import EntryError, SafebeatError, UnreadableState
 from safebeat.ops import actions, doctor, operations
 from safebeat.ops.overview import (
-    HISTORY_DEPTH,
     EntryStatus,
     ReplicaStatus,
     empty_namespace,
     entry_status,
     entry_statuses,
     replica_statuses,
+    status_rows,
 )
 from safebeat.stores import Store
 from safebeat.stores.protocols import AuditRecord, DispatchRecord, Outcome, Status
@@ -177,13 +177,18 @@ class Console:
                 return None
             schedule = self.schedule(config, store)
             compiled = None if schedule is None else schedule.entries.get(name)
+            now = store.clock()
             # The status reads as deep as `safebeat status` does whatever the page lists: the
             # windows skipped ahead are among those rows, and the next window is after them.
-            rows = store.history(config.namespace, name, limit=max(limit, 1, HISTORY_DEPTH))
-            now = store.clock()
+            recent = status_rows(store, config.namespace, state, now)
+            rows = (
+                recent
+                if len(recent) >= limit
+                else store.history(config.namespace, name, limit=max(limit, 1))
+            )
         runnable, reason = self._runnable(schedule, name, config)
         return EntryPage(
-            row_of(entry_status(state, rows, compiled, now), now),
+            row_of(entry_status(state, recent, compiled, now), now),
             rows[: max(limit, 1)],
             runnable,
             reason,

@@ -14,7 +14,7 @@ from safebeat.entries import compile_entry
 from safebeat.identity import Replica
 from safebeat.ops import actions
 from safebeat.ops.operations import OperationError
-from safebeat.ops.overview import entry_status
+from safebeat.ops.overview import HISTORY_DEPTH, entry_status, entry_statuses
 from safebeat.records import AuditAction, Definition, Pause
 from safebeat.stores.memory import MemoryStore
 from safebeat.stores.protocols import Status
@@ -100,3 +100,16 @@ def test_skip_next_refusing_a_pause_with_an_end_names_the_end() -> None:
     assert f"paused until {end.isoformat()}" in str(refused.value)
     assert "until it is resumed" not in str(refused.value)
     assert store.history("unit", "report") == []
+
+
+def test_status_shows_the_window_after_more_skips_ahead_than_it_reads_rows() -> None:
+    """Sixty windows skipped ahead, more than the newest rows `status` reads by default:
+    the next window shown is the first one after them, not a skipped one."""
+    store = _store()
+    for _ in range(HISTORY_DEPTH + 10):
+        SKIP.run(_target(store), SKIP.values({}))
+    skipped = sorted(r.window for r in store.history("unit", "report", limit=1000))
+    assert len(skipped) == HISTORY_DEPTH + 10
+    assert skipped[-1] - skipped[0] == timedelta(seconds=60) * (HISTORY_DEPTH + 9)
+    [status] = entry_statuses(store, "unit", {"report": ENTRY})
+    assert status.next_window == skipped[-1] + timedelta(seconds=60)
