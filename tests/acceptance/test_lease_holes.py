@@ -20,10 +20,10 @@ import redis
 
 from safebeat.identity import task_id_for
 from safebeat.stores.postgres import PostgresStore
-from safebeat.stores.protocols import Claim, NewClaim, Outcome, Status, TickPlan
+from safebeat.stores.protocols import Claim, NewClaim, Outcome, Status
 from tests import runscope
 from tests.acceptance.test_workers import (
-    DEAD_REPLICA,
+    claim_as_dead_replica,
     claim_window,
     cluster,
     publish,
@@ -180,9 +180,7 @@ def claim_windows(store: PostgresStore, namespace: str, entry: str, count: int) 
     first = store.clock().replace(microsecond=0) - timedelta(hours=1)
     windows = [first + timedelta(minutes=i) for i in range(count)]
     new = [NewClaim(entry, w, task_id_for(namespace, entry, w), "workers.record") for w in windows]
-    result = store.tick(namespace, [], lambda n, s: TickPlan(claims=new), replica=DEAD_REPLICA)
-    assert result is not None
-    return list(result.claimed)
+    return claim_as_dead_replica(store, namespace, new)
 
 
 def test_under_acks_early_a_refused_deferral_of_a_forbid_window_still_runs_once(

@@ -83,14 +83,25 @@ def traces(tmp_path: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in (tmp_path / "traces").glob("*.json")]
 
 
+def claim_as_dead_replica(store: Store, namespace: str, new: list[NewClaim]) -> list[Claim]:
+    """Claim `new` in a tick of a replica that then dies. A beat of the test's cluster may
+    hold the tick lock at that moment (the tick then returns None): try again, for 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        result = store.tick(namespace, [], lambda n, s: TickPlan(claims=new), replica=DEAD_REPLICA)
+        if result is not None:
+            return list(result.claimed)
+        assert time.monotonic() < deadline, "the tick lock stayed busy for 30 s"
+        time.sleep(0.05)
+
+
 def claim_window(store: Store, namespace: str, entry: str) -> Claim:
     """Claim a window of `entry` an hour back, as a beat replica would have."""
     window = store.clock().replace(microsecond=0) - timedelta(hours=1)
     task_id = task_id_for(namespace, entry, window)
-    new = NewClaim(entry, window, task_id, "workers.record")
-    result = store.tick(namespace, [], lambda n, s: TickPlan(claims=[new]), replica=DEAD_REPLICA)
-    assert result is not None
-    [claim] = result.claimed
+    [claim] = claim_as_dead_replica(
+        store, namespace, [NewClaim(entry, window, task_id, "workers.record")]
+    )
     return claim
 
 
