@@ -5,27 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TypeAlias
 
 from safebeat.facts import WindowRow
 from safebeat.identity import Replica, format_window
-from safebeat.records import AuditEvent, Definition, StaleMark, TickPlan
+from safebeat.records import AuditEvent, StaleMark, TickPlan
 
 
 def advisory_key(*parts: str) -> int:
     """Return a stable signed 64-bit key for PostgreSQL advisory locks."""
     digest = hashlib.sha256("\x1f".join(("safebeat", *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def in_lock_order(definitions: Sequence[Definition]) -> list[Definition]:
-    """`definitions` by name: the order every replica writes entry rows in. A registration
-    is one transaction of several slices, each locking the rows it writes until the commit;
-    two replicas writing the same new names in opposite orders (two releases, or rows read
-    in another order) would each wait for the other's, and the server would kill one."""
-    return sorted(definitions, key=lambda definition: definition.name)
 
 
 #: Where a take-over pass without `Reclaim.after` starts reading: before every claim.

@@ -1,30 +1,36 @@
-"""Two replicas registering the same new entries in opposite orders both succeed.
+"""Two replicas registering entries at once both succeed, however their slices fall.
 
-Replicas of two releases (a rolling upgrade that reordered `beat_schedule`), or a
-django-celery-beat table read in another order, register the same names in different
-orders, each in one transaction of several slices. Each slice's inserts lock their rows
-until the commit, so if replica A's second slice needs rows B wrote in its first and B's
-second needs A's, the server kills one as a deadlock, its beat retries, and a start takes
-longer for nothing. The stores register in name order, so the second replica waits for the
-first instead. Here the two registrations are made to interleave: each waits, after its
-first slice, for the other to finish its own first slice (for a second at most: where the
-other is already waiting on this one's rows, it cannot get there).
+A registration is one transaction of several slices, and each slice's writes lock their
+rows until the commit. Replicas of two releases (a rolling upgrade that reordered or
+changed `beat_schedule`), or a django-celery-beat table read in another order, hold the
+same names in other orders or other cuts of slices: replica A could hold a row B's next
+slice needs while B holds one A's next slice needs, and the server would kill one as a
+deadlock (its beat retries, and a start takes longer for nothing). The stores take a
+registration turn per namespace before their first write, so the second waits for the
+first to end instead. Here the two registrations are made to interleave: each waits,
+right after its first write, for the other's first write (for a second at most: where
+the other waits for this one's turn, it cannot write yet).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from django.db.models.query import QuerySet
 
 from safebeat.identity import Replica
 from safebeat.records import Definition
 from safebeat.stores.django import DjangoStore
+from safebeat.stores.django.orm import REGISTER_SLICE as ORM_SLICE
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
+from safebeat.stores.postgres.cursors import Q
+from safebeat.stores.postgres.tick import REGISTER_SLICE as POSTGRES_SLICE
 from safebeat.stores.protocols import Store
 from tests import djangosite
 
@@ -59,41 +65,74 @@ def open_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
         store.close()
 
 
-def interleave_first_slices(stores: Sequence[Store], monkeypatch: pytest.MonkeyPatch) -> set[str]:
-    """Make each registering thread wait, after its first slice, until the other has
-    written its own first slice too (one second at most); the threads that got there."""
-    meeting = threading.Barrier(len(stores), timeout=1.0)
-    seen: set[str] = set()
+class _WatchedCursor:
+    """A PostgreSQL cursor that calls `wrote` after each of a slice's writes."""
 
-    def after_first(load: Callable[..., Any]) -> Callable[..., Any]:
-        def step(*args: Any, **kwargs: Any) -> Any:
-            written = load(*args, **kwargs)
-            name = threading.current_thread().name
-            if name.startswith("register-") and name not in seen:
-                seen.add(name)
-                # Broken: the other is waiting for this one's rows; go on.
-                with contextlib.suppress(threading.BrokenBarrierError):
-                    meeting.wait()
-            return written
+    def __init__(self, cursor: Any, wrote: Callable[[], None]) -> None:
+        self._cursor, self._wrote = cursor, wrote
 
-        return step
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
-    for store in stores:
-        if hasattr(store, "_register_slice"):  # the Django ORM store
-            monkeypatch.setattr(store, "_register_slice", after_first(store._register_slice))
+    def execute(self, query: Any, params: Any = None) -> Any:
+        result = self._cursor.execute(query, params)
+        if query in (Q["update_entries"], Q["insert_entries"]):
+            self._wrote()
+        return result
+
+
+def interleave_first_writes(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Make each registering thread wait, right after its first write, until the other has
+    written too (one second at most: where the other waits for this one to end, it cannot
+    write first); return the threads that wrote."""
+    meeting = threading.Barrier(2, timeout=1.0)
+    wrote: set[str] = set()
+
+    def after_write() -> None:
+        name = threading.current_thread().name
+        if name.startswith("register-") and name not in wrote:
+            wrote.add(name)
+            with contextlib.suppress(threading.BrokenBarrierError):
+                meeting.wait()
+
     # PostgreSQL's statements, of PostgresStore and of django:// on PostgreSQL
+    slice_of = tick_statements._register_slice
     monkeypatch.setattr(
-        tick_statements, "_register_slice", after_first(tick_statements._register_slice)
+        tick_statements,
+        "_register_slice",
+        lambda cursor, *args, **kwargs: slice_of(
+            _WatchedCursor(cursor, after_write), *args, **kwargs
+        ),
     )
-    return seen
+    # The Django ORM store's writes (on MariaDB here)
+    create, update = QuerySet.bulk_create, QuerySet.update
+
+    def bulk_create(self: QuerySet[Any], objs: Any, *args: Any, **kwargs: Any) -> Any:
+        objs = list(objs)
+        created = create(self, objs, *args, **kwargs)
+        if objs:
+            after_write()
+        return created
+
+    def updated(self: QuerySet[Any], **kwargs: Any) -> Any:
+        count = update(self, **kwargs)
+        after_write()
+        return count
+
+    monkeypatch.setattr(QuerySet, "bulk_create", bulk_create)
+    monkeypatch.setattr(QuerySet, "update", updated)
+    return wrote
 
 
-def test_opposite_orders_register_every_entry_without_a_deadlock(
-    open_store: Callable[[], Store], namespace: str, monkeypatch: pytest.MonkeyPatch
+def register_at_once(
+    stores: Sequence[Store],
+    namespace: str,
+    orders: Sequence[Sequence[Definition]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    definitions = [Definition(f"entry-{i:05d}", "every 60s", "d") for i in range(ENTRIES)]
-    stores = [open_store(), open_store()]
-    interleaved = interleave_first_slices(stores, monkeypatch)
+    """Register `orders[0]` with `stores[0]` and `orders[1]` with `stores[1]` at once, their
+    first writes interleaved; both must succeed."""
+    interleaved = interleave_first_writes(monkeypatch)
     errors: dict[str, BaseException] = {}
 
     def register(store: Store, order: Sequence[Definition], replica: Replica) -> None:
@@ -103,10 +142,10 @@ def test_opposite_orders_register_every_entry_without_a_deadlock(
             errors[replica.id] = exc
 
     threads = [
-        threading.Thread(target=register, args=(stores[0], definitions, FIRST), name="register-a"),
         threading.Thread(
-            target=register, args=(stores[1], definitions[::-1], SECOND), name="register-b"
-        ),
+            target=register, args=(store, order, replica), name=f"register-{replica.host}"
+        )
+        for store, order, replica in zip(stores, orders, (FIRST, SECOND), strict=True)
     ]
     for thread in threads:
         thread.start()
@@ -114,5 +153,89 @@ def test_opposite_orders_register_every_entry_without_a_deadlock(
         thread.join(60)
     assert not any(thread.is_alive() for thread in threads)
     assert errors == {}
+    # The hook ran; the second may have found nothing left to write once its turn came.
+    assert interleaved
+
+
+def test_opposite_orders_register_every_entry_without_a_deadlock(
+    open_store: Callable[[], Store], namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    definitions = [Definition(f"entry-{i:05d}", "every 60s", "d") for i in range(ENTRIES)]
+    stores = [open_store(), open_store()]
+    register_at_once(stores, namespace, [definitions, definitions[::-1]], monkeypatch)
     assert len(stores[0].states(namespace)) == ENTRIES
-    assert interleaved == {"register-a", "register-b"}
+
+
+def test_two_releases_whose_slices_are_cut_apart_register_without_a_deadlock(
+    open_store: Callable[[], Store], namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two releases in name order: B lacks the first entry, so its slices start one name
+    later than A's. Around A's second slice's start, one entry is new and the next one
+    changed, each release with a digest of its own: A writes both in its second slice,
+    B one in its first and the other in its second, in the opposite order to A's (where a
+    slice writes its changed entries before its new ones, as on PostgreSQL, the changed
+    one comes second; where it inserts first, as the Django ORM does, the new one does).
+    """
+    stores = [open_store(), open_store(), open_store()]
+    orm = hasattr(stores[0], "_register_slice")
+    size = ORM_SLICE if orm else POSTGRES_SLICE
+    names = [f"entry-{i:05d}" for i in range(2 * size)]
+    first, second = names[size], names[size + 1]
+    new, changed = (second, first) if orm else (first, second)
+
+    def release(digest: str, listed: Sequence[str]) -> list[Definition]:
+        return [Definition(n, "every 60s", digest if n == changed else "d0") for n in listed]
+
+    stores[2].register(namespace, release("d0", [n for n in names if n != new]), FIRST)
+    a, b = release("d1", names), release("d2", names[1:])
+    register_at_once(stores[:2], namespace, [a, b], monkeypatch)
+    assert set(stores[2].states(namespace)) == set(names)
+
+
+def test_a_restart_that_changes_nothing_does_not_wait_for_a_registration(
+    open_store: Callable[[], Store], namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a registration that writes takes the namespace's turn: while one replica holds
+    it (stopped right after its first write), another whose entries are all registered
+    already registers them at once."""
+    definitions = [Definition(f"entry-{i:05d}", "every 60s", "d0") for i in range(ENTRIES)]
+    stores = [open_store(), open_store()]
+    stores[0].register(namespace, definitions, FIRST)
+    inside, thaw = threading.Event(), threading.Event()
+
+    def freeze() -> None:
+        if threading.current_thread().name == "register-writer":
+            inside.set()
+            thaw.wait(30)
+
+    slice_of = tick_statements._register_slice
+    monkeypatch.setattr(
+        tick_statements,
+        "_register_slice",
+        lambda cursor, *args, **kwargs: slice_of(_WatchedCursor(cursor, freeze), *args, **kwargs),
+    )
+    update = QuerySet.update
+
+    def frozen_update(self: QuerySet[Any], **kwargs: Any) -> Any:
+        count = update(self, **kwargs)
+        freeze()
+        return count
+
+    monkeypatch.setattr(QuerySet, "update", frozen_update)
+    changed = [
+        Definition(d.name, d.schedule, "d1") if i == 0 else d for i, d in enumerate(definitions)
+    ]
+    writer = threading.Thread(
+        target=stores[0].register, args=(namespace, changed, FIRST), name="register-writer"
+    )
+    writer.start()
+    try:
+        assert inside.wait(30)
+        started = time.monotonic()
+        assert stores[1].register(namespace, definitions, SECOND).changed == {}
+        assert time.monotonic() - started < 2  # it did not wait for the writer's turn
+        assert writer.is_alive()  # the writer still holds its turn
+    finally:
+        thaw.set()
+        writer.join(30)
+    assert stores[1].states(namespace)["entry-00000"].schedule == "every 60s"

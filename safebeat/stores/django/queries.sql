@@ -51,3 +51,12 @@ SELECT GET_LOCK(%s, 0), UTC_TIMESTAMP(6);
 
 -- name: mysql_release_tick_lock
 SELECT RELEASE_LOCK(%s);
+
+-- name: mysql_registration_lock
+-- One replica at a time writes a namespace's entries (vendors.registration_turn): waits up
+-- to the lock timeout; 1 when taken. Released with mysql_release_tick_lock.
+SELECT GET_LOCK(%s, %s);
+
+-- name: postgres_registration_lock
+-- The postgresql:// store's registration lock, with its key (lock_registration there).
+SELECT pg_advisory_xact_lock(%s);

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -195,11 +195,57 @@ def _postgres_lock(connection: Any, namespace: str, lock_timeout: timedelta) -> 
     return _utc(now)
 
 
-def _mysql_lock_name(connection: Any, namespace: str) -> str:
+def _mysql_lock_name(connection: Any, namespace: str, kind: str = "tick") -> str:
     # GET_LOCK names are server-wide and at most 64 characters: hash the database in too.
     database = str(connection.settings_dict.get("NAME") or "")
     digest = hashlib.sha256(f"{database}\x1f{namespace}".encode()).hexdigest()
-    return f"safebeat:tick:{digest[:40]}"
+    return f"safebeat:{kind}:{digest[:40]}"
+
+
+@contextmanager
+def registration_turn(
+    connection: Any, namespace: str, lock_timeout: timedelta
+) -> Iterator[Callable[[], bool]]:
+    """Inside a write transaction, the namespace's registration turn: a function that a
+    registration calls before its first write, which waits for another replica's
+    registration to end and says True when it has just taken the turn (rows read before
+    may have changed since). Two replicas writing the same entries in another order or
+    another cut of slices would each wait for rows the other holds; taking turns, they
+    wait for each other's end instead. PostgreSQL: the postgresql:// store's
+    transaction-scoped advisory lock. MySQL/MariaDB: GET_LOCK, waited for up to
+    `lock_timeout` and released when the block ends (after the last write: whoever takes
+    it next waits for the commit on the rows themselves). SQLite: the write transaction
+    is the turn already (`BEGIN IMMEDIATE`)."""
+    vendor, held = connection.vendor, False
+    name = _mysql_lock_name(connection, namespace, "register")
+
+    def take() -> bool:
+        nonlocal held
+        if held or vendor == "sqlite":
+            return False
+        with connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute(
+                    Q["postgres_registration_lock"], [advisory_key("register", namespace)]
+                )
+            else:
+                seconds = max(1, math.ceil(lock_timeout.total_seconds()))
+                cursor.execute(Q["mysql_registration_lock"], [name, seconds])
+                (taken,) = cursor.fetchone()
+                if taken != 1:
+                    raise OperationalError(
+                        f"another replica has been registering the entries of namespace "
+                        f"{namespace!r} for over {seconds} s (GET_LOCK {name!r})"
+                    )
+        held = True
+        return True
+
+    try:
+        yield take
+    finally:
+        if held and vendor == "mysql":
+            with suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute(Q["mysql_release_tick_lock"], [name])
 
 
 def _mysql_lock(connection: Any, name: str, lock_timeout: timedelta) -> tuple[bool, datetime]:

@@ -308,6 +308,11 @@ DELETE FROM safebeat_replica WHERE namespace = %(namespace)s AND replica = %(rep
 -- name: namespaces
 SELECT DISTINCT namespace FROM safebeat_entry ORDER BY namespace;
 
+-- name: lock_registration
+-- Held until a registration commits: one replica at a time writes a namespace's entries
+-- (see TickStatements.register); bounded by the transaction's lock_timeout.
+SELECT pg_advisory_xact_lock(%(key)s);
+
 -- name: lock_entry_starts
 -- Held until the start of a forbid entry's window commits (see start_execution).
 SELECT pg_advisory_xact_lock(%(key)s);

@@ -37,7 +37,6 @@ from safebeat.stores.sql_common import (
     array_literal,
     as_array_literals,
     dispatch_rows,
-    in_lock_order,
     replica_columns,
 )
 from safebeat.stores.ticking import Heartbeat, Release, TickAdapter, TickCall
@@ -123,17 +122,51 @@ def _take_over(
     return [Claim(*row) for row in cursor.fetchall()], page
 
 
-def _register_slice(
-    cursor: Cursor, namespace: str, part: Sequence[Definition], replica: Replica, now: datetime
-) -> dict[str, str]:
-    """Register `part`: read its stored digests, write what differs; return the changed
-    entries with their former digests."""
+class _RegistrationTurn:
+    """A namespace's registration lock, a transaction-scoped advisory lock taken before a
+    registration's first write. Each slice locks the rows it writes until the commit, and
+    two replicas whose slices hold the same names in another order or another cut (two
+    releases with different entries) would each wait for rows the other holds; taking
+    turns, the second waits for the first's commit instead. A restart that changes nothing
+    writes nothing and takes no turn, so replicas starting together still read at once."""
+
+    def __init__(self, cursor: Cursor, namespace: str) -> None:
+        self._cursor, self._key = cursor, advisory_key("register", namespace)
+        self._held = False
+
+    def take(self) -> bool:
+        """Take the lock, waiting for another registration to commit; False if held."""
+        if self._held:
+            return False
+        self._cursor.execute(Q["lock_registration"], {"key": self._key})
+        self._held = True
+        return True
+
+
+def _stored_digests(cursor: Cursor, namespace: str, part: Sequence[Definition]) -> dict[str, str]:
     cursor.execute(
         Q["registered_digests"],
         {"namespace": namespace, "names": array_literal(d.name for d in part)},
     )
-    before = dict(cursor.fetchall())
+    return dict(cursor.fetchall())
+
+
+def _register_slice(
+    cursor: Cursor,
+    namespace: str,
+    part: Sequence[Definition],
+    replica: Replica,
+    now: datetime,
+    *,
+    turn: _RegistrationTurn,
+) -> dict[str, str]:
+    """Register `part`: read its stored digests, write what differs; return the changed
+    entries with their former digests."""
+    before = _stored_digests(cursor, namespace, part)
     new = [d for d in part if before.get(d.name) != d.digest]
+    if new and turn.take():  # another replica may have registered meanwhile: read again
+        before = _stored_digests(cursor, namespace, part)
+        new = [d for d in part if before.get(d.name) != d.digest]
     changed = [d for d in new if d.name in before]
     # The changed entries go to the insert too (where they conflict, it writes nothing):
     # one deleted since the read is registered again.
@@ -182,14 +215,15 @@ class TickStatements(TickAdapter, Statements):
     ) -> Registration:
         """Insert new entries, update changed ones; inside the caller's transaction. Each
         slice reads its stored digests first and writes only what differs, so a restart
-        with unchanged entries is one read per slice."""
-        definitions = in_lock_order(definitions)
+        with unchanged entries is one read per slice; the first write waits for the
+        namespace's registration turn (`_RegistrationTurn`)."""
         with self._cursors.transaction("register entries") as cursor:
             now = now_of(cursor)
+            turn = _RegistrationTurn(cursor, namespace)
             changed: dict[str, str] = {}
             for start in range(0, len(definitions), REGISTER_SLICE):
                 part = definitions[start : start + REGISTER_SLICE]
-                changed.update(_register_slice(cursor, namespace, part, replica, now))
+                changed.update(_register_slice(cursor, namespace, part, replica, now, turn=turn))
             return Registration(changed)
 
     def _record_publish(

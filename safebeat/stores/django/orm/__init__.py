@@ -11,7 +11,7 @@ same way, without the tick lock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from safebeat.identity import Replica
@@ -22,7 +22,7 @@ from safebeat.stores.django.orm.executions import DjangoOrmExecutions
 from safebeat.stores.django.orm.tick import DjangoOrmTick
 from safebeat.stores.django.setup import django_models
 from safebeat.stores.pruning import in_batches
-from safebeat.stores.sql_common import in_lock_order, replica_columns
+from safebeat.stores.sql_common import replica_columns
 from safebeat.stores.ticking import Heartbeat, Release
 
 #: Definitions per digest read when registering: within any database's parameter limit.
@@ -42,30 +42,44 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
     def register(
         self, namespace: str, definitions: Sequence[Definition], replica: Replica
     ) -> Registration:
-        """Read the stored digests a slice at a time, then write only what differs."""
+        """Read the stored digests a slice at a time, then write only what differs; the
+        first write waits for the namespace's registration turn (`vendors.registration_turn`)."""
         self._check_lengths(namespace, [d.name for d in definitions])
-        definitions = in_lock_order(definitions)
         changed: dict[str, str] = {}
-        with self._write("register entries") as connection:
+        with (
+            self._write("register entries") as connection,
+            vendors.registration_turn(connection, namespace, self._lock_timeout) as turn,
+        ):
             now = vendors.clock(connection)
             for start in range(0, len(definitions), REGISTER_SLICE):
                 part = definitions[start : start + REGISTER_SLICE]
-                changed.update(self._register_slice(namespace, part, replica, now))
+                changed.update(self._register_slice(namespace, part, replica, now, turn=turn))
         return Registration(changed)
 
     def _register_slice(
-        self, namespace: str, part: Sequence[Definition], replica: Replica, now: datetime
+        self,
+        namespace: str,
+        part: Sequence[Definition],
+        replica: Replica,
+        now: datetime,
+        *,
+        turn: Callable[[], bool],
     ) -> dict[str, str]:
         """Register `part`; return its changed entries with their former digests."""
         from django.db.models import Case, F, Q, Value, When  # noqa: PLC0415
 
         m = django_models(self.alias)
         entries = m.Entry.objects.using(self.alias)
-        before = dict(
-            entries.filter(namespace=namespace, name__in=[d.name for d in part]).values_list(
-                "name", "digest"
+        names = [d.name for d in part]
+
+        def stored() -> dict[str, str]:
+            return dict(
+                entries.filter(namespace=namespace, name__in=names).values_list("name", "digest")
             )
-        )
+
+        before = stored()
+        if any(before.get(d.name) != d.digest for d in part) and turn():
+            before = stored()  # another replica may have registered meanwhile: read again
         entries.bulk_create(
             [
                 m.Entry(
