@@ -18,14 +18,16 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db.models.query import QuerySet
 
+from safebeat.errors import StoreError
 from safebeat.identity import Replica
 from safebeat.records import Definition
-from safebeat.stores.django import DjangoStore
+from safebeat.stores.django import DjangoStore, vendors
 from safebeat.stores.django.orm import REGISTER_SLICE as ORM_SLICE
 from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
@@ -239,3 +241,86 @@ def test_a_restart_that_changes_nothing_does_not_wait_for_a_registration(
         thaw.set()
         writer.join(30)
     assert stores[1].states(namespace)["entry-00000"].schedule == "every 60s"
+
+
+def test_a_registration_reads_what_the_one_before_it_committed(
+    open_store: Callable[[], Store], namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registers an entry and is slow to commit after its write; B registers the same
+    entry with another definition meanwhile. B's turn comes after A's commit, so B reads
+    A's definition, replaces it and says so (on MySQL/MariaDB the turn used to end before
+    the commit: B read the old rows, its insert was ignored and its definition lost)."""
+    first, second = open_store(), open_store()
+
+    def slow() -> None:
+        if threading.current_thread().name == "register-slow":
+            time.sleep(0.7)  # between its write and its commit
+
+    slice_of = tick_statements._register_slice
+    monkeypatch.setattr(
+        tick_statements,
+        "_register_slice",
+        lambda cursor, *args, **kwargs: slice_of(_WatchedCursor(cursor, slow), *args, **kwargs),
+    )
+    turn_of = vendors.registration_turn
+
+    @contextlib.contextmanager
+    def slow_turn(*args: Any) -> Iterator[Callable[[], bool]]:
+        with turn_of(*args) as turn:
+            yield turn
+        slow()  # the Django ORM store: after its turn, before its commit if that came after
+
+    monkeypatch.setattr(vendors, "registration_turn", slow_turn)
+    a = Definition("report", "every 60s", "dA")
+    writer = threading.Thread(
+        target=first.register, args=(namespace, [a], FIRST), name="register-slow"
+    )
+    writer.start()
+    time.sleep(0.3)
+    registration = second.register(namespace, [Definition("report", "every 60s", "dB")], SECOND)
+    writer.join(30)
+    assert registration.changed == {"report": "dA"}
+    assert second.states(namespace)["report"].digest == "dB"
+
+
+@pytest.mark.django
+@pytest.mark.mariadb
+def test_a_refused_row_on_mariadb_leaves_the_turn_to_the_other_replicas(
+    request: pytest.FixtureRequest, namespace: str
+) -> None:
+    """A row the server refuses (a CHECK constraint here) fails that registration; the
+    registration turn must not stay with the failed session, or no other replica could
+    register anything while its connection lives."""
+    from django.db import connections
+
+    alias = djangosite.alias_for(request, "mariadb")
+    store = DjangoStore(f"django://{alias}", lock_timeout=timedelta(seconds=1))
+    store.migrate()
+    store.register(namespace, [Definition("report", "every 60s", "d0")], FIRST)
+    table = connections[alias].ops.quote_name("safebeat_entry")
+    with connections[alias].cursor() as cursor:
+        cursor.execute(f"ALTER TABLE {table} ADD CONSTRAINT refuse_bad CHECK (schedule <> 'bad')")
+    try:
+        with pytest.raises(StoreError, match="refuse_bad"):
+            store.register(namespace, [Definition("report", "bad", "d1")], FIRST)
+        other: dict[str, object] = {}
+
+        def register_elsewhere() -> None:
+            elsewhere = DjangoStore(f"django://{alias}", lock_timeout=timedelta(seconds=1))
+            try:
+                other["changed"] = elsewhere.register(
+                    namespace, [Definition("nightly", "every 60s", "d0")], SECOND
+                ).changed
+            except StoreError as exc:
+                other["error"] = exc
+            finally:
+                elsewhere.close()
+
+        thread = threading.Thread(target=register_elsewhere)
+        thread.start()
+        thread.join(30)
+        assert other == {"changed": {}}
+    finally:
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT refuse_bad")
+        store.close()

@@ -206,16 +206,16 @@ def _mysql_lock_name(connection: Any, namespace: str, kind: str = "tick") -> str
 def registration_turn(
     connection: Any, namespace: str, lock_timeout: timedelta
 ) -> Iterator[Callable[[], bool]]:
-    """Inside a write transaction, the namespace's registration turn: a function that a
+    """Around a write transaction, the namespace's registration turn: a function that a
     registration calls before its first write, which waits for another replica's
     registration to end and says True when it has just taken the turn (rows read before
     may have changed since). Two replicas writing the same entries in another order or
     another cut of slices would each wait for rows the other holds; taking turns, they
     wait for each other's end instead. PostgreSQL: the postgresql:// store's
     transaction-scoped advisory lock. MySQL/MariaDB: GET_LOCK, waited for up to
-    `lock_timeout` and released when the block ends (after the last write: whoever takes
-    it next waits for the commit on the rows themselves). SQLite: the write transaction
-    is the turn already (`BEGIN IMMEDIATE`)."""
+    `lock_timeout` and released when the block ends, after the transaction's end (inside
+    a caller's transaction, before its commit). SQLite: the write transaction is the
+    turn already (`BEGIN IMMEDIATE`)."""
     vendor, held = connection.vendor, False
     name = _mysql_lock_name(connection, namespace, "register")
 
@@ -244,8 +244,24 @@ def registration_turn(
         yield take
     finally:
         if held and vendor == "mysql":
-            with suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute(Q["mysql_release_tick_lock"], [name])
+            _release_named_lock(connection, name)
+
+
+def _release_named_lock(connection: Any, name: str) -> None:
+    """Release GET_LOCK `name` through the driver's own connection: Django refuses every
+    statement in a transaction marked for rollback (after a refused row), and a lock left
+    held would keep every other replica from registering for as long as this session
+    lives. Where even that fails, the session is closed, which releases it."""
+    try:
+        cursor = connection.connection.cursor()
+        try:
+            cursor.execute(Q["mysql_release_tick_lock"], [name])
+            cursor.fetchall()
+        finally:
+            cursor.close()
+    except Exception:  # noqa: BLE001 - whatever failed, the session must not keep the lock
+        if not connection.in_atomic_block:
+            connection.close()
 
 
 def _mysql_lock(connection: Any, name: str, lock_timeout: timedelta) -> tuple[bool, datetime]:

@@ -46,9 +46,12 @@ class DjangoOrmStore(DjangoOrmTick, DjangoOrmExecutions, DjangoOrmAdmin):
         first write waits for the namespace's registration turn (`vendors.registration_turn`)."""
         self._check_lengths(namespace, [d.name for d in definitions])
         changed: dict[str, str] = {}
+        # The turn outlives the write transaction: on MySQL/MariaDB it is released after
+        # the commit (or rollback), so the next replica reads what this one wrote.
         with (
-            self._write("register entries") as connection,
+            self._boundary("register entries") as connection,
             vendors.registration_turn(connection, namespace, self._lock_timeout) as turn,
+            vendors.write(connection, bound=self._lock_timeout),
         ):
             now = vendors.clock(connection)
             for start in range(0, len(definitions), REGISTER_SLICE):
