@@ -19,43 +19,19 @@ import pytest
 
 from safebeat.identity import Replica, task_id_for
 from safebeat.records import Definition, NewClaim, TickPlan
-from safebeat.stores.django import DjangoStore
-from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
 from safebeat.stores.protocols import Store
-from tests import djangosite
-from tests.registering import registered
+from tests.registering import ROW_LOCKING_STORES, opened_stores, registered
 
 LOCK_TIMEOUT = timedelta(seconds=1)
 LIVE = Replica("host-live", 1, "live01")
 FROZEN = Replica("host-frozen", 2, "frozen")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("django-postgres", marks=[pytest.mark.django, pytest.mark.postgres]),
-        pytest.param("django-mariadb", marks=[pytest.mark.django, pytest.mark.mariadb]),
-    ]
-)
+@pytest.fixture(params=ROW_LOCKING_STORES)
 def open_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
     """Store instances on one backing store, bounded by a one-second lock timeout."""
-    opened: list[Store] = []
-
-    def factory() -> Store:
-        store: Store
-        if request.param == "postgres":
-            store = PostgresStore(request.getfixturevalue("pg_url"), lock_timeout=LOCK_TIMEOUT)
-        else:
-            alias = djangosite.alias_for(request, request.param.removeprefix("django-"))
-            store = DjangoStore(f"django://{alias}", lock_timeout=LOCK_TIMEOUT)
-        store.migrate()
-        opened.append(store)
-        return store
-
-    yield factory
-    for store in opened:
-        store.close()
+    yield from opened_stores(request, lock_timeout=LOCK_TIMEOUT)
 
 
 def freeze_after_writing(store: Store, inside: threading.Event, thaw: threading.Event) -> None:

@@ -29,42 +29,21 @@ from safebeat.identity import Replica
 from safebeat.records import Definition
 from safebeat.stores.django import DjangoStore, vendors
 from safebeat.stores.django.orm import REGISTER_SLICE as ORM_SLICE
-from safebeat.stores.postgres import PostgresStore
 from safebeat.stores.postgres import tick as tick_statements
 from safebeat.stores.postgres.cursors import Q
 from safebeat.stores.postgres.tick import REGISTER_SLICE as POSTGRES_SLICE
 from safebeat.stores.protocols import Store
 from tests import djangosite
+from tests.registering import ROW_LOCKING_STORES, opened_stores
 
 ENTRIES = 12_000  # more than one slice of every store here (PostgreSQL 5,000; Django 1,000)
 FIRST, SECOND = Replica("host-a", 1, "aaaaaa"), Replica("host-b", 2, "bbbbbb")
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("django-postgres", marks=[pytest.mark.django, pytest.mark.postgres]),
-        pytest.param("django-mariadb", marks=[pytest.mark.django, pytest.mark.mariadb]),
-    ]
-)
+@pytest.fixture(params=ROW_LOCKING_STORES)
 def open_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Store]]:
     """Store instances on one backing store, each with a connection of its own."""
-    opened: list[Store] = []
-
-    def factory() -> Store:
-        store: Store
-        if request.param == "postgres":
-            store = PostgresStore(request.getfixturevalue("pg_url"))
-        else:
-            alias = djangosite.alias_for(request, request.param.removeprefix("django-"))
-            store = DjangoStore(f"django://{alias}")
-        store.migrate()
-        opened.append(store)
-        return store
-
-    yield factory
-    for store in opened:
-        store.close()
+    yield from opened_stores(request)
 
 
 class _WatchedCursor:
@@ -83,6 +62,34 @@ class _WatchedCursor:
         return result
 
 
+def after_writes(monkeypatch: pytest.MonkeyPatch, wrote: Callable[[], None]) -> None:
+    """Call `wrote` after each write of a registration: PostgreSQL's statements (of
+    PostgresStore and of django:// on PostgreSQL) and the Django ORM store's (on MariaDB
+    here)."""
+    slice_of = tick_statements._register_slice
+    monkeypatch.setattr(
+        tick_statements,
+        "_register_slice",
+        lambda cursor, *args, **kwargs: slice_of(_WatchedCursor(cursor, wrote), *args, **kwargs),
+    )
+    create, update = QuerySet.bulk_create, QuerySet.update
+
+    def bulk_create(self: QuerySet[Any], objs: Any, *args: Any, **kwargs: Any) -> Any:
+        objs = list(objs)
+        created = create(self, objs, *args, **kwargs)
+        if objs:
+            wrote()
+        return created
+
+    def updated(self: QuerySet[Any], **kwargs: Any) -> Any:
+        count = update(self, **kwargs)
+        wrote()
+        return count
+
+    monkeypatch.setattr(QuerySet, "bulk_create", bulk_create)
+    monkeypatch.setattr(QuerySet, "update", updated)
+
+
 def interleave_first_writes(monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Make each registering thread wait, right after its first write, until the other has
     written too (one second at most: where the other waits for this one to end, it cannot
@@ -97,32 +104,7 @@ def interleave_first_writes(monkeypatch: pytest.MonkeyPatch) -> set[str]:
             with contextlib.suppress(threading.BrokenBarrierError):
                 meeting.wait()
 
-    # PostgreSQL's statements, of PostgresStore and of django:// on PostgreSQL
-    slice_of = tick_statements._register_slice
-    monkeypatch.setattr(
-        tick_statements,
-        "_register_slice",
-        lambda cursor, *args, **kwargs: slice_of(
-            _WatchedCursor(cursor, after_write), *args, **kwargs
-        ),
-    )
-    # The Django ORM store's writes (on MariaDB here)
-    create, update = QuerySet.bulk_create, QuerySet.update
-
-    def bulk_create(self: QuerySet[Any], objs: Any, *args: Any, **kwargs: Any) -> Any:
-        objs = list(objs)
-        created = create(self, objs, *args, **kwargs)
-        if objs:
-            after_write()
-        return created
-
-    def updated(self: QuerySet[Any], **kwargs: Any) -> Any:
-        count = update(self, **kwargs)
-        after_write()
-        return count
-
-    monkeypatch.setattr(QuerySet, "bulk_create", bulk_create)
-    monkeypatch.setattr(QuerySet, "update", updated)
+    after_writes(monkeypatch, after_write)
     return wrote
 
 
@@ -210,23 +192,8 @@ def test_a_restart_that_changes_nothing_does_not_wait_for_a_registration(
             inside.set()
             thaw.wait(30)
 
-    slice_of = tick_statements._register_slice
-    monkeypatch.setattr(
-        tick_statements,
-        "_register_slice",
-        lambda cursor, *args, **kwargs: slice_of(_WatchedCursor(cursor, freeze), *args, **kwargs),
-    )
-    update = QuerySet.update
-
-    def frozen_update(self: QuerySet[Any], **kwargs: Any) -> Any:
-        count = update(self, **kwargs)
-        freeze()
-        return count
-
-    monkeypatch.setattr(QuerySet, "update", frozen_update)
-    changed = [
-        Definition(d.name, d.schedule, "d1") if i == 0 else d for i, d in enumerate(definitions)
-    ]
+    after_writes(monkeypatch, freeze)
+    changed = [Definition("entry-00000", "every 60s", "d1"), *definitions[1:]]
     writer = threading.Thread(
         target=stores[0].register, args=(namespace, changed, FIRST), name="register-writer"
     )
@@ -256,12 +223,7 @@ def test_a_registration_reads_what_the_one_before_it_committed(
         if threading.current_thread().name == "register-slow":
             time.sleep(0.7)  # between its write and its commit
 
-    slice_of = tick_statements._register_slice
-    monkeypatch.setattr(
-        tick_statements,
-        "_register_slice",
-        lambda cursor, *args, **kwargs: slice_of(_WatchedCursor(cursor, slow), *args, **kwargs),
-    )
+    after_writes(monkeypatch, slow)  # PostgreSQL: its lock lasts until its commit
     turn_of = vendors.registration_turn
 
     @contextlib.contextmanager
